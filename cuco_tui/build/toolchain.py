@@ -1,0 +1,144 @@
+"""Where nvcc, NCCL and cuBLAS live on this machine.
+
+Looked up in this order, each a place a user can control: an explicit environment
+variable (CUCO_NVCC, CUCO_NCCL_HOME, CUCO_CUBLAS_HOME), CUDA_HOME, the Python packages
+installed beside this one (nvidia-nccl-cu13, nvidia-cublas), then /usr/local/cuda.
+Nothing is hard-coded to one machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RUNTIME_INCLUDE = Path(__file__).resolve().parent.parent / "harness" / "runtime"
+
+
+@dataclass(frozen=True)
+class Library:
+    """A C library: its include folder, lib folder and the exact file to link."""
+
+    name: str
+    include: Path | None
+    lib: Path | None
+    soname: str
+
+    @property
+    def found(self) -> bool:
+        return self.include is not None and self.lib is not None and (self.lib / self.soname).exists()
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    nvcc: Path | None
+    nvcc_version: str
+    nccl: Library
+    cublas: Library
+    runtime_include: Path = RUNTIME_INCLUDE
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def can_compile(self) -> bool:
+        return self.nvcc is not None and self.nccl.found and self.cublas.found
+
+    def fingerprint(self) -> str:
+        """Changes whenever a different compiler, header set or runtime header would be used."""
+        h = hashlib.sha256()
+        h.update(self.nvcc_version.encode())
+        for lib in (self.nccl, self.cublas):
+            h.update(f"{lib.include}|{lib.lib}|{lib.soname}".encode())
+            header = _main_header(lib)
+            if header is not None:
+                h.update(header.read_bytes())
+        for header in sorted(self.runtime_include.glob("*.h*")):
+            h.update(header.read_bytes())
+        return h.hexdigest()[:16]
+
+
+def _main_header(lib: Library) -> Path | None:
+    if lib.include is None:
+        return None
+    name = {"nccl": "nccl.h", "cublas": "cublas_api.h"}[lib.name]
+    path = lib.include / name
+    return path if path.exists() else None
+
+
+def _package_dir(dotted: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(dotted)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _find_nvcc(env: dict[str, str]) -> Path | None:
+    if env.get("CUCO_NVCC"):
+        return Path(env["CUCO_NVCC"])
+    if env.get("CUDA_HOME") and (Path(env["CUDA_HOME"]) / "bin" / "nvcc").exists():
+        return Path(env["CUDA_HOME"]) / "bin" / "nvcc"
+    found = shutil.which("nvcc", path=env.get("PATH"))
+    if found:
+        return Path(found)
+    fallback = Path("/usr/local/cuda/bin/nvcc")
+    return fallback if fallback.exists() else None
+
+
+def _nvcc_version(nvcc: Path | None) -> str:
+    if nvcc is None:
+        return ""
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = [line for line in out.splitlines() if "release" in line or line.startswith("Build")]
+    return " ".join(lines).strip()
+
+
+def _library(name: str, soname: str, env_var: str, package_roots: list[Path | None], env: dict[str, str]) -> Library:
+    candidates: list[Path] = []
+    if env.get(env_var):
+        candidates.append(Path(env[env_var]))
+    candidates += [p for p in package_roots if p is not None]
+    if env.get("CUDA_HOME"):
+        candidates.append(Path(env["CUDA_HOME"]))
+    candidates.append(Path("/usr/local/cuda"))
+    header = "nccl.h" if name == "nccl" else "cublas_v2.h"
+    for root in candidates:
+        include = root / "include"
+        if not (include / header).exists():
+            continue
+        for lib in (root / "lib", root / "lib64", root / "targets" / "x86_64-linux" / "lib"):
+            if (lib / soname).exists():
+                return Library(name, include, lib, soname)
+        return Library(name, include, None, soname)
+    return Library(name, None, None, soname)
+
+
+def discover(env: dict[str, str] | None = None) -> Toolchain:
+    env = dict(os.environ if env is None else env)
+    nvcc = _find_nvcc(env)
+    if nvcc is not None and not nvcc.exists():
+        nvcc = None
+    nvidia = _package_dir("nvidia")
+    nccl_pkg = nvidia / "nccl" if nvidia else None
+    cu13_pkg = nvidia / "cu13" if nvidia else None
+    cublas_pkg = nvidia / "cublas" if nvidia else None
+    nccl = _library("nccl", "libnccl.so.2", "CUCO_NCCL_HOME", [nccl_pkg], env)
+    cublas = _library("cublas", "libcublas.so.13", "CUCO_CUBLAS_HOME", [cu13_pkg, cublas_pkg], env)
+    problems = []
+    if nvcc is None:
+        problems.append("nvcc was not found: install the CUDA toolkit 13 or set CUCO_NVCC to the nvcc binary")
+    for lib, pkg, var in ((nccl, "nvidia-nccl-cu13==2.28.9", "CUCO_NCCL_HOME"), (cublas, "nvidia-cublas", "CUCO_CUBLAS_HOME")):
+        if not lib.found:
+            problems.append(
+                f"{lib.name} headers or {lib.soname} were not found: `pip install {pkg}` or set {var} "
+                f"to a folder holding include/ and lib/"
+            )
+    return Toolchain(nvcc, _nvcc_version(nvcc), nccl, cublas, RUNTIME_INCLUDE, tuple(problems))

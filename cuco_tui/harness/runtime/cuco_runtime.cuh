@@ -1,0 +1,267 @@
+// cuco_runtime.cuh: what a candidate kernel gets from the cuco harness.
+//
+//  - cuBLAS, NCCL and the NCCL device API, included here;
+//  - the rank context (cuco_ctx, see cuco_abi.h): rank, world size, device, the harness's
+//    input and output buffers, the problem dimensions, a fresh NCCL unique id;
+//  - host helpers: a NCCL communicator from that id, NCCL device-API (LSA) setup with
+//    symmetric windows and a device communicator, CUDA-IPC peer pointers;
+//  - trace points: waits that record, per block, where they wait and for what, in pinned
+//    host memory the harness reads while a kernel hangs.
+//
+// Error handling: host helpers return 0 or a nonzero code after writing a sentence into
+// ctx->error. The CUCO_TRY_* macros are the one place where a macro returns from the
+// caller; they exist so that every CUDA, NCCL and cuBLAS call in a candidate is checked.
+#ifndef CUCO_RUNTIME_CUH_
+#define CUCO_RUNTIME_CUH_
+
+#include <cuda_runtime.h>
+#include <cooperative_groups.h>
+#include <cuda/atomic>
+#include <cublas_v2.h>
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "cuco_abi.h"
+
+#define CUCO_EXPORT extern "C" __attribute__((visibility("default")))
+
+// The wait site of a trace point: the source line, so a report can point at it.
+#define CUCO_SITE __LINE__
+
+namespace cuco {
+
+constexpr int kMaxPeers = 64;
+
+// ---------------------------------------------------------------- errors (host)
+
+inline int fail(cuco_ctx* ctx, const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(ctx->error, CUCO_ERROR_LEN, fmt, args);
+  va_end(args);
+  return 1;
+}
+
+inline int check_cuda(cuco_ctx* ctx, cudaError_t e, const char* what, int line) {
+  if (e == cudaSuccess) return 0;
+  return fail(ctx, "line %d: %s failed: %s (%s)", line, what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+inline int check_nccl(cuco_ctx* ctx, ncclResult_t r, const char* what, int line) {
+  if (r == ncclSuccess || r == ncclInProgress) return 0;
+  return fail(ctx, "line %d: %s failed: %s", line, what, ncclGetErrorString(r));
+}
+
+#define CUCO_TRY_CUDA(ctx, expr) \
+  do { if (int cuco_rc_ = ::cuco::check_cuda((ctx), (expr), #expr, __LINE__)) return cuco_rc_; } while (0)
+#define CUCO_TRY_NCCL(ctx, expr) \
+  do { if (int cuco_rc_ = ::cuco::check_nccl((ctx), (expr), #expr, __LINE__)) return cuco_rc_; } while (0)
+#define CUCO_TRY(expr) \
+  do { if (int cuco_rc_ = (expr)) return cuco_rc_; } while (0)
+
+inline int check_cublas(cuco_ctx* ctx, cublasStatus_t s, const char* what, int line) {
+  if (s == CUBLAS_STATUS_SUCCESS) return 0;
+  return fail(ctx, "line %d: %s failed: %s", line, what, cublasGetStatusString(s));
+}
+#define CUCO_TRY_CUBLAS(ctx, expr) \
+  do { if (int cuco_rc_ = ::cuco::check_cublas((ctx), (expr), #expr, __LINE__)) return cuco_rc_; } while (0)
+
+// ---------------------------------------------------------------- rank context (host)
+
+// The problem dimension called `name` (e.g. "M"), or -1 when the workload has none.
+inline int64_t dim(const cuco_ctx* ctx, const char* name) {
+  for (int i = 0; i < ctx->n_dims; ++i)
+    if (strncmp(ctx->dim_names[i], name, CUCO_NAME_LEN) == 0) return ctx->dims[i];
+  return -1;
+}
+
+inline const cuco_buffer* find_buffer(const cuco_buffer* list, int n, const char* name) {
+  for (int i = 0; i < n; ++i)
+    if (strncmp(list[i].name, name, CUCO_NAME_LEN) == 0) return &list[i];
+  return nullptr;
+}
+inline const cuco_buffer* input(const cuco_ctx* ctx, const char* name) {
+  return find_buffer(ctx->inputs, ctx->n_inputs, name);
+}
+inline const cuco_buffer* output(const cuco_ctx* ctx, const char* name) {
+  return find_buffer(ctx->outputs, ctx->n_outputs, name);
+}
+
+// ---------------------------------------------------------------- NCCL communicator (host)
+
+// The candidate's own communicator over the harness's group, from ctx->nccl_id.
+inline int comm_init(cuco_ctx* ctx, ncclComm_t* comm) {
+  CUCO_TRY_CUDA(ctx, cudaSetDevice(ctx->device));
+  ncclUniqueId id;
+  static_assert(sizeof(id.internal) == CUCO_NCCL_ID_BYTES, "NCCL unique id size changed");
+  memcpy(id.internal, ctx->nccl_id, CUCO_NCCL_ID_BYTES);
+  CUCO_TRY_NCCL(ctx, ncclCommInitRank(comm, ctx->world, id, ctx->rank));
+  return 0;
+}
+
+// ---------------------------------------------------------------- NCCL device API: LSA (host)
+
+// Memory every rank of the LSA team can load from and store to, registered as a
+// symmetric window. Collective: every rank calls it with the same size.
+struct SymmetricBuffer {
+  void* ptr = nullptr;
+  ncclWindow_t window = nullptr;
+  size_t bytes = 0;
+};
+
+inline int symmetric_alloc(cuco_ctx* ctx, ncclComm_t comm, size_t bytes, SymmetricBuffer* out) {
+  out->bytes = bytes;
+  CUCO_TRY_NCCL(ctx, ncclMemAlloc(&out->ptr, bytes));
+  CUCO_TRY_NCCL(ctx, ncclCommWindowRegister(comm, out->ptr, bytes, &out->window, NCCL_WIN_COLL_SYMMETRIC));
+  return 0;
+}
+
+inline int symmetric_free(cuco_ctx* ctx, ncclComm_t comm, SymmetricBuffer* buf) {
+  if (buf->window) CUCO_TRY_NCCL(ctx, ncclCommWindowDeregister(comm, buf->window));
+  if (buf->ptr) CUCO_TRY_NCCL(ctx, ncclMemFree(buf->ptr));
+  *buf = SymmetricBuffer{};
+  return 0;
+}
+
+// A device communicator with `lsa_barriers` LSA barriers (one per block that syncs).
+// NCCL 2.28 has no requirements initializer: value-initialize, as its examples do.
+inline int lsa_devcomm_create(cuco_ctx* ctx, ncclComm_t comm, int lsa_barriers, ncclDevComm* out) {
+  ncclDevCommRequirements_t reqs = {};
+  reqs.lsaBarrierCount = lsa_barriers;
+  CUCO_TRY_NCCL(ctx, ncclDevCommCreate(comm, &reqs, out));
+  if (out->lsaSize != ctx->world)
+    return fail(ctx, "the LSA team has %d ranks but the group has %d: device-initiated load/store "
+                "needs every rank on one NVLink domain", out->lsaSize, ctx->world);
+  return 0;
+}
+
+inline int lsa_devcomm_destroy(cuco_ctx* ctx, ncclComm_t comm, ncclDevComm* dc) {
+  CUCO_TRY_NCCL(ctx, ncclDevCommDestroy(comm, dc));
+  return 0;
+}
+
+// ---------------------------------------------------------------- CUDA-IPC peer pointers (host)
+
+// A buffer on every rank, with pointers to all ranks' copies (peers[rank] is the local one).
+// Handles travel through one NCCL all-gather on the candidate's communicator. Collective.
+struct PeerBuffers {
+  void* local = nullptr;
+  void* peers[kMaxPeers] = {};
+  size_t bytes = 0;
+  int rank = 0;
+  int world = 0;
+};
+
+inline int peer_alloc(cuco_ctx* ctx, ncclComm_t comm, size_t bytes, cudaStream_t stream, PeerBuffers* out) {
+  if (ctx->world > kMaxPeers) return fail(ctx, "peer_alloc supports at most %d ranks", kMaxPeers);
+  out->bytes = bytes;
+  out->rank = ctx->rank;
+  out->world = ctx->world;
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&out->local, bytes));
+  cudaIpcMemHandle_t mine;
+  CUCO_TRY_CUDA(ctx, cudaIpcGetMemHandle(&mine, out->local));
+  const size_t hbytes = sizeof(cudaIpcMemHandle_t);
+  char* dev_handles = nullptr;
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&dev_handles, hbytes * ctx->world));
+  CUCO_TRY_CUDA(ctx, cudaMemcpyAsync(dev_handles + hbytes * ctx->rank, &mine, hbytes, cudaMemcpyHostToDevice, stream));
+  CUCO_TRY_NCCL(ctx, ncclAllGather(dev_handles + hbytes * ctx->rank, dev_handles, hbytes, ncclUint8, comm, stream));
+  cudaIpcMemHandle_t all[kMaxPeers];
+  CUCO_TRY_CUDA(ctx, cudaMemcpyAsync(all, dev_handles, hbytes * ctx->world, cudaMemcpyDeviceToHost, stream));
+  CUCO_TRY_CUDA(ctx, cudaStreamSynchronize(stream));
+  CUCO_TRY_CUDA(ctx, cudaFree(dev_handles));
+  for (int p = 0; p < ctx->world; ++p) {
+    if (p == ctx->rank) { out->peers[p] = out->local; continue; }
+    CUCO_TRY_CUDA(ctx, cudaIpcOpenMemHandle(&out->peers[p], all[p], cudaIpcMemLazyEnablePeerAccess));
+  }
+  return 0;
+}
+
+inline int peer_free(cuco_ctx* ctx, PeerBuffers* buf) {
+  for (int p = 0; p < buf->world; ++p)
+    if (p != buf->rank && buf->peers[p]) CUCO_TRY_CUDA(ctx, cudaIpcCloseMemHandle(buf->peers[p]));
+  if (buf->local) CUCO_TRY_CUDA(ctx, cudaFree(buf->local));
+  *buf = PeerBuffers{};
+  return 0;
+}
+
+// ---------------------------------------------------------------- trace points (device)
+
+// Passed by value into kernels: where this rank's wait slots live.
+struct Trace {
+  cuco_wait_slot* slots;
+  int n;
+};
+
+inline Trace trace_of(const cuco_ctx* ctx) { return Trace{ctx->trace, ctx->trace_slots}; }
+
+#ifdef __CUDACC__
+
+__device__ inline volatile cuco_wait_slot* slot_of(Trace t) {
+  if (t.slots == nullptr || t.n <= 0) return nullptr;
+  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  return t.slots + (block % t.n);
+}
+
+// Called by one thread of the block before it starts waiting.
+__device__ inline void wait_begin(Trace t, int site, int kind, int peer, uint64_t id, uint64_t expected) {
+  volatile cuco_wait_slot* s = slot_of(t);
+  if (!s) return;
+  s->site = site;
+  s->kind = kind;
+  s->peer = peer;
+  s->id = id;
+  s->expected = expected;
+  s->observed = 0;
+  __threadfence_system();
+  s->state = CUCO_WAIT_WAITING;
+}
+
+__device__ inline void wait_observe(Trace t, uint64_t observed) {
+  volatile cuco_wait_slot* s = slot_of(t);
+  if (s) s->observed = observed;
+}
+
+__device__ inline void wait_end(Trace t, uint64_t observed) {
+  volatile cuco_wait_slot* s = slot_of(t);
+  if (!s) return;
+  s->observed = observed;
+  s->completed = s->completed + 1;
+  __threadfence_system();
+  s->state = CUCO_WAIT_DONE;
+}
+
+// Spin (one thread) until *flag >= expected, with acquire order at system scope;
+// the slot's observed value is refreshed every 1024 polls so a hang shows how far it got.
+template <typename T>
+__device__ inline T wait_geq(Trace t, int site, int peer, uint64_t id, const T* flag, T expected) {
+  cuda::atomic_ref<const T, cuda::thread_scope_system> ref(*flag);
+  wait_begin(t, site, CUCO_WAIT_FLAG, peer, id, (uint64_t)expected);
+  T seen = ref.load(cuda::memory_order_acquire);
+  for (uint32_t polls = 1; seen < expected; ++polls) {
+    if ((polls & 1023u) == 0) wait_observe(t, (uint64_t)seen);
+    seen = ref.load(cuda::memory_order_acquire);
+  }
+  wait_end(t, (uint64_t)seen);
+  return seen;
+}
+
+// An LSA barrier sync with its wait recorded (peer -1: the whole team; id: the barrier index).
+template <typename Coop>
+__device__ inline void lsa_barrier_sync(Trace t, int site, ncclLsaBarrierSession<Coop>& bar, Coop coop,
+                                        uint32_t barrier_index, cuda::memory_order order) {
+  const bool leader = coop.thread_rank() == 0;
+  if (leader) wait_begin(t, site, CUCO_WAIT_BARRIER, -1, barrier_index, 0);
+  bar.sync(coop, order);
+  if (leader) wait_end(t, 0);
+}
+
+#endif  // __CUDACC__
+
+}  // namespace cuco
+
+#endif  // CUCO_RUNTIME_CUH_

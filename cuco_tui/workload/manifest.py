@@ -1,0 +1,155 @@
+"""Loading a workload folder: its manifest, shapes, tolerance and the files it ships.
+
+A workload is a folder under `workloads/` holding `manifest.toml`, a seed candidate,
+a Python + CuPy reference module, a task description for agents and, optionally, more
+candidates. Errors in a manifest name the file and the field so a person can fix it."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be used, with a sentence saying what to fix."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    dims: dict[str, int]
+
+    def label(self) -> str:
+        return f"{self.name} (" + ", ".join(f"{k}={v}" for k, v in self.dims.items()) + ")"
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    title: str
+    root: Path
+    world_sizes: tuple[int, ...]
+    dtype: str
+    dim_names: tuple[str, ...]
+    divisible: dict[str, int]
+    rtol: float
+    warmup: int
+    repetitions: int
+    verify_shapes: tuple[Shape, ...]
+    bench_shapes: tuple[Shape, ...]
+    seed: Path
+    reference: Path
+    task: Path
+    candidates_dir: Path | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def check_world(self, world: int) -> None:
+        if world not in self.world_sizes:
+            sizes = ", ".join(str(w) for w in self.world_sizes)
+            raise WorkloadError(f"{self.name} runs on {sizes} GPUs, not {world}")
+        for shape in self.verify_shapes + self.bench_shapes:
+            for dim, per_rank in self.divisible.items():
+                value = shape.dims[dim]
+                # Dims split across ranks (M, N for gemm_allgather) must divide by world * unit.
+                unit = per_rank * (world if dim in self.split_dims else 1)
+                if value % unit:
+                    raise WorkloadError(
+                        f"{self.name}: shape {shape.name} has {dim}={value}, which is not a multiple of {unit} "
+                        f"at world size {world}"
+                    )
+
+    @property
+    def split_dims(self) -> tuple[str, ...]:
+        return tuple(self.extra.get("split_dims", ("M", "N")))  # type: ignore[arg-type]
+
+    def candidates(self) -> list[Path]:
+        files = [self.seed]
+        if self.candidates_dir and self.candidates_dir.is_dir():
+            files += sorted(self.candidates_dir.glob("*.cu"))
+        return files
+
+
+def _shapes(data: dict, key: str, dims: tuple[str, ...], path: Path) -> tuple[Shape, ...]:
+    entries = data.get(key)
+    if not entries:
+        raise WorkloadError(f"{path}: needs at least one [[{key}]] shape")
+    shapes = []
+    for i, entry in enumerate(entries):
+        name = entry.get("name", f"{key}{i}")
+        missing = [d for d in dims if d not in entry]
+        if missing:
+            raise WorkloadError(f"{path}: [[{key}]] {name} lacks {', '.join(missing)}")
+        values = {}
+        for d in dims:
+            v = entry[d]
+            if not isinstance(v, int) or v <= 0:
+                raise WorkloadError(f"{path}: [[{key}]] {name}: {d} must be a positive integer, not {v!r}")
+            values[d] = v
+        shapes.append(Shape(str(name), values))
+    names = [s.name for s in shapes]
+    if len(set(names)) != len(names):
+        raise WorkloadError(f"{path}: [[{key}]] shape names repeat: {names}")
+    return tuple(shapes)
+
+
+def load_workload(name_or_path: str | Path, search: Path = REPO_WORKLOADS) -> Workload:
+    """Load a workload by name (a folder under `workloads/`) or by the path of its folder."""
+    root = Path(name_or_path)
+    if not (root / "manifest.toml").exists():
+        root = search / str(name_or_path)
+    path = root / "manifest.toml"
+    if not path.exists():
+        known = sorted(p.name for p in search.iterdir() if (p / "manifest.toml").exists()) if search.is_dir() else []
+        raise WorkloadError(f"no workload {name_or_path!r}; known workloads: {', '.join(known) or 'none'}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise WorkloadError(f"{path}: not valid TOML: {exc}") from exc
+    for key in ("name", "world_sizes", "dims", "seed", "reference"):
+        if key not in data:
+            raise WorkloadError(f"{path}: missing required field `{key}`")
+    dims = tuple(data["dims"])
+    files = {}
+    for key in ("seed", "reference", "task"):
+        rel = data.get(key, f"{key}.md")
+        f = root / rel
+        if not f.exists():
+            raise WorkloadError(f"{path}: `{key}` names {rel}, which does not exist in {root}")
+        files[key] = f
+    tol = data.get("tolerance", {})
+    timing = data.get("timing", {})
+    warmup = int(timing.get("warmup", 5))
+    reps = int(timing.get("repetitions", 30))
+    if reps < 20:
+        raise WorkloadError(f"{path}: [timing] repetitions must be at least 20, not {reps}")
+    cand = data.get("candidates")
+    known_keys = {"name", "title", "world_sizes", "dtype", "dims", "seed", "reference", "task", "candidates",
+                  "divisible", "tolerance", "timing", "verify", "bench"}
+    return Workload(
+        name=data["name"],
+        title=data.get("title", data["name"]),
+        root=root.resolve(),
+        world_sizes=tuple(int(w) for w in data["world_sizes"]),
+        dtype=data.get("dtype", "bf16"),
+        dim_names=dims,
+        divisible={k: int(v) for k, v in data.get("divisible", {}).items()},
+        rtol=float(tol.get("rtol", 0.02)),
+        warmup=warmup,
+        repetitions=reps,
+        verify_shapes=_shapes(data, "verify", dims, path),
+        bench_shapes=_shapes(data, "bench", dims, path),
+        seed=files["seed"].resolve(),
+        reference=files["reference"].resolve(),
+        task=files["task"].resolve(),
+        candidates_dir=(root / cand).resolve() if cand else None,
+        extra={k: v for k, v in data.items() if k not in known_keys},
+    )
+
+
+def list_workloads(search: Path = REPO_WORKLOADS) -> list[str]:
+    if not search.is_dir():
+        return []
+    return sorted(p.name for p in search.iterdir() if (p / "manifest.toml").exists())
