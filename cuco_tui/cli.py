@@ -1,0 +1,218 @@
+"""Command line: `cuco <subcommand>` and `cuco-tui`.
+
+Every failure a user can cause (a bad path, an unknown workload, a GPU that is not there)
+ends with one sentence on stderr and exit code 2; a candidate that fails evaluation is a
+result, printed like any other, with exit code 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from cuco_tui.evaluate.result import CascadeResult, Status
+from cuco_tui.harness.gpus import parse_gpu_list
+from cuco_tui.workload.manifest import WorkloadError, list_workloads, load_workload
+
+STATUS_STYLE = {
+    Status.MEASURED: "bold green",
+    Status.NO_GPU: "bold cyan",
+    Status.REJECTED: "bold magenta",
+    Status.COMPILE_ERROR: "bold red",
+    Status.RUNTIME_ERROR: "bold red",
+    Status.DEADLOCK: "bold red",
+    Status.INCORRECT: "bold yellow",
+}
+
+
+class UsageError(Exception):
+    pass
+
+
+def _gpus(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return parse_gpu_list(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _workload(name: str):
+    try:
+        return load_workload(name)
+    except WorkloadError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def render_result(result: CascadeResult) -> Group:
+    head = Table.grid(padding=(0, 2))
+    head.add_row("candidate", result.candidate)
+    head.add_row("status", Text(result.status.value, style=STATUS_STYLE[result.status]))
+    head.add_row("level", f"L{int(result.level)} ({result.level.name.lower()})")
+    head.add_row("reason", result.reason)
+    build = f"{result.build_seconds:.1f} s" + (" (cached)" if result.build_cached else "")
+    head.add_row("build", build)
+    if result.gpus:
+        head.add_row("GPUs", f"{','.join(map(str, result.gpus))} (world {result.world}), run {result.run_seconds:.1f} s")
+    parts: list = [head]
+    if result.diagnostics:
+        parts.append(Panel("\n\n".join(d.render() for d in result.diagnostics), title="diagnostics", expand=False))
+    if result.verifications:
+        t = Table(title="verification", title_justify="left")
+        for col in ("shape", "ok", "max rel err", "rel fro err", "unwritten", "non-finite", "worst element"):
+            t.add_column(col)
+        for v in result.verifications:
+            t.add_row(v.shape, "yes" if v.ok else "NO", f"{v.max_rel_error:.3g}", f"{v.rel_fro_error:.3g}",
+                      str(v.unwritten), str(v.nonfinite), v.worst)
+        parts.append(t)
+    if result.timings:
+        t = Table(title="timings (ms, median of the slowest rank per repetition)", title_justify="left")
+        for col in ("shape", "M,K,N", "reference", "candidate", "IQR %", "per-rank medians", "speedup"):
+            t.add_column(col, justify="right" if col not in ("shape",) else "left")
+        for s in result.timings:
+            dims = ",".join(str(v) for v in s.dims.values())
+            ranks = " ".join(f"{r.median:.3f}" for r in s.per_rank)
+            t.add_row(s.shape, dims, f"{s.reference.median:.3f}", f"{s.candidate.median:.3f}",
+                      f"{s.spread_pct:.1f}", ranks, f"{s.speedup:.2f}x")
+        parts.append(t)
+    if result.deadlock_report:
+        parts.append(Panel(result.deadlock_report, title="deadlock report", expand=False))
+    return Group(*parts)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from cuco_tui.evaluate.cascade import EvalOptions, evaluate
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise UsageError(f"no such candidate file: {path}")
+    workload = _workload(args.workload)
+    options = EvalOptions(
+        gpus=_gpus(args.gpus), world=args.world, bench=not args.no_bench,
+        shapes=tuple(s for s in (args.shapes or "").split(",") if s),
+    )
+    err = Console(stderr=True)
+    progress = None if args.json else (lambda p: err.print(f"[dim]L{int(p.level)}[/dim] {p.message}"))
+    result = evaluate(path, workload, options, progress=progress)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        Console().print(render_result(result))
+    return 0 if result.status.ok else 1
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from cuco_tui.evaluate.baseline import BaselineError, measure_baseline
+    from cuco_tui.evaluate.cascade import EvalOptions
+
+    workload = _workload(args.workload)
+    options = EvalOptions(gpus=_gpus(args.gpus), world=args.world)
+    try:
+        base = measure_baseline(workload, options)
+    except BaselineError as exc:
+        raise UsageError(f"cannot measure the baseline: {exc}") from exc
+    if args.json:
+        print(json.dumps(base.to_dict(), indent=1))
+        return 0
+    t = Table(title=f"{workload.name} reference on GPUs {','.join(map(str, base.gpus))} (ms, median of the slowest rank)",
+              title_justify="left")
+    part_names = sorted({k for s in base.shapes for k in s.parts})
+    for col in ["shape", "dims", "reference", "IQR %"] + [f"{p} alone" for p in part_names] + \
+               ["peer copy GB/s", "max(parts)", "max(compute, bytes/peer bw)"]:
+        t.add_column(col, justify="left" if col in ("shape", "dims") else "right")
+    for s in base.shapes:
+        row = [s.shape, ",".join(str(v) for v in s.dims.values()), f"{s.reference.median:.3f}",
+               f"{s.reference.iqr_pct:.1f}"]
+        row += [f"{s.parts[p].median:.3f}" if p in s.parts else "-" for p in part_names]
+        row += [f"{s.peer_gbps:.0f}" if s.peer_gbps else "-", f"{s.overlap_bound_ms:.3f}",
+                f"{s.link_bound_ms:.3f}" if s.link_bound_ms else "-"]
+        t.add_row(*row)
+    Console().print(t)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from cuco_tui.doctor import render_checks, run_checks, summary
+
+    checks = run_checks()
+    console = Console()
+    console.print(render_checks(checks))
+    console.print(summary(checks))
+    return 0
+
+
+def cmd_workloads(args: argparse.Namespace) -> int:
+    for name in list_workloads():
+        w = load_workload(name)
+        print(f"{name}: {w.title}; world sizes {', '.join(map(str, w.world_sizes))}; "
+              f"{len(w.bench_shapes)} bench shapes")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cuco", description="co-design of computation and communication in multi-GPU CUDA kernels")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    e = sub.add_parser("eval", help="run the evaluation cascade (static checks, compile, verify, benchmark) on a candidate")
+    e.add_argument("file", help="the candidate .cu")
+    e.add_argument("--workload", "-w", default="gemm_allgather")
+    e.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: the first GPUs the workload can use)")
+    e.add_argument("--world", type=int, help="number of ranks when --gpus is not given")
+    e.add_argument("--shapes", help="comma-separated bench shape names to measure (default: all)")
+    e.add_argument("--no-bench", action="store_true", help="stop after verification (L2)")
+    e.add_argument("--json", action="store_true", help="print the result as JSON")
+    e.set_defaults(fn=cmd_eval)
+
+    b = sub.add_parser("baseline", help="measure the workload's reference and its ceilings")
+    b.add_argument("--workload", "-w", default="gemm_allgather")
+    b.add_argument("--gpus")
+    b.add_argument("--world", type=int)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(fn=cmd_baseline)
+
+    d = sub.add_parser("doctor", help="say what this machine has and lacks for compiling and running candidates")
+    d.set_defaults(fn=cmd_doctor)
+
+    w = sub.add_parser("workloads", help="list the workloads")
+    w.set_defaults(fn=cmd_workloads)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except UsageError as exc:
+        print(f"cuco: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cuco: interrupted", file=sys.stderr)
+        return 130
+
+
+def tui_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cuco-tui", description="supervise the co-design of multi-GPU kernels")
+    parser.add_argument("--workload", "-w", default="gemm_allgather")
+    parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3")
+    args = parser.parse_args(argv)
+    try:
+        _workload(args.workload)
+        gpus = _gpus(args.gpus)
+    except UsageError as exc:
+        print(f"cuco-tui: {exc}", file=sys.stderr)
+        return 2
+    from cuco_tui.app.app import CucoApp
+
+    CucoApp(workload_name=args.workload, gpus=gpus).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Measuring a workload's reference and its ceilings on a GPU group, in one run:
+the reference (host-driven, sequential), each of its parts alone (for gemm_allgather the
+GEMM and the all-gather), and the copy-engine peer bandwidth. From these come the bounds a
+perfect overlap approaches: max(T_compute, T_comm) and max(T_compute, bytes / peer bandwidth)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus, make_plan, run_deadline
+from cuco_tui.evaluate.result import Spread
+from cuco_tui.harness.launcher import run_group
+from cuco_tui.workload.manifest import Workload
+
+
+class BaselineError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ShapeBaseline:
+    shape: str
+    dims: dict[str, int]
+    reference: Spread
+    parts: dict[str, Spread]  # e.g. {"gemm": ..., "allgather": ...}
+    comm_bytes: int = 0  # bytes each rank receives
+    peer_copy: Spread | None = None  # time to copy one rank's share to a peer with the copy engine
+    world: int = 2
+
+    @property
+    def overlap_bound_ms(self) -> float:
+        """max(parts): what perfect overlap of the measured parts would take."""
+        return max(p.median for p in self.parts.values()) if self.parts else self.reference.median
+
+    @property
+    def peer_gbps(self) -> float | None:
+        if not self.peer_copy or not self.comm_bytes:
+            return None
+        return self.comm_bytes / max(1, self.world - 1) / (self.peer_copy.median * 1e6)
+
+    @property
+    def link_bound_ms(self) -> float | None:
+        """max(compute, bytes / peer bandwidth): overlap with communication at copy-engine speed."""
+        gbps = self.peer_gbps
+        compute = [p.median for name, p in self.parts.items() if name != "allgather" and "comm" not in name]
+        if gbps is None or not compute:
+            return None
+        return max(max(compute), self.comm_bytes / (gbps * 1e6))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "shape": self.shape, "dims": self.dims, "reference": self.reference.__dict__,
+            "parts": {k: v.__dict__ for k, v in self.parts.items()}, "comm_bytes": self.comm_bytes,
+            "peer_copy": self.peer_copy.__dict__ if self.peer_copy else None,
+            "overlap_bound_ms": self.overlap_bound_ms, "peer_gbps": self.peer_gbps,
+            "link_bound_ms": self.link_bound_ms,
+        }
+
+
+@dataclass(frozen=True)
+class Baseline:
+    workload: str
+    gpus: list[int]
+    shapes: list[ShapeBaseline] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workload": self.workload, "gpus": self.gpus, "seconds": self.seconds,
+                "shapes": [s.to_dict() for s in self.shapes]}
+
+
+def _slowest(events: list[dict[str, Any]], key: str) -> Spread | None:
+    series = [e[key] for e in events if e.get(key)]
+    if not series:
+        return None
+    return Spread.of([max(v) for v in zip(*series)])
+
+
+def measure_baseline(workload: Workload, options: EvalOptions = EvalOptions(), run_root: Path | None = None) -> Baseline:
+    gpus, why = choose_gpus(workload, options)
+    if not gpus:
+        raise BaselineError(why.removeprefix("no_gpu: "))
+    workload.check_world(len(gpus))
+    plan = make_plan(workload, None, options, "baseline")
+    root = run_root or options.run_root or Path.home() / ".cache" / "cuco-tui" / "runs"
+    rundir = root / f"{time.strftime('%Y%m%d-%H%M%S')}-baseline-{workload.name}"
+    group = run_group(plan, gpus, rundir, run_deadline(plan))
+    problems = [f"rank {o.rank}: {e['message']}" for o in group.ranks for e in o.of("error") + o.of("timeout")]
+    if problems or not all(o.last("done") for o in group.ranks):
+        tails = "; ".join(o.stderr_tail.strip().splitlines()[-1] for o in group.ranks if o.stderr_tail.strip())
+        raise BaselineError("; ".join(problems) or f"the baseline run did not finish ({tails or 'no output'})")
+    shapes = []
+    by_shape: dict[str, list[dict[str, Any]]] = {}
+    for o in group.ranks:
+        for e in o.of("baseline"):
+            by_shape.setdefault(e["shape"], []).append(e)
+    for name, events in by_shape.items():
+        parts = {k[:-3]: _slowest(events, k) for k in events[0] if k.endswith("_ms") and k not in ("reference_ms", "peer_copy_ms")}
+        shapes.append(ShapeBaseline(
+            shape=name, dims=events[0]["dims"], reference=_slowest(events, "reference_ms"),
+            parts={k: v for k, v in parts.items() if v is not None}, comm_bytes=int(events[0].get("comm_bytes", 0)),
+            peer_copy=_slowest(events, "peer_copy_ms"), world=len(gpus),
+        ))
+    return Baseline(workload.name, gpus, shapes, group.seconds)

@@ -1,0 +1,314 @@
+"""The evaluation cascade: L0 static checks, L1 compile, L2 run + verify at the verify
+size, L3 benchmark at every bench shape. Each level runs only if the one before passed;
+the result says how far the candidate got and why it stopped."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from cuco_tui.build import BuildCache, compile_candidate
+from cuco_tui.build.toolchain import Toolchain, discover
+from cuco_tui.evaluate.result import (
+    CascadeResult,
+    Diagnostic,
+    Level,
+    ShapeTiming,
+    Spread,
+    Status,
+    Verification,
+)
+from cuco_tui.evaluate.static_checks import check_static, is_rejected
+from cuco_tui.harness.deadlock import describe_hang
+from cuco_tui.harness.gpus import inventory
+from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
+from cuco_tui.workload.manifest import Shape, Workload, WorkloadError
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A step of the cascade, for whoever is watching (CLI spinner, TUI)."""
+
+    level: Level
+    message: str
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    gpus: list[int] | None = None  # None: the first `world` GPUs (all of them if world is None)
+    world: int | None = None
+    verify_checks: int = 2
+    timeout_floor_s: float = 5.0  # a launch may take max(floor, factor x reference time)
+    timeout_factor: float = 50.0
+    first_launch_timeout_s: float = 20.0
+    run_root: Path | None = None  # where run folders go; default: the build cache's sibling
+    bench: bool = True  # False: stop after L2
+    shapes: tuple[str, ...] = ()  # restrict L3 to these bench shape names
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def _runs_root(options: EvalOptions, cache: BuildCache) -> Path:
+    return options.run_root or cache.root.parent / "runs"
+
+
+def choose_gpus(workload: Workload, options: EvalOptions) -> tuple[list[int], str]:
+    """The GPU group to run on, or ([], reason) when this machine cannot run the workload."""
+    inv = inventory()
+    if inv.count == 0:
+        return [], f"no_gpu: {inv.problem or 'no GPU found'}; compiled only"
+    if options.gpus:
+        missing = [g for g in options.gpus if g >= inv.count]
+        if missing:
+            return [], f"GPU {missing[0]} does not exist: this machine has {inv.count} (0-{inv.count - 1})"
+        gpus = list(options.gpus)
+    else:
+        fitting = [w for w in workload.world_sizes if w <= inv.count]
+        world = options.world or (max(fitting) if fitting else 0)
+        if world == 0:
+            return [], (f"{workload.name} needs {min(workload.world_sizes)} GPUs at least; "
+                        f"this machine has {inv.count}")
+        if world > inv.count:
+            return [], f"world size {world} needs {world} GPUs; this machine has {inv.count}"
+        gpus = list(range(world))
+    return gpus, ""
+
+
+def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mode: str) -> dict[str, Any]:
+    shapes: list[dict[str, Any]] = []
+    if mode == "evaluate":
+        for i, s in enumerate(workload.verify_shapes):
+            shapes.append({"name": s.name, "dims": s.dims, "level": "verify", "checks": options.verify_checks, "index": i})
+    if mode == "baseline" or options.bench:
+        for i, s in enumerate(workload.bench_shapes):
+            if options.shapes and s.name not in options.shapes:
+                continue
+            shapes.append({"name": s.name, "dims": s.dims, "level": "bench", "checks": 1, "index": 100 + i})
+    return {
+        "mode": mode,
+        "workload": workload.name,
+        "reference": str(workload.reference),
+        "library": str(library) if library else None,
+        "shapes": shapes,
+        "rtol": workload.rtol,
+        "warmup": workload.warmup,
+        "repetitions": workload.repetitions,
+        "timeout_floor_s": options.timeout_floor_s,
+        "timeout_factor": options.timeout_factor,
+        "first_launch_timeout_s": options.first_launch_timeout_s,
+        "nonce": secrets.randbelow(1 << 30),
+    }
+
+
+def run_deadline(plan: dict[str, Any]) -> float:
+    """The launcher's backstop for the whole run; each launch has its own, tighter limit."""
+    return 180.0 + 120.0 * len(plan["shapes"])
+
+
+def _shape_by_name(workload: Workload, name: str) -> Shape | None:
+    for s in workload.verify_shapes + workload.bench_shapes:
+        if s.name == name:
+            return s
+    return None
+
+
+def evaluate(
+    candidate: Path,
+    workload: Workload,
+    options: EvalOptions = EvalOptions(),
+    progress: ProgressFn | None = None,
+    toolchain: Toolchain | None = None,
+    cache: BuildCache | None = None,
+) -> CascadeResult:
+    say = progress or (lambda p: None)
+    candidate = Path(candidate)
+    base = dict(candidate=str(candidate), workload=workload.name)
+    try:
+        source = candidate.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC,
+                             reason=f"cannot read {candidate}: {exc}")
+    sha = hashlib.sha256(source.encode()).hexdigest()
+    base["source_sha"] = sha
+
+    # L0: static checks, before anything touches a compiler or a GPU.
+    say(Progress(Level.STATIC, "static checks"))
+    diags = check_static(source, workload.seed.read_text(), candidate.name)
+    if is_rejected(diags):
+        first = next(d for d in diags if d.severity == "error")
+        return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC, diagnostics=diags,
+                             reason=f"rejected by static checks: {first.message}")
+
+    # L1: compile.
+    say(Progress(Level.COMPILE, "compiling with nvcc"))
+    toolchain = toolchain or discover()
+    cache = cache or BuildCache()
+    build = compile_candidate(candidate, toolchain, cache)
+    diags = diags + build.diagnostics
+    base.update(build_seconds=build.seconds, build_cached=build.cached, diagnostics=diags,
+                logs={"nvcc": build.log[-8000:]})
+    if not build.ok or build.library is None:
+        errors = [d for d in build.diagnostics if d.severity == "error"]
+        where = f" at {errors[0].location()}" if errors and errors[0].line else ""
+        what = errors[0].message if errors else "nvcc failed"
+        return CascadeResult(**base, status=Status.COMPILE_ERROR, level=Level.COMPILE,
+                             reason=f"compile error{where}: {what}")
+
+    gpus, why = choose_gpus(workload, options)
+    if not gpus:
+        status = Status.NO_GPU if why.startswith("no_gpu") else Status.RUNTIME_ERROR
+        return CascadeResult(**base, status=status, level=Level.COMPILE, reason=why)
+    try:
+        workload.check_world(len(gpus))
+    except WorkloadError as exc:
+        return CascadeResult(**base, status=Status.RUNTIME_ERROR, level=Level.COMPILE, reason=str(exc))
+
+    # L2 + L3 in one group run: the workers verify at the verify size first and stop there
+    # on any failure, so L3 is only entered by a candidate that passed L2.
+    plan = make_plan(workload, build.library, options, "evaluate")
+    rundir = _runs_root(options, cache) / f"{time.strftime('%Y%m%d-%H%M%S')}-{candidate.stem}-{sha[:8]}"
+    say(Progress(Level.VERIFY, f"running on GPUs {','.join(map(str, gpus))}"))
+
+    def on_event(e: dict[str, Any]) -> None:
+        if e.get("event") == "shape_start":
+            level = Level.VERIFY if e.get("level") == "verify" else Level.BENCHMARK
+            say(Progress(level, f"{e.get('level')} {e.get('shape')}"))
+
+    group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event)
+    return interpret(group, workload, base | {"world": len(gpus), "gpus": gpus})
+
+
+def _level_reached(outcomes: list[RankOutcome]) -> Level:
+    level = Level.VERIFY
+    for o in outcomes:
+        for e in o.of("shape_start"):
+            if e.get("level") == "bench":
+                level = Level.BENCHMARK
+    return level
+
+
+def _verifications(outcomes: list[RankOutcome], workload: Workload) -> list[Verification]:
+    grouped: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for o in outcomes:
+        for e in o.of("verify"):
+            grouped.setdefault((e["shape"], e["check"], e["output"]), []).append(e)
+    out = []
+    for (shape, check, output), events in grouped.items():
+        worst = max(events, key=lambda e: e["max_rel_error"])
+        ssd = sum(e["sum_sq_diff"] for e in events)
+        ssr = sum(e["sum_sq_ref"] for e in events)
+        idx = ", ".join(str(i) for i in worst["worst_index"])
+        out.append(Verification(
+            shape=f"{shape} #{check + 1}",
+            ok=all(e["ok"] for e in events),
+            max_rel_error=max(e["max_rel_error"] for e in events),
+            rel_fro_error=math.sqrt(ssd / ssr) if ssr > 0 else (0.0 if ssd == 0 else math.inf),
+            unwritten=sum(e["unwritten"] for e in events),
+            nonfinite=sum(e["nonfinite"] for e in events),
+            elements=sum(e["elements"] for e in events),
+            worst=f"rank {worst['rank']}, {output}[{idx}]: got {worst['worst_got']:.6g}, want {worst['worst_want']:.6g}",
+            tolerance=workload.rtol,
+        ))
+    return out
+
+
+def _timings(outcomes: list[RankOutcome]) -> list[ShapeTiming]:
+    by_shape: dict[str, list[dict[str, Any]]] = {}
+    for o in outcomes:
+        for e in o.of("timing"):
+            by_shape.setdefault(e["shape"], []).append(e)
+    timings = []
+    for shape, events in by_shape.items():
+        events.sort(key=lambda e: e["rank"])
+        # An iteration lasts as long as its slowest rank.
+        cand = [max(vals) for vals in zip(*(e["candidate_ms"] for e in events))]
+        ref = [max(vals) for vals in zip(*(e["reference_ms"] for e in events))]
+        c, r = Spread.of(cand), Spread.of(ref)
+        timings.append(ShapeTiming(
+            shape=shape, dims=events[0]["dims"], candidate=c, reference=r,
+            per_rank=[Spread.of(e["candidate_ms"]) for e in events], speedup=r.median / c.median,
+        ))
+    return timings
+
+
+def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> CascadeResult:
+    """Turn what the ranks reported into one status, a reason and diagnostics."""
+    outcomes = group.ranks
+    level = _level_reached(outcomes)
+    verifications = _verifications(outcomes, workload)
+    logs = dict(base.pop("logs", {}))
+    for o in outcomes:
+        if o.stderr_tail.strip():
+            logs[f"rank{o.rank}.stderr"] = o.stderr_tail
+    diags = list(base.pop("diagnostics", []))
+    common = dict(base, verifications=verifications, run_seconds=group.seconds, logs=logs)
+    released = "" if group.gpus_released else " Warning: the GPUs still showed the group's processes 30 s later."
+
+    errors = [(o, e) for o in outcomes for e in o.of("error")]
+    if errors:
+        o, e = errors[0]
+        kind = e.get("kind", "")
+        for ro, re_ in errors:
+            diags.append(Diagnostic(level=int(level), severity="error", message=re_["message"], rank=ro.rank,
+                                    code=re_.get("kind", "")))
+        if kind == "harness":
+            reason = f"harness error on rank {o.rank} (a bug in cuco-tui, not the candidate): {e['message']}"
+        else:
+            reason = f"rank {o.rank}: {e['message']}"
+        return CascadeResult(**common, status=Status.RUNTIME_ERROR, level=level, diagnostics=diags,
+                             reason=reason + released)
+
+    timeouts = [(o, o.last("timeout")) for o in outcomes if o.last("timeout")]
+    if timeouts:
+        report = describe_hang(outcomes)
+        o, e = timeouts[0]
+        diags.append(Diagnostic(level=int(level), severity="error", message=e["message"], rank=o.rank, code="timeout"))
+        return CascadeResult(**common, status=Status.DEADLOCK, level=level, diagnostics=diags,
+                             deadlock_report=report, reason=f"rank {o.rank}: {e['message']}" + released)
+
+    dead = [o for o in outcomes if o.exit_code not in (0, None) or (o.killed and not o.last("aborted"))]
+    if dead:
+        o = dead[0]
+        tail = o.stderr_tail.strip().splitlines()[-1:] or [""]
+        diags.append(Diagnostic(level=int(level), severity="error", rank=o.rank, code="crash",
+                                message=f"rank {o.rank} {o.describe_exit()} without reporting an error. {tail[0]}"))
+        return CascadeResult(**common, status=Status.RUNTIME_ERROR, level=level, diagnostics=diags,
+                             reason=f"rank {o.rank} {o.describe_exit()}" + released)
+
+    failed = [v for v in verifications if not v.ok]
+    if failed:
+        v = failed[0]
+        if v.unwritten:
+            what = f"{v.unwritten} of {v.elements} output elements were never written"
+        elif v.nonfinite:
+            what = f"{v.nonfinite} of {v.elements} output elements are NaN or infinite"
+        else:
+            what = f"max relative error {v.max_rel_error:.3g} exceeds {v.tolerance:g} (worst: {v.worst})"
+        diags.append(Diagnostic(level=int(level), severity="error", message=f"{v.shape}: {what}", code="verify"))
+        return CascadeResult(**common, status=Status.INCORRECT, level=level, diagnostics=diags,
+                             reason=f"wrong output at {v.shape}: {what}" + released)
+
+    if group.deadline_hit:
+        report = describe_hang(outcomes)
+        return CascadeResult(**common, status=Status.DEADLOCK, level=level, diagnostics=diags, deadlock_report=report,
+                             reason=f"the run did not finish within its deadline of {group.seconds:.0f} s" + released)
+
+    timings = _timings(outcomes)
+    wanted = [s for o in outcomes[:1] for s in o.of("shape_start") if s.get("level") == "bench"]
+    if not all(o.last("done") for o in outcomes) or len(timings) < len(wanted):
+        return CascadeResult(**common, status=Status.RUNTIME_ERROR, level=level, diagnostics=diags,
+                             reason="the run ended before every shape was measured" + released)
+    if not timings:
+        return CascadeResult(**common, status=Status.MEASURED, level=Level.VERIFY, diagnostics=diags,
+                             reason="verified (benchmark not requested)" + released)
+    geo = math.prod(t.speedup for t in timings) ** (1 / len(timings))
+    return CascadeResult(**common, status=Status.MEASURED, level=Level.BENCHMARK, diagnostics=diags,
+                         timings=timings,
+                         reason=f"verified and measured on {len(timings)} shapes: {geo:.2f}x the reference "
+                                f"(geometric mean)" + released)

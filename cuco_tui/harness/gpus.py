@@ -1,0 +1,112 @@
+"""Which GPUs this machine has, read through NVML (nvidia-ml-py), and parsing `--gpus`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    memory_mib: int
+    sm_count: int | None = None
+    nvlink_peers: dict[int, int] = field(default_factory=dict)  # peer index -> active links
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    gpus: tuple[GpuInfo, ...]
+    driver: str = ""
+    problem: str = ""  # why none were found, in plain words
+
+    @property
+    def count(self) -> int:
+        return len(self.gpus)
+
+
+def parse_gpu_list(text: str) -> list[int]:
+    """`0,1,2,3`, `0-3` or `0-1,4-5` -> sorted list of distinct indices."""
+    out: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
+                raise ValueError(f"bad GPU range {part!r}: write it as LOW-HIGH, e.g. 0-3")
+            out.update(range(int(lo), int(hi) + 1))
+        elif part.isdigit():
+            out.add(int(part))
+        else:
+            raise ValueError(f"bad GPU index {part!r}: use numbers such as 0,1 or a range 0-3")
+    if not out:
+        raise ValueError("no GPUs named: use e.g. --gpus 0,1 or --gpus 0-3")
+    return sorted(out)
+
+
+def inventory() -> GpuInventory:
+    """The GPUs NVML sees. CUCO_NO_GPU=1 hides them (to exercise the compile-only path)."""
+    if os.environ.get("CUCO_NO_GPU") == "1":
+        return GpuInventory((), problem="GPUs hidden by CUCO_NO_GPU=1")
+    try:
+        import pynvml
+    except ImportError:
+        return GpuInventory((), problem="nvidia-ml-py is not installed, so GPUs cannot be listed")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return GpuInventory((), problem=f"no NVIDIA driver answered ({exc}): this machine has no usable GPU")
+    try:
+        driver = _str(pynvml.nvmlSystemGetDriverVersion())
+        n = pynvml.nvmlDeviceGetCount()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
+        pci = [_str(pynvml.nvmlDeviceGetPciInfo(h).busId).lower() for h in handles]
+        gpus = []
+        for i, h in enumerate(handles):
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h).total // (1 << 20)
+            gpus.append(GpuInfo(i, _str(pynvml.nvmlDeviceGetName(h)), int(mem), None, _nvlink_peers(pynvml, h, pci)))
+        return GpuInventory(tuple(gpus), driver, "" if gpus else "the NVIDIA driver reports no GPUs")
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _str(v: object) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _nvlink_peers(pynvml, handle, pci: list[str]) -> dict[int, int]:
+    peers: dict[int, int] = {}
+    for link in range(18 * 2):
+        try:
+            if pynvml.nvmlDeviceGetNvLinkState(handle, link) != pynvml.NVML_FEATURE_ENABLED:
+                continue
+            remote = _str(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId).lower()
+        except pynvml.NVMLError:
+            break
+        for j, bus in enumerate(pci):
+            if bus[-12:] == remote[-12:]:
+                peers[j] = peers.get(j, 0) + 1
+    return peers
+
+
+def compute_pids(gpu_indices: list[int]) -> set[int]:
+    """PIDs of processes holding a compute context on these GPUs (empty if NVML cannot tell)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return set()
+    try:
+        pids: set[int] = set()
+        for i in gpu_indices:
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                pids.add(int(p.pid))
+        return pids
+    except Exception:
+        return set()
+    finally:
+        pynvml.nvmlShutdown()

@@ -1,0 +1,79 @@
+"""Comparing a candidate's output with the reference, element by element.
+
+Works on NumPy and CuPy arrays alike (`xp`). Outputs are poisoned before each run with a
+NaN whose bit pattern no arithmetic produces, so elements left unwritten are told apart
+from NaNs the candidate computed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cuco_tui.harness.bf16 import from_bf16_bits
+
+# A bf16 NaN (exponent all ones, mantissa 0x25): hardware and cuBLAS produce 0x7FC0/0x7FFF.
+POISON_BF16 = 0x7FA5
+# The float32 counterpart, for workloads with f32 outputs.
+POISON_F32 = 0x7FA5A5A5
+
+
+@dataclass(frozen=True)
+class Comparison:
+    elements: int
+    unwritten: int
+    nonfinite: int
+    max_rel_error: float
+    sum_sq_diff: float
+    sum_sq_ref: float
+    worst_index: tuple[int, ...]
+    worst_got: float
+    worst_want: float
+
+    def passed(self, rtol: float) -> bool:
+        return self.unwritten == 0 and self.nonfinite == 0 and self.max_rel_error <= rtol
+
+
+def poison(xp: Any, array: Any, dtype: str) -> None:
+    if dtype == "bf16":
+        array.view(xp.uint16).fill(POISON_BF16)
+    elif dtype == "f32":
+        array.view(xp.uint32).fill(POISON_F32)
+    else:
+        raise ValueError(f"cannot poison outputs of dtype {dtype}")
+
+
+def as_float(xp: Any, array: Any, dtype: str) -> Any:
+    if dtype == "bf16":
+        return from_bf16_bits(xp, array.view(xp.uint16))
+    if dtype == "f32":
+        return array.astype(xp.float32, copy=False)
+    raise ValueError(f"cannot compare outputs of dtype {dtype}")
+
+
+def compare(xp: Any, got: Any, want: Any, dtype: str) -> Comparison:
+    """Relative error per element: |got - want| / (|want| + rms(want))."""
+    if dtype == "bf16":
+        unwritten = int((got.view(xp.uint16) == POISON_BF16).sum())
+    else:
+        unwritten = int((got.view(xp.uint32) == POISON_F32).sum())
+    g = as_float(xp, got, dtype).astype(xp.float64)
+    w = as_float(xp, want, dtype).astype(xp.float64)
+    finite = xp.isfinite(g)
+    nonfinite = int(g.size - int(finite.sum()))
+    diff = xp.abs(xp.where(finite, g, 0.0) - w)
+    rms = float(xp.sqrt(xp.mean(w * w))) if w.size else 0.0
+    rel = diff / (xp.abs(w) + (rms if rms > 0 else 1.0))
+    rel = xp.where(finite, rel, xp.inf)
+    flat = int(xp.argmax(rel)) if rel.size else 0
+    idx = tuple(int(i) for i in xp.unravel_index(flat, rel.shape)) if rel.size else ()
+    return Comparison(
+        elements=int(g.size),
+        unwritten=unwritten,
+        nonfinite=nonfinite,
+        max_rel_error=float(rel.reshape(-1)[flat]) if rel.size else 0.0,
+        sum_sq_diff=float(xp.sum(diff * diff)),
+        sum_sq_ref=float(xp.sum(w * w)),
+        worst_index=idx,
+        worst_got=float(g.reshape(-1)[flat]) if g.size else 0.0,
+        worst_want=float(w.reshape(-1)[flat]) if w.size else 0.0,
+    )

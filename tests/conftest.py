@@ -1,0 +1,25 @@
+import os
+
+import pytest
+
+from cuco_tui.harness.gpus import inventory
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [i for i in items if "gpu" in i.keywords]
+    if not gpu_items:
+        return
+    inv = inventory()
+    if inv.count >= 1:
+        return
+    skip = pytest.mark.skip(reason=f"needs NVIDIA GPUs ({inv.problem}); run scripts/gpu-tests.sh on a GPU host")
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    # Tests share one build cache per session (compiles are slow) but never the user's.
+    cache = tmp_path_factory.getbasetemp() / "cuco-cache"
+    monkeypatch.setenv("CUCO_CACHE_DIR", str(cache / "build"))
+    yield

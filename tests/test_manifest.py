@@ -1,0 +1,98 @@
+from pathlib import Path
+
+import pytest
+
+from cuco_tui.workload.manifest import WorkloadError, list_workloads, load_workload
+
+
+def test_gemm_allgather_manifest_loads():
+    w = load_workload("gemm_allgather")
+    assert w.name == "gemm_allgather"
+    assert w.dim_names == ("M", "K", "N")
+    assert 2 in w.world_sizes
+    assert len(w.bench_shapes) >= 3
+    assert w.seed.name == "seed.cu" and w.seed.exists()
+    assert w.reference.exists() and w.task.exists()
+    assert w.repetitions >= 20
+    assert 0 < w.rtol < 0.1
+    assert any(p.name == "lsa_allgather.cu" for p in w.candidates())
+
+
+def test_every_shape_divides_at_every_world_size():
+    w = load_workload("gemm_allgather")
+    for world in w.world_sizes:
+        w.check_world(world)
+
+
+def test_a_bench_shape_where_allgather_rivals_the_gemm():
+    # bytes gathered per rank vs GEMM flops: at ~200 GB/s and ~700 TFLOP/s the all-gather of
+    # (W-1)/W*M*K*2 bytes takes at least a third of the 2*M*K*N/W flop GEMM on some shape.
+    w = load_workload("gemm_allgather")
+    world = 2
+    ratios = []
+    for s in w.bench_shapes:
+        M, K, N = s.dims["M"], s.dims["K"], s.dims["N"]
+        t_ag = (world - 1) / world * M * K * 2 / 200e9
+        t_gemm = 2 * M * K * N / world / 700e12
+        ratios.append(t_ag / t_gemm)
+    assert max(ratios) > 1.0 and min(ratios) < 0.5
+
+
+def test_world_size_not_supported():
+    w = load_workload("gemm_allgather")
+    with pytest.raises(WorkloadError, match="runs on 2, 4, 8 GPUs, not 3"):
+        w.check_world(3)
+
+
+def test_unknown_workload_names_the_known_ones():
+    with pytest.raises(WorkloadError, match="gemm_allgather"):
+        load_workload("no_such_workload")
+    assert "gemm_allgather" in list_workloads()
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    root = tmp_path / "wl"
+    root.mkdir()
+    (root / "seed.cu").write_text("// seed\n")
+    (root / "reference.py").write_text("")
+    (root / "task.md").write_text("task\n")
+    (root / "manifest.toml").write_text(text)
+    return root
+
+
+BASE = """
+name = "wl"
+world_sizes = [2]
+dims = ["M"]
+seed = "seed.cu"
+reference = "reference.py"
+task = "task.md"
+[[verify]]
+M = 64
+[[bench]]
+name = "b"
+M = 128
+"""
+
+
+def test_manifest_errors_name_the_field(tmp_path):
+    with pytest.raises(WorkloadError, match="not valid TOML"):
+        load_workload(_write(tmp_path, "name = [\n"))
+
+
+def test_missing_dimension_in_shape(tmp_path):
+    root = _write(tmp_path, BASE.replace("[[bench]]\nname = \"b\"\nM = 128", "[[bench]]\nname = \"b\"\nK = 1"))
+    with pytest.raises(WorkloadError, match=r"\[\[bench\]\] b lacks M"):
+        load_workload(root)
+
+
+def test_too_few_repetitions(tmp_path):
+    root = _write(tmp_path, BASE + "[timing]\nrepetitions = 5\n")
+    with pytest.raises(WorkloadError, match="at least 20"):
+        load_workload(root)
+
+
+def test_missing_seed_file(tmp_path):
+    root = _write(tmp_path, BASE.replace('seed = "seed.cu"', 'seed = "gone.cu"'))
+    with pytest.raises(WorkloadError, match="gone.cu, which does not exist"):
+        load_workload(root)

@@ -1,0 +1,77 @@
+import importlib.util
+
+import numpy as np
+
+from cuco_tui.harness.bf16 import from_bf16_bits, to_bf16_bits
+from cuco_tui.harness.verify import POISON_BF16, compare, poison
+from cuco_tui.workload.manifest import load_workload
+
+
+def test_bf16_round_trip_and_rounding():
+    x = np.array([1.0, -2.5, 3.140625, 1e-3, 65504.0, np.inf, -np.inf], dtype=np.float32)
+    back = from_bf16_bits(np, to_bf16_bits(np, x))
+    assert np.allclose(back, x, rtol=2 ** -8)
+    assert back[0] == 1.0 and back[1] == -2.5
+    assert np.isnan(from_bf16_bits(np, to_bf16_bits(np, np.array([np.nan], dtype=np.float32))))[0]
+    # 1 + 2^-8 lies exactly between two bf16 values: ties go to even (1.0).
+    assert from_bf16_bits(np, to_bf16_bits(np, np.array([1 + 2 ** -8], dtype=np.float32)))[0] == 1.0
+
+
+def _bf16(a):
+    return to_bf16_bits(np, np.asarray(a, dtype=np.float32))
+
+
+def test_identical_outputs_pass():
+    rng = np.random.default_rng(0)
+    want = _bf16(rng.standard_normal((64, 32)))
+    c = compare(np, want.copy(), want, "bf16")
+    assert c.passed(0.02) and c.max_rel_error == 0 and c.unwritten == 0
+
+
+def test_rounding_noise_passes_but_a_wrong_element_fails():
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((128, 64)).astype(np.float32)
+    want = _bf16(ref)
+    noisy = _bf16(ref * (1 + 4e-3 * rng.standard_normal(ref.shape)))
+    assert compare(np, noisy, want, "bf16").passed(0.02)
+    bad = noisy.copy()
+    bad[77, 5] = _bf16([float(from_bf16_bits(np, want[77, 5])) + 1.0])[0]
+    c = compare(np, bad, want, "bf16")
+    assert not c.passed(0.02)
+    assert c.worst_index == (77, 5)
+
+
+def test_unwritten_elements_are_counted_apart_from_computed_nans():
+    want = _bf16(np.ones((8, 8)))
+    got = want.copy()
+    poison(np, got[:2], "bf16")
+    got[5, 5] = 0x7FC0  # a NaN the candidate computed
+    c = compare(np, got, want, "bf16")
+    assert c.unwritten == 16
+    assert c.nonfinite == 17
+    assert not c.passed(0.02)
+    assert (got[:2] == POISON_BF16).all()
+
+
+def test_reference_formula_matches_float64_matmul():
+    w = load_workload("gemm_allgather")
+    spec = importlib.util.spec_from_file_location("ref", w.reference)
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    dims = {"M": 8, "K": 16, "N": 4}
+    world = 2
+    inputs = []
+    for rank in range(world):
+        io = ref.io_spec(dims, world)
+        bufs = {n: np.empty(s, dtype=np.uint16) for n, s, _ in io["inputs"]}
+        ref.fill_inputs(np, bufs, dims, world, rank, seed=3)
+        inputs.append(bufs)
+    out = ref.expected(inputs, dims, world)
+    full = np.concatenate([from_bf16_bits(np, i["x"]).astype(np.float64) for i in inputs])
+    for rank in range(world):
+        b = from_bf16_bits(np, inputs[rank]["b"]).astype(np.float64)
+        manual = np.array([[sum(full[i, k] * b[k, j] for k in range(16)) for j in range(2)] for i in range(8)])
+        assert out[rank]["y"].shape == (8, 2)
+        assert np.allclose(out[rank]["y"], manual)
+    # fresh inputs per seed, different per rank
+    assert not np.array_equal(inputs[0]["x"], inputs[1]["x"])
