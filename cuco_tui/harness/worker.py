@@ -60,7 +60,8 @@ class TraceMemory:
         self.bytes = slots * ctypes.sizeof(abi.CWaitSlot)
         self.host_ptr = cupy.cuda.runtime.hostAlloc(self.bytes, cupy.cuda.runtime.hostAllocMapped)
         ctypes.memset(self.host_ptr, 0, self.bytes)
-        self.device_ptr = cupy.cuda.runtime.hostGetDevicePointer(self.host_ptr, 0)
+        # Unified addressing: memory from cudaHostAlloc(mapped) has the same address on the device.
+        self.device_ptr = self.host_ptr
 
     def reset(self) -> None:
         ctypes.memset(self.host_ptr, 0, self.bytes)
@@ -168,7 +169,8 @@ class Rank:
             uid = tuple(json.loads(uid_file.read_text()))
         self.comm = self.nccl.NcclCommunicator(self.world, uid, self.rank)
         self.stream = self.cupy.cuda.Stream(non_blocking=True)
-        self.flag = self.cupy.zeros(1, dtype=self.cupy.float32)
+        with self.stream:
+            self.flag = self.cupy.zeros(1, dtype=self.cupy.float32)
         self.trace = TraceMemory(self.cupy, int(self.plan.get("trace_slots", TRACE_SLOT_COUNT)))
         self.watchdog.trace = self.trace
         l2 = self.cupy.cuda.runtime.getDeviceProperties(self.device)["l2CacheSize"]
@@ -253,7 +255,6 @@ class Rank:
 
     def check_cuda(self, what: str) -> None:
         try:
-            self.cupy.cuda.runtime.getLastError()
             self.stream.synchronize()
         except self.cupy.cuda.runtime.CUDARuntimeError as exc:
             raise CandidateFailed("cuda", f"{what}: {exc}") from exc
@@ -401,8 +402,9 @@ class Rank:
         recv = rt.malloc(nbytes)
         send = cp.empty(nbytes, dtype=cp.uint8)
         handle = rt.ipcGetMemHandle(recv)
-        mine = cp.asarray(list(handle), dtype=cp.uint8)
-        handles = cp.empty(len(handle) * self.world, dtype=cp.uint8)
+        with self.stream:
+            mine = cp.asarray(list(handle), dtype=cp.uint8)
+            handles = cp.empty(len(handle) * self.world, dtype=cp.uint8)
         self.comm.allGather(mine.data.ptr, handles.data.ptr, len(handle), self.nccl.NCCL_UINT8, self.stream.ptr)
         self.wait_stream("sharing IPC handles", 60.0)
         host = handles.get().tobytes()

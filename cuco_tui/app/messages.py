@@ -1,0 +1,82 @@
+"""Messages the app's widgets and workers exchange, and the per-candidate state they carry."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+from textual.message import Message
+
+from cuco_tui.evaluate.result import CascadeResult, Level, Status
+
+
+class CandidateState(str, Enum):
+    """Where a candidate is in its evaluation, as the candidate list shows it."""
+
+    IDLE = ""
+    QUEUED = "queued"
+    STATIC = "L0"
+    COMPILING = "compiling"
+    VERIFYING = "verifying"
+    BENCHMARKING = "benchmarking"
+    DONE = "done"
+    FAILED = "failed"  # the evaluation itself raised: a bug of ours, not a candidate status
+
+    @classmethod
+    def of_level(cls, level: Level) -> "CandidateState":
+        return {
+            Level.STATIC: cls.STATIC,
+            Level.COMPILE: cls.COMPILING,
+            Level.VERIFY: cls.VERIFYING,
+            Level.BENCHMARK: cls.BENCHMARKING,
+        }[Level(level)]
+
+    @property
+    def busy(self) -> bool:
+        return self in (CandidateState.QUEUED, CandidateState.STATIC, CandidateState.COMPILING,
+                        CandidateState.VERIFYING, CandidateState.BENCHMARKING)
+
+
+class CandidateHighlighted(Message):
+    """The cursor of the candidate list moved onto `path`."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+
+class EvaluationProgress(Message):
+    """A worker reports that `path` entered `state` (`detail`: the cascade's own words)."""
+
+    def __init__(self, path: Path, state: CandidateState, detail: str = "") -> None:
+        super().__init__()
+        self.path = path
+        self.state = state
+        self.detail = detail
+
+
+class EvaluationFinished(Message):
+    """A worker finished evaluating `path`."""
+
+    def __init__(self, path: Path, result: CascadeResult) -> None:
+        super().__init__()
+        self.path = path
+        self.result = result
+
+
+class EvaluationFailed(Message):
+    """Evaluating `path` raised instead of returning a result."""
+
+    def __init__(self, path: Path, error: str) -> None:
+        super().__init__()
+        self.path = path
+        self.error = error
+
+
+def status_tone(status: Status) -> str:
+    """The CSS class a status is drawn with: `-ok` measured, `-warn` compiled only, `-bad` failed."""
+    if status is Status.MEASURED:
+        return "-ok"
+    if status is Status.NO_GPU:
+        return "-warn"
+    return "-bad"

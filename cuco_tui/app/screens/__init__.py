@@ -1,0 +1,1 @@
+"""Screens: the big modes of the app."""

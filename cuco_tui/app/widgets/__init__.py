@@ -1,0 +1,1 @@
+"""Widgets, one a file, grouped by the area of the screen they serve."""

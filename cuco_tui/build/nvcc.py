@@ -1,0 +1,292 @@
+"""Compiling a candidate .cu into a shared library the harness loads, with a build cache.
+
+A build is keyed by the sha256 of the source bytes, the nvcc flags and the toolchain's
+fingerprint; the cache keeps `<key>.so` and `<key>.json` (the BuildResult without the library
+path). Failed builds are cached too, so a candidate that does not compile gives its diagnostics
+back at once the second time. Every file lands by os.replace from a temporary name in the cache
+folder, so concurrent builders (several evaluations at once) never see half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cuco_tui.build.diagnostics import LEVEL, parse_nvcc_output
+from cuco_tui.build.toolchain import Toolchain
+from cuco_tui.evaluate.result import Diagnostic
+
+DEFAULT_ARCH = "90a"
+FORMAT = 1  # bump when the cache record's layout or meaning changes
+
+# Project rule for every child process: no NVLink multicast / NVLS.
+CHILD_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "NVSHMEM_DISABLE_NVLS": "1",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+}
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    ok: bool
+    library: Path | None  # the .so in the cache; None when the build failed
+    diagnostics: list[Diagnostic]
+    log: str  # nvcc's combined stdout and stderr
+    seconds: float  # wall time of the compile (of the original compile, for a cache hit)
+    cached: bool
+    command: list[str]
+    key: str
+
+    def to_record(self) -> dict:
+        d = asdict(self)
+        d.pop("library")
+        d.pop("cached")
+        return d
+
+
+def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(CHILD_ENV)
+    return env
+
+
+def cuda_arch(env: dict[str, str] | None = None) -> str:
+    """The target architecture, e.g. "90a": CUCO_CUDA_ARCH ("90a", "sm_100a", "compute_90a", "9.0a")
+    or the default. Raises ValueError on something nvcc would not understand."""
+    env = os.environ if env is None else env
+    raw = (env.get("CUCO_CUDA_ARCH") or DEFAULT_ARCH).strip()
+    arch = re.sub(r"^(?:sm_|compute_)", "", raw.lower()).replace(".", "")
+    if not re.fullmatch(r"\d{2,3}[af]?", arch):
+        raise ValueError(f"CUCO_CUDA_ARCH={raw!r} is not a CUDA architecture; use e.g. 90a or 100a")
+    return arch
+
+
+def nvcc_flags(toolchain: Toolchain) -> list[str]:
+    """nvcc's flags for a candidate, everything but the source and `-o OUT`: a position-independent
+    shared library for one architecture, with the runtime header, NCCL and cuBLAS."""
+    arch = cuda_arch()
+    flags = ["-shared", "-Xcompiler", "-fPIC", "-std=c++17", "-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+    includes = [toolchain.runtime_include, toolchain.nccl.include, toolchain.cublas.include]
+    libs = [toolchain.nccl.lib, toolchain.cublas.lib]
+    for inc in dict.fromkeys(p for p in includes if p is not None):
+        flags.append(f"-I{inc}")
+    lib_dirs = list(dict.fromkeys(p for p in libs if p is not None))
+    flags += [f"-L{d}" for d in lib_dirs]
+    flags += [f"-l:{toolchain.nccl.soname}", f"-l:{toolchain.cublas.soname}"]
+    for d in lib_dirs:
+        flags += ["-Xlinker", f"-rpath={d}"]
+    return flags
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(Path(tmp))
+        raise
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+class BuildCache:
+    """A folder of built libraries and build records; safe to share between processes."""
+
+    def __init__(self, root: Path | str | None = None):
+        if root is None:
+            root = os.environ.get("CUCO_CACHE_DIR") or Path.home() / ".cache" / "cuco-tui" / "build"
+        self.root = Path(root).expanduser()
+
+    def __repr__(self) -> str:
+        return f"BuildCache({str(self.root)!r})"
+
+    @staticmethod
+    def key(source: bytes, flags: list[str] | tuple[str, ...], fingerprint: str) -> str:
+        h = hashlib.sha256()
+        h.update(f"cuco-build-v{FORMAT}\0".encode())
+        h.update(len(source).to_bytes(8, "little"))
+        h.update(source)
+        for flag in flags:
+            h.update(flag.encode() + b"\0")
+        h.update(b"\0" + fingerprint.encode())
+        return h.hexdigest()
+
+    def library_path(self, key: str) -> Path:
+        return self.root / f"{key}.so"
+
+    def record_path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    def temp_library(self, key: str) -> Path:
+        """A fresh name in the cache folder for nvcc's output (same filesystem: os.replace is atomic)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{key[:16]}.", suffix=".so.tmp")
+        os.close(fd)
+        return Path(tmp)
+
+    def load(self, key: str) -> BuildResult | None:
+        """The cached build for `key` (cached=True), or None on a miss or an unreadable record."""
+        try:
+            record = json.loads(self.record_path(key).read_text())
+            if record.get("format") != FORMAT or record.get("key") != key:
+                return None
+            library = self.library_path(key)
+            if record["ok"] and not library.is_file():
+                return None
+            return BuildResult(
+                ok=bool(record["ok"]),
+                library=library if record["ok"] else None,
+                diagnostics=[Diagnostic(**d) for d in record["diagnostics"]],
+                log=record["log"],
+                seconds=float(record["seconds"]),
+                cached=True,
+                command=list(record["command"]),
+                key=key,
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def store(self, result: BuildResult, built: Path | None, source: Path | None = None) -> BuildResult:
+        """Files `built` (nvcc's output, moved) and the record; returns `result` pointing at the cache."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        library = None
+        if result.ok and built is not None:
+            library = self.library_path(result.key)
+            os.chmod(built, 0o755)
+            os.replace(built, library)  # the library first: a record always finds its .so
+        record = result.to_record()
+        record.update(format=FORMAT, source=str(source) if source else "", created=time.time())
+        _atomic_write(self.record_path(result.key), json.dumps(record, indent=1).encode())
+        return BuildResult(result.ok, library, result.diagnostics, result.log, result.seconds, False,
+                           result.command, result.key)
+
+
+def _failure(source: Path, message: str, code: str, command: list[str] | None = None, key: str = "",
+             log: str = "", seconds: float = 0.0) -> BuildResult:
+    diag = Diagnostic(level=LEVEL, severity="error", message=message, file=source.name, code=code)
+    return BuildResult(False, None, [diag], log, seconds, False, command or [], key)
+
+
+def _relabel(result: BuildResult, source: Path, old: str) -> BuildResult:
+    """A cached result recorded for the same bytes at another path, named after `source`."""
+    if not old or old == str(source):
+        return result
+    old_path = Path(old)
+
+    def fix(text: str) -> str:
+        return text.replace(old, str(source))
+
+    diags = [
+        Diagnostic(**{**asdict(d), "file": source.name if d.file == old_path.name else d.file,
+                      "message": fix(d.message)})
+        for d in result.diagnostics
+    ]
+    return BuildResult(result.ok, result.library, diags, fix(result.log), result.seconds, result.cached,
+                       result.command, result.key)
+
+
+def _run(command: list[str], cwd: Path, timeout: float) -> tuple[int | None, str]:
+    """(exit status or None on timeout, combined output). On a timeout the whole process group
+    (nvcc and the cicc/ptxas/gcc it started) is killed."""
+    proc = subprocess.Popen(command, cwd=cwd, env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out.decode("utf-8", errors="replace")
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            out = b""
+        return None, (out or b"").decode("utf-8", errors="replace")
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        raise
+
+
+def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | None = None,
+                      extra_flags: tuple[str, ...] = (), timeout: float = 300.0) -> BuildResult:
+    """Builds `source` into a shared library in `cache` (default: BuildCache()), or returns the
+    cached build. Never raises for a bad candidate or toolchain: problems come back as error
+    Diagnostics (codes: nvcc, ptxas, link, host-compiler, toolchain, timeout, source)."""
+    source = Path(source).absolute()
+    if not toolchain.can_compile:
+        problems = "; ".join(toolchain.problems) or "the CUDA toolchain is incomplete"
+        return _failure(source, f"cannot compile: {problems} (run `cuco doctor`)", "toolchain")
+    try:
+        data = source.read_bytes()
+    except OSError as e:
+        return _failure(source, f"cannot read the candidate: {e.strerror or e}", "source")
+    try:
+        flags = nvcc_flags(toolchain) + list(extra_flags)
+    except ValueError as e:
+        return _failure(source, str(e), "toolchain")
+    cache = cache if cache is not None else BuildCache()
+    key = cache.key(data, flags, toolchain.fingerprint())
+
+    hit = cache.load(key)
+    if hit is not None:
+        try:
+            old = json.loads(cache.record_path(key).read_text()).get("source", "")
+        except (OSError, ValueError):
+            old = ""
+        return _relabel(hit, source, old)
+
+    try:
+        tmp = cache.temp_library(key)
+    except OSError as e:
+        return _failure(source, f"cannot write to the build cache {cache.root}: {e.strerror or e}", "toolchain")
+    command = [str(toolchain.nvcc), *flags, str(source), "-o", str(tmp)]
+    recorded = command[:-1] + [str(cache.library_path(key))]  # what a person would run to rebuild it
+    started = time.monotonic()
+    try:
+        rc, log = _run(command, source.parent, timeout)
+    except OSError as e:
+        _unlink(tmp)
+        return _failure(source, f"cannot run nvcc ({toolchain.nvcc}): {e.strerror or e}", "toolchain", recorded, key)
+    seconds = time.monotonic() - started
+
+    if rc is None:
+        _unlink(tmp)
+        return _failure(source, f"nvcc did not finish within {timeout:.0f} s and was stopped", "timeout", recorded,
+                        key, log, seconds)  # not cached: a slow machine may do better next time
+
+    ok = rc == 0 and tmp.is_file() and tmp.stat().st_size > 0
+    diagnostics = parse_nvcc_output(log, source, source.name, failed=not ok)
+    if rc == 0 and not ok:
+        diagnostics.append(Diagnostic(level=LEVEL, severity="error", file=source.name, code="nvcc",
+                                      message="nvcc reported success but wrote no library"))
+    result = BuildResult(ok, None, diagnostics, log, seconds, False, recorded, key)
+    try:
+        return cache.store(result, tmp if ok else None, source)
+    except OSError as e:
+        diag = Diagnostic(level=LEVEL, severity="error", file=source.name, code="toolchain",
+                          message=f"cannot write to the build cache {cache.root}: {e.strerror or e}")
+        return BuildResult(False, None, diagnostics + [diag], log, seconds, False, recorded, key)
+    finally:
+        _unlink(tmp)
