@@ -66,7 +66,7 @@ def inventory() -> GpuInventory:
         gpus = []
         for i, h in enumerate(handles):
             mem = pynvml.nvmlDeviceGetMemoryInfo(h).total // (1 << 20)
-            gpus.append(GpuInfo(i, _str(pynvml.nvmlDeviceGetName(h)), int(mem), None, _nvlink_peers(pynvml, h, pci)))
+            gpus.append(GpuInfo(i, _str(pynvml.nvmlDeviceGetName(h)), int(mem), None, _nvlink_peers(pynvml, h, pci, handles)))
         return GpuInventory(tuple(gpus), driver, "" if gpus else "the NVIDIA driver reports no GPUs")
     finally:
         pynvml.nvmlShutdown()
@@ -76,19 +76,39 @@ def _str(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _nvlink_peers(pynvml, handle, pci: list[str]) -> dict[int, int]:
+def _nvlink_peers(pynvml, handle, pci: list[str], handles: list) -> dict[int, int]:
+    """Active NVLink links from this GPU to each other GPU. Inside a VM the remote PCI ids
+    NVML reports can be the host's, which match no GPU here; then the links are shared out
+    among the GPUs NVML says are reachable over NVLink (P2P status)."""
+    active = 0
     peers: dict[int, int] = {}
-    for link in range(18 * 2):
+    for link in range(64):
         try:
             if pynvml.nvmlDeviceGetNvLinkState(handle, link) != pynvml.NVML_FEATURE_ENABLED:
                 continue
-            remote = _str(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId).lower()
         except pynvml.NVMLError:
             break
+        active += 1
+        try:
+            remote = _str(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId).lower()
+        except pynvml.NVMLError:
+            continue
         for j, bus in enumerate(pci):
             if bus[-12:] == remote[-12:]:
                 peers[j] = peers.get(j, 0) + 1
-    return peers
+    if peers or not active:
+        return peers
+    reachable = []
+    for j, other in enumerate(handles):
+        if other is handle:
+            continue
+        try:
+            status = pynvml.nvmlDeviceGetP2PStatus(handle, other, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
+        except pynvml.NVMLError:
+            continue
+        if status == pynvml.NVML_P2P_STATUS_OK:
+            reachable.append(j)
+    return {j: active // len(reachable) for j in reachable} if reachable else {}
 
 
 def compute_pids(gpu_indices: list[int]) -> set[int]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from cuco_tui.harness.bf16 import from_bf16_bits
 
 # A bf16 NaN (exponent all ones, mantissa 0x25): hardware and cuBLAS produce 0x7FC0/0x7FFF.
@@ -65,7 +67,7 @@ def compare(xp: Any, got: Any, want: Any, dtype: str) -> Comparison:
     rel = diff / (xp.abs(w) + (rms if rms > 0 else 1.0))
     rel = xp.where(finite, rel, xp.inf)
     flat = int(xp.argmax(rel)) if rel.size else 0
-    idx = tuple(int(i) for i in xp.unravel_index(flat, rel.shape)) if rel.size else ()
+    idx = tuple(int(i) for i in np.unravel_index(flat, rel.shape)) if rel.size else ()
     return Comparison(
         elements=int(g.size),
         unwritten=unwritten,

@@ -82,6 +82,8 @@ class Watchdog(threading.Thread):
         self.limit = 0.0
         self.trace: TraceMemory | None = None
         self.phase = ""
+        self.device: int | None = None  # set once the rank has joined: enables the health probe
+        self.cupy: Any = None
 
     def arm(self, seconds: float, what: str) -> None:
         self.what, self.limit = what, seconds
@@ -91,13 +93,31 @@ class Watchdog(threading.Thread):
         self.deadline = None
 
     def run(self) -> None:
+        ticks = 0
         while True:
             time.sleep(0.02)
+            ticks += 1
             if self.abort_file.exists():
                 self._die("aborted", EXIT_ABORTED, "the launcher stopped the group after another rank failed")
             deadline = self.deadline
             if deadline is not None and time.monotonic() > deadline:
                 self._die("timeout", EXIT_TIMEOUT, f"{self.what} did not finish within {self.limit:.1f} s")
+            if ticks % 10 == 0 and self.device is not None:
+                self._probe_health()
+
+    def _probe_health(self) -> None:
+        """A kernel fault (illegal address, ...) poisons the context at once, but event and
+        stream queries can go on answering 'not ready' for as long as the faulted kernel's
+        stream looks busy (seen on H200 VMs: never, within 45 s). cudaMemGetInfo reports
+        the sticky error at once, so the watchdog asks it five times a second."""
+        try:
+            with self.cupy.cuda.Device(self.device):
+                self.cupy.cuda.runtime.memGetInfo()
+        except self.cupy.cuda.runtime.CUDARuntimeError as exc:
+            self.log.emit("error", kind="cuda", phase=self.phase,
+                          message=f"{exc} (during {self.what or self.phase})",
+                          trace=self.trace.records() if self.trace else [])
+            os._exit(EXIT_FAILED)
 
     def _die(self, event: str, code: int, message: str) -> None:
         trace = self.trace.records() if self.trace else []
@@ -159,20 +179,23 @@ class Rank:
         self.cupy.cuda.Device(self.device).use()
         uid_file = self.rundir / "nccl_uid.json"
         if self.rank == 0:
-            uid = self.nccl.get_unique_id()
+            # CuPy returns the id as bytes or as a tuple of signed chars, depending on version.
+            uid = bytes(v % 256 for v in self.nccl.get_unique_id())
             tmp = uid_file.with_suffix(".tmp")
             tmp.write_text(json.dumps(list(uid)))
             os.replace(tmp, uid_file)
         else:
             while not uid_file.exists():
                 time.sleep(0.01)
-            uid = tuple(json.loads(uid_file.read_text()))
+            uid = bytes(json.loads(uid_file.read_text()))
         self.comm = self.nccl.NcclCommunicator(self.world, uid, self.rank)
         self.stream = self.cupy.cuda.Stream(non_blocking=True)
         with self.stream:
             self.flag = self.cupy.zeros(1, dtype=self.cupy.float32)
         self.trace = TraceMemory(self.cupy, int(self.plan.get("trace_slots", TRACE_SLOT_COUNT)))
         self.watchdog.trace = self.trace
+        self.watchdog.cupy = self.cupy
+        self.watchdog.device = self.device
         l2 = self.cupy.cuda.runtime.getDeviceProperties(self.device)["l2CacheSize"]
         self.scratch = self.cupy.empty(max(4 * l2, 1 << 20), dtype=self.cupy.uint8)  # to flush L2
         self.wait_stream("first collective", 60.0)
@@ -303,9 +326,10 @@ class Rank:
                 ok = False
                 break
         if ok and shape["level"] == "bench":
-            ref_times = self.time(lambda: reference.run(inputs, expected), "the reference", 120.0)
-            self.ref_median = sorted(ref_times)[len(ref_times) // 2]
-            cand_times = self.time(launch, "candidate launch", self.limit(shape))
+            run_reference = lambda: reference.run(inputs, expected)  # noqa: E731
+            warm = self.time(run_reference, "the reference", 120.0, repetitions=3)
+            self.ref_median = sorted(warm)[1]
+            ref_times, cand_times = self.time_pair(run_reference, launch, self.limit(shape))
             self.check_cuda("after timing")
             self.log.emit("timing", shape=shape["name"], dims=dims, candidate_ms=cand_times, reference_ms=ref_times)
         self.candidate_teardown(state, ctx)
@@ -356,23 +380,40 @@ class Rank:
                 )
         return ok
 
-    def time(self, fn: Callable[[], None], what: str, limit: float) -> list[float]:
-        cp = self.cupy
+    def time(self, fn: Callable[[], None], what: str, limit: float, repetitions: int | None = None) -> list[float]:
         for _ in range(int(self.plan["warmup"])):
             fn()
         self.wait_stream(f"{what} (warm-up)", limit * int(self.plan["warmup"]))
+        return [self.time_once(fn, what, limit) for _ in range(repetitions or int(self.plan["repetitions"]))]
+
+    def time_pair(self, reference: Callable[[], None], candidate: Callable[[], None],
+                  limit: float) -> tuple[list[float], list[float]]:
+        """Reference and candidate repetitions interleaved, the first of each pair alternating,
+        so that both see the same clocks and temperatures (a GEMM-heavy loop heats the GPU and
+        lowers its clocks: whatever is timed second would pay for it)."""
+        for _ in range(int(self.plan["warmup"])):
+            reference()
+            candidate()
+        self.wait_stream("warm-up", limit * 2 * int(self.plan["warmup"]))
+        ref_times, cand_times = [], []
+        for i in range(int(self.plan["repetitions"])):
+            order = [(reference, ref_times, "the reference"), (candidate, cand_times, "candidate launch")]
+            for fn, times, what in order if i % 2 == 0 else order[::-1]:
+                times.append(self.time_once(fn, what, limit))
+        return ref_times, cand_times
+
+    def time_once(self, fn: Callable[[], None], what: str, limit: float) -> float:
+        """One repetition: L2 flushed, ranks aligned, events around `fn` alone."""
+        cp = self.cupy
+        with self.stream:
+            self.scratch.fill(0)  # evict the inputs from L2: each repetition reads from HBM
+        self.barrier()
         start, end = cp.cuda.Event(), cp.cuda.Event()
-        times = []
-        for _ in range(int(self.plan["repetitions"])):
-            with self.stream:
-                self.scratch.fill(0)  # evict the inputs from L2: each repetition reads from HBM
-            self.barrier()
-            start.record(self.stream)
-            fn()
-            end.record(self.stream)
-            self.wait_stream(what, limit)
-            times.append(cp.cuda.get_elapsed_time(start, end))
-        return times
+        start.record(self.stream)
+        fn()
+        end.record(self.stream)
+        self.wait_stream(what, limit)
+        return cp.cuda.get_elapsed_time(start, end)
 
     # ------------------------------------------------------------------ baseline and ceilings
 

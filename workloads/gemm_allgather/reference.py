@@ -73,7 +73,12 @@ class Reference:
     def gemm(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         M, K, N = self.env.dims["M"], self.env.dims["K"], self.env.dims["N"]
         n_local = N // self.env.world
-        self.cublas.setStream(self.handle, self.env.stream.ptr)
+        # CuPy's cuBLAS wrappers bind the handle to the *current* stream on every call, so the
+        # stream must be current here; setting it on the handle alone is silently undone.
+        with self.env.stream:
+            self._gemm_ex(inputs, outputs, M, K, n_local)
+
+    def _gemm_ex(self, inputs: dict[str, Any], outputs: dict[str, Any], M: int, K: int, n_local: int) -> None:
         # Row-major Y = A @ B is column-major Y^T = B^T A^T: m = N/W, n = M, k = K.
         self.cublas.gemmEx(
             self.handle, CUBLAS_OP_N, CUBLAS_OP_N, n_local, M, K,

@@ -6,10 +6,10 @@
 
 // EVOLVE-BLOCK-START
 // cuco-design: backend=nccl_host placement=before sync=global issuer=host chunk=full streams=1 comm_sms=0
-// FAULT (illegal address): a kernel stores far outside any allocation.
+// FAULT (illegal address): a kernel stores through a null pointer.
 #include <cublas_v2.h>
 
-__global__ void scribble(uint16_t* y) { y[(1ull << 40) + threadIdx.x] = 1; }
+__global__ void scribble(uint16_t* y) { y[threadIdx.x] = 1; }
 
 struct Candidate {
   cuco_ctx* ctx;
@@ -38,7 +38,7 @@ static int candidate_launch(Candidate* c, cudaStream_t stream) {
   const size_t shard = (size_t)(c->M / W) * c->K;
   CUCO_TRY_NCCL(ctx, ncclAllGather(cuco::input(ctx, "x")->ptr, c->gathered, shard, ncclBfloat16, c->comm, stream));
   // Row-major Y = A @ B is column-major Y^T = B^T A^T: m = N/W, n = M, k = K.
-  scribble<<<1, 32, 0, stream>>>((uint16_t*)cuco::output(ctx, "y")->ptr);
+  scribble<<<1, 32, 0, stream>>>(nullptr);
   const int n_local = (int)(c->N / W);
   const float alpha = 1.0f, beta = 0.0f;
   CUCO_TRY_CUBLAS(ctx, cublasSetStream(c->blas, stream));

@@ -1,0 +1,147 @@
+"""The cascade's control flow on this machine, and the interpretation of what ranks report,
+from event files recorded on the 2 x H200 host (tests/data/runs/*, 2026-11-23)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cuco_tui.build.toolchain import discover
+from cuco_tui.evaluate.cascade import EvalOptions, evaluate, interpret
+from cuco_tui.evaluate.result import CascadeResult, Level, Status
+from cuco_tui.harness.launcher import GroupRun, RankOutcome
+from cuco_tui.workload.manifest import load_workload
+
+W = load_workload("gemm_allgather")
+DATA = Path(__file__).parent / "data" / "runs"
+needs_nvcc = pytest.mark.skipif(not discover().can_compile, reason="needs nvcc, NCCL and cuBLAS headers")
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+
+
+def _edit(tmp_path: Path, old: str, new: str, name: str = "cand.cu") -> Path:
+    text = W.seed.read_text()
+    assert old in text
+    path = tmp_path / name
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_frozen_edit_is_rejected_before_anything_is_compiled(tmp_path, no_gpu, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("CUCO_CACHE_DIR", str(cache))
+    cand = _edit(tmp_path, "return candidate_launch(static_cast<Candidate*>(state), stream);",
+                 "return 0;")
+    r = evaluate(cand, W)
+    assert r.status == Status.REJECTED and r.level == Level.STATIC
+    assert "frozen region changed" in r.reason
+    assert any(d.code == "frozen-region" and d.line for d in r.diagnostics)
+    assert not cache.exists() or not any(cache.iterdir())
+
+
+def test_forbidden_call_is_rejected_with_its_line(tmp_path, no_gpu):
+    cand = _edit(tmp_path, "  c->ctx = ctx;\n", "  c->ctx = ctx;\n  system(\"nvidia-smi\");\n")
+    r = evaluate(cand, W)
+    assert r.status == Status.REJECTED
+    d = next(d for d in r.diagnostics if d.code == "forbidden-call")
+    assert "system" in d.source_line and d.line > 0
+
+
+def test_unreadable_candidate(tmp_path, no_gpu):
+    r = evaluate(tmp_path / "missing.cu", W)
+    assert r.status == Status.REJECTED and "cannot read" in r.reason
+
+
+@needs_nvcc
+def test_compile_error_stops_at_l1_with_the_line(tmp_path, no_gpu):
+    cand = _edit(tmp_path, "  const int W = ctx->world;\n  const size_t shard",
+                 "  const int W = ctx->world;\n  undefined_thing = 3;\n  const size_t shard")
+    r = evaluate(cand, W)
+    assert r.status == Status.COMPILE_ERROR and r.level == Level.COMPILE
+    err = next(d for d in r.diagnostics if d.severity == "error")
+    assert "undefined_thing" in err.source_line
+    assert err.line == cand.read_text().splitlines().index("  undefined_thing = 3;") + 1
+    assert r.verifications == [] and r.timings == []
+
+
+@needs_nvcc
+def test_the_seed_compiles_and_stops_with_no_gpu(no_gpu):
+    r = evaluate(W.seed, W)
+    assert r.status == Status.NO_GPU and r.level == Level.COMPILE
+    assert "no_gpu" in r.reason and "CUCO_NO_GPU" in r.reason
+    assert r.status.ok
+
+
+def _recorded(name: str, exit_codes: list[int | None]) -> GroupRun:
+    d = DATA / name
+    ranks = []
+    for rank, code in enumerate(exit_codes):
+        events = [json.loads(line) for line in (d / f"rank{rank}.jsonl").read_text().splitlines() if line.strip()]
+        ranks.append(RankOutcome(rank, rank, 1000 + rank, code, events))
+    return GroupRun(ranks, 10.0, deadline_hit=False, aborted=False, gpus_released=True, rundir=d)
+
+
+BASE = {"candidate": "c.cu", "workload": "gemm_allgather", "world": 2, "gpus": [0, 1]}
+
+
+def test_recorded_measured_run():
+    r = interpret(_recorded("measured", [0, 0]), W, dict(BASE))
+    assert r.status == Status.MEASURED and r.level == Level.BENCHMARK
+    assert [t.shape for t in r.timings] == [s.name for s in W.bench_shapes]
+    for t in r.timings:
+        assert t.candidate.n == 30 and len(t.per_rank) == 2
+        # the slowest rank per repetition: never faster than either rank's median
+        assert t.candidate.median >= min(p.median for p in t.per_rank)
+        assert 0.8 < t.speedup < 1.25
+    assert all(v.ok for v in r.verifications) and len(r.verifications) == 2 + len(W.bench_shapes)
+    assert r.speedup is not None
+
+
+def test_recorded_wrong_values():
+    r = interpret(_recorded("wrong_values", [0, 0]), W, dict(BASE))
+    assert r.status == Status.INCORRECT and r.level == Level.VERIFY
+    assert "max relative error" in r.reason and "rank" in r.reason
+    assert r.verifications[0].unwritten == 0 and r.verifications[0].max_rel_error > 0.5
+
+
+def test_recorded_unwritten_output():
+    r = interpret(_recorded("unwritten", [0, 0]), W, dict(BASE))
+    assert r.status == Status.INCORRECT
+    v = r.verifications[0]
+    assert v.unwritten == v.elements // 2  # the last of 2 shards of rows, on both ranks
+    assert "never written" in r.reason
+
+
+def test_recorded_hang_is_a_deadlock_with_the_wait_site():
+    r = interpret(_recorded("hang", [124, 124]), W, dict(BASE))
+    assert r.status == Status.DEADLOCK
+    assert "did not finish within 20.0 s" in r.reason
+    assert "wait at line 13 for flag id 7 of rank 1" in r.deadlock_report
+    assert "wait at line 13 for flag id 7 of rank 0" in r.deadlock_report
+
+
+def test_a_rank_that_dies_silently_is_a_runtime_error():
+    run = _recorded("measured", [0, 0])
+    run.ranks[1].events = run.ranks[1].events[:3]
+    run.ranks[1].exit_code = -11
+    run.ranks[1].stderr_tail = "Segmentation fault"
+    r = interpret(run, W, dict(BASE))
+    assert r.status == Status.RUNTIME_ERROR
+    assert "rank 1 died of SIGSEGV" in r.reason
+
+
+def test_an_error_event_wins_over_the_others_timeouts():
+    run = _recorded("hang", [124, 2])
+    run.ranks[1].events.append({"event": "error", "rank": 1, "kind": "cuda",
+                                "message": "cudaErrorIllegalAddress: an illegal memory access was encountered"})
+    r = interpret(run, W, dict(BASE))
+    assert r.status == Status.RUNTIME_ERROR and "illegal memory access" in r.reason
+
+
+def test_result_round_trips_through_json():
+    r = interpret(_recorded("measured", [0, 0]), W, dict(BASE))
+    back = CascadeResult.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert back == r
