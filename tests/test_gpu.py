@@ -75,6 +75,12 @@ def test_device_initiated_lsa_candidate_is_verified_and_measured():
     assert r.timings[0].speedup > 0.5
 
 
+def test_copy_engine_overlap_candidate_uses_ipc_peer_pointers():
+    r = evaluate(W.root / "candidates" / "ce_overlap.cu", W, ONE_SHAPE)
+    assert r.status == Status.MEASURED, r.reason + "\n" + r.deadlock_report + "\n".join(d.render() for d in r.diagnostics)
+    assert r.timings[0].speedup > 0.5
+
+
 def _healthy_after():
     r = evaluate(W.seed, W, VERIFY_ONLY)
     assert r.status == Status.MEASURED, f"the next evaluation failed: {r.reason}"

@@ -1,0 +1,51 @@
+"""What every proposer (the offline structured agent, the Claude agent) takes and returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cuco_tui.search.records import CandidateRecord
+from cuco_tui.workload.manifest import Workload
+
+
+@dataclass(frozen=True)
+class ProposalRequest:
+    kind: str  # "fast_path" | "diff" | "full" | "crossover"
+    workload: Workload
+    parents: tuple[CandidateRecord, ...]  # the parent first; for a crossover, 2-3 parents
+    inspirations: tuple[CandidateRecord, ...] = ()  # other good candidates to show
+    feedback: str = ""  # the last failure's diagnostics (compiler errors, deadlock report, error norm)
+    meta_summary: str = ""  # what the search has learned so far
+    hints: tuple[str, ...] = ()  # the engineer's hints, newest last
+    design_context: str = ""  # backend-conditioned API notes, strategy notes, hardware facts
+    generation: int = 0
+    island: int = 0
+    phase: str = "explore"  # "explore" | "exploit"
+
+
+@dataclass(frozen=True)
+class Proposal:
+    kind: str
+    parents: tuple[str, ...]  # candidate ids
+    source: str  # the whole candidate .cu ("" when the agent failed to produce one)
+    design: dict[str, Any]
+    rationale: str
+    agent: str
+    cost_usd: float = 0.0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    error: str = ""  # why no usable candidate came back (no code in the reply, edit outside the blocks, ...)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class BudgetExhausted(Exception):
+    """The agent's dollar budget is spent: the search stops proposing, cleanly."""
+
+
+class Agent(Protocol):
+    name: str
+
+    def propose(self, request: ProposalRequest) -> Proposal: ...
+
+    def summarize(self, history: list[CandidateRecord]) -> str: ...

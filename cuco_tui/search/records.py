@@ -1,0 +1,40 @@
+"""The record of one candidate as the search, the lineage and the TUI share it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CandidateRecord:
+    id: str  # "c0007": unique in a session, sortable
+    generation: int
+    island: int
+    kind: str  # "seed" | "fast_path" | "template" | "diff" | "full" | "crossover" | "manual"
+    parents: tuple[str, ...]  # candidate ids; () for the seed; 2-3 for a crossover
+    source: str  # the candidate .cu, whole
+    design: dict[str, Any]  # design coordinates and knobs, e.g. {"backend": "nccl_lsa", ..., "knobs": {...}}
+    rationale: str  # why the agent proposed it, in its words
+    agent: str  # "offline" | "claude:<model>" | "engineer"
+    status: str  # a cuco_tui.evaluate.result.Status value, or "pending"
+    result: dict[str, Any] | None = None  # CascadeResult.to_dict(), None while pending
+    speedup: float | None = None  # geometric mean over bench shapes, when measured
+    latency_ms: float | None = None  # median of the candidate's time summed over bench shapes
+    cost_usd: float = 0.0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    review: str = ""  # "", "accepted", "rejected: <reason>", "edited"
+    created: float = 0.0  # unix time
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["parents"] = list(self.parents)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CandidateRecord":
+        d = dict(d)
+        d["parents"] = tuple(d.get("parents", ()))
+        return cls(**d)
