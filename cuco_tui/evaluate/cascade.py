@@ -62,7 +62,7 @@ def choose_gpus(workload: Workload, options: EvalOptions) -> tuple[list[int], st
     """The GPU group to run on, or ([], reason) when this machine cannot run the workload."""
     inv = inventory()
     if inv.count == 0:
-        return [], f"no_gpu: {inv.problem or 'no GPU found'}; compiled only"
+        return [], f"no_gpu: {inv.problem or 'no GPU found'}"
     if options.gpus:
         missing = [g for g in options.gpus if g >= inv.count]
         if missing:
@@ -162,8 +162,9 @@ def evaluate(
 
     gpus, why = choose_gpus(workload, options)
     if not gpus:
-        status = Status.NO_GPU if why.startswith("no_gpu") else Status.RUNTIME_ERROR
-        return CascadeResult(**base, status=status, level=Level.COMPILE, reason=why)
+        if why.startswith("no_gpu"):
+            return CascadeResult(**base, status=Status.NO_GPU, level=Level.COMPILE, reason=why + "; compiled only")
+        return CascadeResult(**base, status=Status.RUNTIME_ERROR, level=Level.COMPILE, reason=why)
     try:
         workload.check_world(len(gpus))
     except WorkloadError as exc:
