@@ -1,0 +1,259 @@
+"""The offline structured agent: proposes candidates by rendering the workload's strategy
+templates at points of the design space, and steers by what the evaluations said.
+
+- fast path: the most conservative device-initiated strategy at its default knobs;
+- full (explore): a strategy chosen by its record so far (untested ones first, failures
+  penalized), with random knobs;
+- diff (exploit): the parent's strategy with one knob changed; the knob is chosen by how much
+  its values have moved the speedup, and values that failed are avoided;
+- crossover: the better parent's strategy with knobs taken from either parent.
+No network, no model: every decision is explained in the proposal's rationale."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from cuco_tui.agents.base import Proposal, ProposalRequest
+from cuco_tui.agents.offline.strategy import Knobs, Strategy, StrategyBook
+from cuco_tui.design.space import Capabilities
+from cuco_tui.search.records import CandidateRecord
+from cuco_tui.workload.manifest import Workload
+
+GOOD = "measured"
+
+
+@dataclass
+class _Outcome:
+    tries: int = 0
+    failures: int = 0
+    speedups: list[float] = field(default_factory=list)
+
+    @property
+    def best(self) -> float | None:
+        return max(self.speedups) if self.speedups else None
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self.speedups) / len(self.speedups) if self.speedups else None
+
+
+def _strategy_of(record: CandidateRecord) -> tuple[str, Knobs]:
+    knobs = dict(record.design.get("knobs", {}))
+    name = knobs.pop("strategy", None) or ("host_sequential" if record.kind == "seed" else "")
+    return name, knobs
+
+
+def _key(name: str, knobs: Knobs) -> str:
+    return name + json.dumps(knobs, sort_keys=True)
+
+
+class OfflineAgent:
+    def __init__(self, workload: Workload, caps: Capabilities = Capabilities(), seed: int = 0) -> None:
+        self.name = "offline"
+        self.workload = workload
+        self.caps = caps
+        self.book = StrategyBook.load(workload.root, workload.seed)
+        self.rng = random.Random(seed)
+        self.proposed: set[str] = set()
+        self.by_strategy: dict[str, _Outcome] = defaultdict(_Outcome)
+        self.by_knob: dict[tuple[str, str, str], _Outcome] = defaultdict(_Outcome)
+
+    # ------------------------------------------------------------------ learning from results
+
+    def summarize(self, history: list[CandidateRecord]) -> str:
+        """Rebuild the statistics from every candidate so far; return them as the meta-summary."""
+        self.by_strategy.clear()
+        self.by_knob.clear()
+        for rec in history:
+            name, knobs = _strategy_of(rec)
+            if not name or rec.status in ("pending", "no_gpu"):
+                continue
+            self.proposed.add(_key(name, knobs))
+            outcomes = [self.by_strategy[name]] + [self.by_knob[(name, k, repr(v))] for k, v in knobs.items()]
+            for o in outcomes:
+                o.tries += 1
+                if rec.status == GOOD and rec.speedup:
+                    o.speedups.append(rec.speedup)
+                else:
+                    o.failures += 1
+        lines = []
+        for s in self.book.strategies:
+            o = self.by_strategy.get(s.name)
+            if not o or not o.tries:
+                lines.append(f"{s.name}: untested")
+                continue
+            best = f"best {o.best:.2f}x" if o.best else "no measured run"
+            lines.append(f"{s.name}: {o.tries} tried, {o.failures} failed, {best}")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ proposing
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        if request.kind == "fast_path":
+            return self._fast_path(request)
+        if request.kind == "crossover" and len(request.parents) >= 2:
+            return self._crossover(request)
+        if request.kind == "diff":
+            return self._diff(request)
+        return self._full(request)
+
+    def _make(self, request: ProposalRequest, kind: str, strategy: Strategy, knobs: Knobs, why: str) -> Proposal:
+        self.proposed.add(_key(strategy.name, knobs))
+        point = strategy.point(knobs)
+        return Proposal(
+            kind=kind,
+            parents=tuple(p.id for p in request.parents),
+            source=self.book.render(strategy, knobs),
+            design=point.to_dict(),
+            rationale=f"{why}\nStrategy {strategy.name}: {strategy.description}.\nDesign: {point.line()[16:]}",
+            agent=self.name,
+        )
+
+    def _valid_strategies(self) -> list[Strategy]:
+        return [s for s in self.book.strategies if any(self._valid(s, k) for k in self._some_knobs(s, 12))]
+
+    def _valid(self, s: Strategy, knobs: Knobs) -> bool:
+        return s.valid(knobs, self.caps)
+
+    def _some_knobs(self, s: Strategy, n: int) -> list[Knobs]:
+        return [s.default_knobs()] + [self._random_knobs(s) for _ in range(n)]
+
+    def _random_knobs(self, s: Strategy) -> Knobs:
+        return {k: self.rng.choice(values) for k, values in s.knobs.items()}
+
+    def _fresh(self, s: Strategy, candidates: list[Knobs]) -> Knobs | None:
+        for knobs in candidates:
+            if self._valid(s, knobs) and _key(s.name, knobs) not in self.proposed:
+                return knobs
+        return None
+
+    def _fast_path(self, request: ProposalRequest) -> Proposal:
+        for s in self.book.strategies:
+            if s.fast_path and self._valid(s, s.default_knobs()):
+                return self._make(request, "fast_path", s, s.default_knobs(),
+                                  "Fast path: the most conservative device-initiated point, at default knobs, "
+                                  "to establish a correct device-initiated candidate first.")
+        return self._full(request)
+
+    def _strategy_score(self, s: Strategy) -> float:
+        o = self.by_strategy.get(s.name)
+        if not o or not o.tries:
+            return 2.0  # optimism for the untested
+        best = o.best or 0.0
+        return max(0.05, best * (1.0 - 0.5 * o.failures / o.tries))
+
+    def _full(self, request: ProposalRequest) -> Proposal:
+        strategies = self._valid_strategies()
+        weights = [self._strategy_score(s) for s in strategies]
+        for _ in range(30):
+            s = self.rng.choices(strategies, weights)[0]
+            knobs = self._fresh(s, [self._random_knobs(s) for _ in range(8)] + [s.default_knobs()])
+            if knobs is not None:
+                o = self.by_strategy.get(s.name)
+                record = "untested so far" if not o or not o.tries else self._describe(o)
+                return self._make(request, request.kind if request.kind in ("full", "crossover") else "full", s, knobs,
+                                  f"Explore: {s.name} ({record}), knobs {self._fmt(knobs)} chosen at random among "
+                                  f"those not tried yet.")
+        return self._exhausted(request)
+
+    def _describe(self, o: _Outcome) -> str:
+        best = f"best {o.best:.2f}x" if o.best else "none measured"
+        return f"{o.tries} tried, {o.failures} failed, {best}"
+
+    @staticmethod
+    def _fmt(knobs: Knobs) -> str:
+        return ", ".join(f"{k}={v}" for k, v in knobs.items()) or "none"
+
+    def _knob_influence(self, s: Strategy, knob: str) -> float:
+        """How much the values of `knob` have moved the speedup (spread of their means), plus
+        a bonus for values never tried: the dimension worth changing next."""
+        means, untried = [], 0
+        for v in s.knobs[knob]:
+            o = self.by_knob.get((s.name, knob, repr(v)))
+            if o and o.mean is not None:
+                means.append(o.mean)
+            elif not o or not o.tries:
+                untried += 1
+        spread = (max(means) - min(means)) if len(means) > 1 else 0.0
+        return 0.1 + spread + 0.3 * untried
+
+    def _value_score(self, s: Strategy, knob: str, value: Any) -> float:
+        o = self.by_knob.get((s.name, knob, repr(value)))
+        if not o or not o.tries:
+            return 1.5
+        if o.mean is None:
+            return 0.1  # only failures with this value
+        return max(0.1, o.mean * (1.0 - 0.5 * o.failures / o.tries))
+
+    def _diff(self, request: ProposalRequest) -> Proposal:
+        parent = request.parents[0]
+        name, knobs = _strategy_of(parent)
+        try:
+            s = self.book.get(name)
+        except Exception:
+            return self._full(request)
+        if not s.knobs:
+            return self._full(request)
+        failed = parent.status != GOOD
+        ranked = sorted(s.knobs, key=lambda k: -self._knob_influence(s, k) * self.rng.uniform(0.7, 1.3))
+        for knob in ranked:
+            values = [v for v in s.knobs[knob] if v != knobs.get(knob)]
+            weights = [self._value_score(s, knob, v) for v in values]
+            order = sorted(zip(values, weights), key=lambda vw: -vw[1] * self.rng.uniform(0.8, 1.2))
+            for value, _ in order:
+                new = {**s.default_knobs(), **knobs, knob: value}
+                if self._valid(s, new) and _key(s.name, new) not in self.proposed:
+                    why = (f"Exploit: from {parent.id} ({parent.status}"
+                           + (f", {parent.speedup:.2f}x" if parent.speedup else "") + f"), change {knob} "
+                           f"{knobs.get(knob)!r} -> {value!r}. ")
+                    why += ("The parent failed, so one knob moves away from its setting. " if failed else
+                            f"{knob} is the knob whose values have moved the speedup most so far "
+                            f"(influence {self._knob_influence(s, knob):.2f}).")
+                    return self._make(request, "diff", s, new, why)
+        return self._full(request)
+
+    def _crossover(self, request: ProposalRequest) -> Proposal:
+        a, b = request.parents[0], request.parents[1]
+        if (b.speedup or 0) > (a.speedup or 0):
+            a, b = b, a
+        name_a, knobs_a = _strategy_of(a)
+        name_b, knobs_b = _strategy_of(b)
+        try:
+            s = self.book.get(name_a)
+        except Exception:
+            return self._full(request)
+        for _ in range(12):
+            new = {**s.default_knobs(), **knobs_a}
+            for k in s.knobs:
+                if k in knobs_b and self.rng.random() < 0.5:
+                    new[k] = knobs_b[k]
+            if self._valid(s, new) and _key(s.name, new) not in self.proposed:
+                return self._make(request, "crossover", s, new,
+                                  f"Crossover of {a.id} ({name_a}) and {b.id} ({name_b}): the strategy of the "
+                                  f"better parent, knobs mixed from both: {self._fmt(new)}.")
+        # The parents share no knob that differs: keep the better one's strategy, move one knob.
+        for knob in self.rng.sample(list(s.knobs), len(s.knobs)):
+            for value in s.knobs[knob]:
+                new = {**s.default_knobs(), **knobs_a, knob: value}
+                if self._valid(s, new) and _key(s.name, new) not in self.proposed:
+                    return self._make(request, "crossover", s, new,
+                                      f"Crossover of {a.id} ({name_a}) and {b.id} ({name_b}): they share no knob "
+                                      f"to mix, so the better parent's strategy with {knob}={value!r}.")
+        return self._full(request)
+
+    def _exhausted(self, request: ProposalRequest) -> Proposal:
+        return Proposal(kind=request.kind, parents=tuple(p.id for p in request.parents), source="", design={},
+                        rationale="", agent=self.name,
+                        error="the offline agent has proposed every valid combination of its strategy templates")
+
+    def space_size(self) -> int:
+        total = 0
+        for s in self.book.strategies:
+            combos = math.prod(len(v) for v in s.knobs.values()) if s.knobs else 1
+            total += combos
+        return total

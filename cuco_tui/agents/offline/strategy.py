@@ -1,0 +1,90 @@
+"""A workload's strategy templates: a Jinja2 template of the EVOLVE block, the knobs it takes,
+and the design point a choice of knobs lands on."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import jinja2
+
+from cuco_tui.design.space import COMM_SMS, Capabilities, DesignPoint, violations
+
+Knobs = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    template: str  # file name under the workload's templates/ folder
+    description: str
+    knobs: dict[str, tuple[Any, ...]]  # knob -> the values it may take (first = default)
+    design: Callable[[Knobs], DesignPoint]
+    fast_path: bool = False  # the most conservative device-initiated strategy
+
+    def default_knobs(self) -> Knobs:
+        return {k: values[0] for k, values in self.knobs.items()}
+
+    def point(self, knobs: Knobs) -> DesignPoint:
+        return self.design(knobs).with_(knobs={"strategy": self.name, **knobs})
+
+    def valid(self, knobs: Knobs, caps: Capabilities) -> bool:
+        return not violations(self.design(knobs), caps)
+
+
+def comm_sms(blocks: int) -> str:
+    """The design-space value for a kernel that uses `blocks` CTAs (one SM each, at most)."""
+    numeric = [int(v) for v in COMM_SMS if v.isdigit() and int(v) > 0]
+    fitting = [v for v in numeric if v >= blocks]
+    return str(min(fitting)) if fitting else "all"
+
+
+class StrategyError(ValueError):
+    pass
+
+
+@dataclass
+class StrategyBook:
+    """The strategies of one workload, and rendering a choice into a whole candidate."""
+
+    root: Path  # the workload folder
+    strategies: list[Strategy]
+    seed_source: str
+    env: jinja2.Environment = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(self.root / "templates")),
+            undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+
+    @classmethod
+    def load(cls, workload_root: Path, seed: Path) -> "StrategyBook":
+        path = workload_root / "templates" / "strategies.py"
+        if not path.exists():
+            raise StrategyError(f"{workload_root.name} has no templates/strategies.py: the offline agent needs one")
+        spec = importlib.util.spec_from_file_location(f"cuco_strategies_{workload_root.name}", path)
+        module = importlib.util.module_from_spec(spec)
+        assert spec.loader is not None
+        spec.loader.exec_module(module)
+        return cls(workload_root, list(module.STRATEGIES), seed.read_text())
+
+    def get(self, name: str) -> Strategy:
+        for s in self.strategies:
+            if s.name == name:
+                return s
+        raise StrategyError(f"no strategy {name!r}")
+
+    def render(self, strategy: Strategy, knobs: Knobs) -> str:
+        """The whole candidate: the seed's frozen skeleton around the rendered EVOLVE block."""
+        point = strategy.point(knobs)
+        block = self.env.get_template(strategy.template).render(design_line=point.line(), **knobs)
+        start_marker, end_marker = "// EVOLVE-BLOCK-START\n", "// EVOLVE-BLOCK-END"
+        start = self.seed_source.index(start_marker) + len(start_marker)
+        end = self.seed_source.index(end_marker)
+        return self.seed_source[:start] + block.rstrip("\n") + "\n" + self.seed_source[end:]

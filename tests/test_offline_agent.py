@@ -1,0 +1,143 @@
+import itertools
+
+import pytest
+
+from cuco_tui.agents.base import ProposalRequest
+from cuco_tui.agents.offline import OfflineAgent
+from cuco_tui.build import BuildCache, compile_candidate
+from cuco_tui.build.toolchain import discover
+from cuco_tui.design.space import Capabilities, parse_design, violations
+from cuco_tui.evaluate.static_checks import check_static, design_of, is_rejected
+from cuco_tui.search.records import CandidateRecord
+from cuco_tui.workload.manifest import load_workload
+
+W = load_workload("gemm_allgather")
+SEED = W.seed.read_text()
+
+
+def _record(cid, proposal, status="measured", speedup=None, kind=None):
+    return CandidateRecord(id=cid, generation=1, island=0, kind=kind or proposal.kind, parents=proposal.parents,
+                           source=proposal.source, design=proposal.design, rationale=proposal.rationale,
+                           agent="offline", status=status, speedup=speedup)
+
+
+SEED_RECORD = CandidateRecord(id="c0000", generation=0, island=0, kind="seed", parents=(), source=SEED,
+                              design={}, rationale="seed", agent="workload", status="measured", speedup=1.0)
+
+
+def _req(kind, parents=(SEED_RECORD,)):
+    return ProposalRequest(kind=kind, workload=W, parents=tuple(parents))
+
+
+def _ok(p):
+    assert p.error == "" and p.source
+    assert not is_rejected(check_static(p.source, SEED, "cand.cu")), check_static(p.source, SEED, "cand.cu")
+    declared = parse_design(design_of(p.source))
+    assert not violations(declared)
+    assert declared.coords() == {k: v for k, v in p.design.items() if k != "knobs"}
+
+
+def test_fast_path_is_the_conservative_device_initiated_point():
+    p = OfflineAgent(W).propose(_req("fast_path"))
+    _ok(p)
+    assert p.kind == "fast_path" and p.design["backend"] == "nccl_lsa"
+    assert "most conservative device-initiated" in p.rationale
+
+
+def test_fast_path_without_lsa_falls_back_to_a_valid_point():
+    p = OfflineAgent(W, Capabilities(lsa=False)).propose(_req("fast_path"))
+    _ok(p)
+    assert p.design["backend"] != "nccl_lsa"
+
+
+def test_explore_covers_every_strategy_and_never_repeats():
+    agent = OfflineAgent(W, seed=3)
+    seen, keys = set(), set()
+    for _ in range(25):
+        p = agent.propose(_req("full"))
+        _ok(p)
+        seen.add(p.design["knobs"]["strategy"])
+        key = (p.design["knobs"]["strategy"], tuple(sorted(p.design["knobs"].items())))
+        assert key not in keys
+        keys.add(key)
+    assert seen >= {"host_chunked", "lsa_gather", "peer_pipeline"}
+
+
+def test_diff_changes_exactly_one_knob():
+    agent = OfflineAgent(W, seed=1)
+    parent_p = agent.propose(_req("full"))
+    while parent_p.design["knobs"]["strategy"] == "host_sequential":
+        parent_p = agent.propose(_req("full"))
+    parent = _record("c0001", parent_p, speedup=1.2)
+    child = agent.propose(_req("diff", [parent]))
+    _ok(child)
+    a, b = parent.design["knobs"], child.design["knobs"]
+    assert a["strategy"] == b["strategy"]
+    assert sum(a[k] != b[k] for k in a) == 1
+    assert child.parents == ("c0001",) and "change" in child.rationale
+
+
+def test_crossover_takes_the_better_parents_strategy():
+    agent = OfflineAgent(W, seed=2)
+    props = [agent.propose(_req("full")) for _ in range(12)]
+    pp = [p for p in props if p.design["knobs"]["strategy"] == "peer_pipeline"]
+    other = [p for p in props if p.design["knobs"]["strategy"] != "peer_pipeline"]
+    a = _record("c0005", pp[0], speedup=1.4)
+    b = _record("c0006", other[0], speedup=1.05)
+    child = agent.propose(_req("crossover", [b, a]))
+    _ok(child)
+    assert child.kind == "crossover" and child.design["knobs"]["strategy"] == "peer_pipeline"
+    assert child.parents == ("c0006", "c0005")
+
+
+def test_results_steer_exploration_towards_what_worked():
+    agent = OfflineAgent(W, seed=5)
+    history = [SEED_RECORD]
+    for i, p in enumerate(agent.propose(_req("full")) for _ in range(10)):
+        s = p.design["knobs"]["strategy"]
+        good = s == "peer_pipeline"
+        history.append(_record(f"c{i + 1:04d}", p, status="measured" if good or s == "lsa_gather" else "incorrect",
+                               speedup=1.45 if good else (1.05 if s == "lsa_gather" else None)))
+    summary = agent.summarize(history)
+    assert "peer_pipeline" in summary
+    picks = [agent.propose(_req("full")).design["knobs"]["strategy"] for _ in range(30)]
+    assert picks.count("peer_pipeline") > picks.count("host_chunked")
+
+
+def test_a_failed_parent_moves_away_from_its_setting():
+    agent = OfflineAgent(W, seed=7)
+    p = agent.propose(_req("full"))
+    while p.design["knobs"]["strategy"] != "peer_pipeline":
+        p = agent.propose(_req("full"))
+    bad = _record("c0009", p, status="deadlock")
+    agent.summarize([SEED_RECORD, bad])
+    child = agent.propose(_req("diff", [bad]))
+    assert "The parent failed" in child.rationale
+
+
+def test_the_agent_says_when_it_has_nothing_new():
+    agent = OfflineAgent(W, seed=0)
+    errors = 0
+    for _ in range(agent.space_size() + 40):
+        p = agent.propose(_req("full"))
+        if p.error:
+            errors += 1
+            assert "every valid combination" in p.error and p.source == ""
+    assert errors > 0
+
+
+@pytest.mark.skipif(not discover().can_compile, reason="needs nvcc, NCCL and cuBLAS headers")
+def test_every_template_compiles(tmp_path):
+    agent = OfflineAgent(W)
+    cache = BuildCache(tmp_path / "cache")
+    book = agent.book
+    variants = []
+    for s in book.strategies:
+        variants.append((s, s.default_knobs()))
+    pp = book.get("peer_pipeline")
+    variants.append((pp, {"mover": "ipc", "chunks": 4, "own_rows": "parallel", "mover_blocks": 32}))
+    for s, knobs in variants:
+        path = tmp_path / f"{s.name}.cu"
+        path.write_text(book.render(s, knobs))
+        r = compile_candidate(path, discover(), cache)
+        assert r.ok, "\n".join(d.render() for d in r.diagnostics)

@@ -1,0 +1,57 @@
+"""Strategy templates of gemm_allgather for the offline agent: each covers a region of the
+design space; its knobs pick the point. Loaded by cuco_tui.agents.offline."""
+
+from cuco_tui.agents.offline.strategy import Strategy, comm_sms
+from cuco_tui.design.space import DesignPoint
+
+
+def _chunk(n: int) -> str:
+    return "shard" if n == 1 else str(n)
+
+
+def _peer_pipeline(k: dict) -> DesignPoint:
+    ce = k["mover"] == "copy_engine"
+    return DesignPoint(
+        backend="copy_engine" if ce else "cuda_ipc",
+        placement="interleaved",
+        sync="per_chunk" if k["chunks"] > 1 else "per_peer",
+        issuer="host" if ce else "multi_cta",
+        chunk=_chunk(k["chunks"]),
+        streams="3" if k["own_rows"] == "parallel" else "2",
+        comm_sms="0" if ce else comm_sms(k["mover_blocks"]),
+    )
+
+
+STRATEGIES = [
+    Strategy(
+        name="host_sequential",
+        template="host_sequential.cu.j2",
+        description="NCCL all-gather, then one cuBLAS GEMM, on one stream (the seed)",
+        knobs={},
+        design=lambda k: DesignPoint("nccl_host", "before", "global", "host", "full", "1", "0"),
+    ),
+    Strategy(
+        name="host_chunked",
+        template="host_chunked.cu.j2",
+        description="chunked NCCL all-gathers on a second stream, a strided-batched GEMM per landed chunk",
+        knobs={"chunks": (4, 2, 8)},
+        design=lambda k: DesignPoint("nccl_host", "interleaved", "per_chunk", "host", _chunk(k["chunks"]), "2", "0"),
+    ),
+    Strategy(
+        name="lsa_gather",
+        template="lsa_gather.cu.j2",
+        description="device-initiated all-gather by LSA stores into symmetric windows between two LSA barriers, then cuBLAS",
+        knobs={"copy_blocks": (64, 16, 32, 128), "copy_threads": (512, 256, 1024)},
+        design=lambda k: DesignPoint("nccl_lsa", "before", "global", "multi_cta", "full", "1", comm_sms(k["copy_blocks"])),
+        fast_path=True,
+    ),
+    Strategy(
+        name="peer_pipeline",
+        template="peer_pipeline.cu.j2",
+        description="push shards to peers through CUDA-IPC (copy engines or a store kernel) in chunks with per-peer "
+                    "flags; own rows multiplied at once, each peer chunk as soon as it lands",
+        knobs={"mover": ("copy_engine", "ipc"), "chunks": (1, 2, 4, 8), "own_rows": ("first", "parallel"),
+               "mover_blocks": (16, 8, 32)},
+        design=_peer_pipeline,
+    ),
+]
