@@ -119,8 +119,9 @@ def test_recorded_hang_is_a_deadlock_with_the_wait_site():
     r = interpret(_recorded("hang", [124, 124]), W, dict(BASE))
     assert r.status == Status.DEADLOCK
     assert "did not finish within 20.0 s" in r.reason
-    assert "wait at line 13 for flag id 7 of rank 1" in r.deadlock_report
-    assert "wait at line 13 for flag id 7 of rank 0" in r.deadlock_report
+    assert "cycle" in r.deadlock_report
+    assert "rank 0 waits on rank 1 (line 13, flag 7: wants 1, saw 0)" in r.deadlock_report
+    assert "rank 1 waits on rank 0 (line 13, flag 7: wants 1, saw 0)" in r.deadlock_report
 
 
 def test_a_rank_that_dies_silently_is_a_runtime_error():
