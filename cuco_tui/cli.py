@@ -148,6 +148,36 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from cuco_tui.evaluate.cascade import EvalOptions
+    from cuco_tui.evaluate.selftest import run_fault_suite
+    from cuco_tui.harness.gpus import inventory
+
+    if not args.faults:
+        raise UsageError("say what to test: --faults")
+    workload = _workload(args.workload)
+    inv = inventory()
+    if inv.count < min(workload.world_sizes):
+        raise UsageError(f"the fault suite runs candidates on GPUs; this machine has {inv.count} ({inv.problem})")
+    options = EvalOptions(gpus=_gpus(args.gpus), world=args.world,
+                          first_launch_timeout_s=args.launch_timeout)
+    err = Console(stderr=True)
+    only = tuple(s for s in (args.only or "").split(",") if s)
+    checks = run_fault_suite(workload, options, only, say=lambda s: err.print(f"[dim]{s}[/dim]"))
+    t = Table(title=f"fault suite of {workload.name}", title_justify="left")
+    for col in ("candidate", "expected", "got", "detected after", "GPUs fine after", "verdict", "diagnosis"):
+        t.add_column(col)
+    for c in checks:
+        det = f"{c.detection_s:.1f} s (limit {c.limit_s:.0f} s)" if c.detection_s is not None else "-"
+        verdict = Text("pass", style="green") if c.ok else Text("FAIL: " + "; ".join(c.problems), style="red")
+        diagnosis = (c.report.splitlines()[0] if c.report else c.reason)[:160]
+        t.add_row(c.name, c.expected, c.got, det, "yes" if c.healthy_after else "NO", verdict, diagnosis)
+    Console().print(t)
+    passed = sum(c.ok for c in checks)
+    print(f"{passed} passed, {len(checks) - passed} failed")
+    return 0 if passed == len(checks) else 1
+
+
 def cmd_workloads(args: argparse.Namespace) -> int:
     for name in list_workloads():
         w = load_workload(name)
@@ -179,6 +209,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="say what this machine has and lacks for compiling and running candidates")
     d.set_defaults(fn=cmd_doctor)
+
+    st = sub.add_parser("selftest", help="run the deliberately broken candidates and check each diagnosis (GPU)")
+    st.add_argument("--faults", action="store_true", help="the fault suite of the workload")
+    st.add_argument("--workload", "-w", default="gemm_allgather")
+    st.add_argument("--gpus")
+    st.add_argument("--world", type=int)
+    st.add_argument("--only", help="comma-separated fault names")
+    st.add_argument("--launch-timeout", type=float, default=10.0,
+                    help="time limit of a candidate's first launch, in seconds (default 10)")
+    st.set_defaults(fn=cmd_selftest)
 
     w = sub.add_parser("workloads", help="list the workloads")
     w.set_defaults(fn=cmd_workloads)

@@ -125,7 +125,10 @@ def evaluate(
     progress: ProgressFn | None = None,
     toolchain: Toolchain | None = None,
     cache: BuildCache | None = None,
+    events_out: list[dict[str, Any]] | None = None,
 ) -> CascadeResult:
+    """Run the cascade on one candidate. `events_out`, if given, receives every event the
+    ranks reported (for tools that look closer, such as the fault self-test)."""
     say = progress or (lambda p: None)
     candidate = Path(candidate)
     base = dict(candidate=str(candidate), workload=workload.name)
@@ -177,6 +180,8 @@ def evaluate(
     say(Progress(Level.VERIFY, f"running on GPUs {','.join(map(str, gpus))}"))
 
     def on_event(e: dict[str, Any]) -> None:
+        if events_out is not None:
+            events_out.append(e)
         if e.get("event") == "shape_start":
             level = Level.VERIFY if e.get("level") == "verify" else Level.BENCHMARK
             say(Progress(level, f"{e.get('level')} {e.get('shape')}"))

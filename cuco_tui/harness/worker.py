@@ -318,8 +318,10 @@ class Rank:
             reference.run(inputs, expected)
             self.wait_stream("the reference", 120.0)
             self.barrier()
+            limit = first_limit if check == 0 else self.limit(shape)
+            self.log.emit("launch", shape=shape["name"], check=check, limit_s=limit)
             launch()
-            self.wait_stream(f"candidate launch (check {check + 1})", first_limit if check == 0 else self.limit(shape))
+            self.wait_stream(f"candidate launch (check {check + 1})", limit)
             self.check_cuda(f"after candidate launch (check {check + 1})")
             verdict = self.verify(shape, check, outputs, expected, dtypes)
             if not self.all_ok(verdict):

@@ -1,0 +1,87 @@
+"""`cuco selftest --faults`: every deliberately broken candidate of a workload's `faults/`
+folder must get its expected status and diagnosis, within its time limit plus 5 s, and the
+GPUs must pass the seed's verification right after each."""
+
+from __future__ import annotations
+
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from cuco_tui.evaluate.cascade import EvalOptions, evaluate
+from cuco_tui.evaluate.result import CascadeResult, Status
+from cuco_tui.workload.manifest import Workload
+
+DETECTION_SLACK_S = 5.0
+
+
+@dataclass(frozen=True)
+class FaultCheck:
+    name: str
+    expected: str
+    got: str
+    says: tuple[str, ...]
+    reason: str
+    report: str
+    detection_s: float | None  # from the launch to the failure report, when it was a launch
+    limit_s: float | None
+    healthy_after: bool
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _detection(result: CascadeResult, rundir_events: list[dict]) -> tuple[float | None, float | None]:
+    launches = [e for e in rundir_events if e.get("event") == "launch"]
+    ends = [e for e in rundir_events if e.get("event") in ("timeout", "error")]
+    if not launches or not ends:
+        return None, None
+    return min(e["t"] for e in ends) - launches[-1]["t"], float(launches[-1].get("limit_s", 0.0))
+
+
+def load_expectations(workload: Workload) -> dict[str, dict]:
+    path = workload.root / "faults" / "expected.toml"
+    if not path.exists():
+        raise FileNotFoundError(f"{workload.name} has no faults/expected.toml")
+    return tomllib.loads(path.read_text())
+
+
+def run_fault_suite(workload: Workload, options: EvalOptions, only: tuple[str, ...] = (),
+                    say: Callable[[str], None] = lambda s: None) -> list[FaultCheck]:
+    expectations = load_expectations(workload)
+    checks = []
+    verify_only = EvalOptions(**{**options.__dict__, "bench": False})
+    for name, want in expectations.items():
+        if only and name not in only:
+            continue
+        path = workload.root / "faults" / f"{name}.cu"
+        say(f"{name}: evaluating")
+        t0 = time.monotonic()
+        events: list[dict] = []
+        result = evaluate(path, workload, verify_only, events_out=events)
+        detection, limit = _detection(result, events)
+        text = " ".join([result.reason, result.deadlock_report] + [d.message for d in result.diagnostics]
+                        + [d.source_line for d in result.diagnostics]).lower()
+        problems = []
+        if result.status.value != want["status"]:
+            problems.append(f"status {result.status.value}, expected {want['status']}")
+        for words in want.get("says", []):
+            if words.lower() not in text:
+                problems.append(f"the diagnosis does not say {words!r}")
+        if detection is not None and limit is not None and result.status in (Status.DEADLOCK, Status.RUNTIME_ERROR):
+            if detection > limit + DETECTION_SLACK_S:
+                problems.append(f"detected after {detection:.1f} s, more than {limit:.0f} s + {DETECTION_SLACK_S:.0f} s")
+        healthy = True
+        if result.level >= 2:
+            after = evaluate(workload.seed, workload, verify_only)
+            healthy = after.status == Status.MEASURED
+            if not healthy:
+                problems.append(f"the seed failed on the same GPUs right after: {after.reason}")
+        say(f"{name}: {result.status.value} in {time.monotonic() - t0:.1f} s" + ("" if not problems else " PROBLEM"))
+        checks.append(FaultCheck(name, want["status"], result.status.value, tuple(want.get("says", [])),
+                                 result.reason, result.deadlock_report, detection, limit, healthy, tuple(problems)))
+    return checks

@@ -1,0 +1,34 @@
+"""The fault suite's candidates: each has an expectation, each passes L0 and (but one) compiles,
+so that on a GPU host each fails for the reason it was written for."""
+
+import pytest
+
+from cuco_tui.build import BuildCache, compile_candidate
+from cuco_tui.build.toolchain import discover
+from cuco_tui.evaluate.selftest import load_expectations
+from cuco_tui.evaluate.static_checks import check_static, is_rejected
+from cuco_tui.workload.manifest import load_workload
+
+W = load_workload("gemm_allgather")
+FAULTS = sorted((W.root / "faults").glob("*.cu"))
+
+
+def test_every_fault_has_an_expectation_and_back():
+    expected = load_expectations(W)
+    assert sorted(expected) == sorted(p.stem for p in FAULTS)
+    assert len(FAULTS) >= 10
+    kinds = {v["status"] for v in expected.values()}
+    assert kinds == {"compile_error", "incorrect", "runtime_error", "deadlock"}
+
+
+@pytest.mark.parametrize("path", FAULTS, ids=[p.stem for p in FAULTS])
+def test_fault_passes_static_checks(path):
+    assert not is_rejected(check_static(path.read_text(), W.seed.read_text(), path.name))
+
+
+@pytest.mark.skipif(not discover().can_compile, reason="needs nvcc, NCCL and cuBLAS headers")
+@pytest.mark.parametrize("path", FAULTS, ids=[p.stem for p in FAULTS])
+def test_fault_compiles_unless_it_is_the_compile_error(path, tmp_path_factory):
+    cache = BuildCache(tmp_path_factory.getbasetemp() / "fault-cache")
+    r = compile_candidate(path, discover(), cache)
+    assert r.ok == (path.stem != "compile_error"), "\n".join(d.render() for d in r.diagnostics)
