@@ -49,6 +49,7 @@ class EvalOptions:
     run_root: Path | None = None  # where run folders go; default: the build cache's sibling
     bench: bool = True  # False: stop after L2
     shapes: tuple[str, ...] = ()  # restrict L3 to these bench shape names
+    trace: bool = True  # wait trace points on (off only to measure what they cost)
 
 
 ProgressFn = Callable[[Progress], None]
@@ -103,6 +104,7 @@ def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mo
         "timeout_factor": options.timeout_factor,
         "first_launch_timeout_s": options.first_launch_timeout_s,
         "nonce": secrets.randbelow(1 << 30),
+        "trace_slots": 4096 if options.trace else 0,
     }
 
 

@@ -58,16 +58,18 @@ class TraceMemory:
     def __init__(self, cupy: Any, slots: int) -> None:
         self.slots = slots
         self.bytes = slots * ctypes.sizeof(abi.CWaitSlot)
-        self.host_ptr = cupy.cuda.runtime.hostAlloc(self.bytes, cupy.cuda.runtime.hostAllocMapped)
-        ctypes.memset(self.host_ptr, 0, self.bytes)
+        self.host_ptr = 0
+        if slots > 0:  # 0 slots: tracing off (to measure what it costs); the helpers then skip it
+            self.host_ptr = cupy.cuda.runtime.hostAlloc(self.bytes, cupy.cuda.runtime.hostAllocMapped)
+            ctypes.memset(self.host_ptr, 0, self.bytes)
         # Unified addressing: memory from cudaHostAlloc(mapped) has the same address on the device.
         self.device_ptr = self.host_ptr
 
-    def reset(self) -> None:
-        ctypes.memset(self.host_ptr, 0, self.bytes)
-
     def records(self) -> list[dict[str, Any]]:
+        if not self.host_ptr:
+            return []
         return [r.__dict__ for r in abi.decode_slots(ctypes.string_at(self.host_ptr, self.bytes))]
+
 
 
 class Watchdog(threading.Thread):
@@ -271,7 +273,7 @@ class Rank:
             ctx.dim_names[i].value = name.encode()
             ctx.dims[i] = value
         ctx.nccl_id[:] = list(self.fresh_nccl_id())
-        ctx.trace = self.trace.device_ptr
+        ctx.trace = self.trace.device_ptr or None
         ctx.trace_slots = self.trace.slots
         self.contexts.append(ctx)
         return ctx
