@@ -198,4 +198,4 @@ async def test_view_source():
         await pilot.press("escape")
         await pilot.pause()
         assert isinstance(app.screen, EvaluateScreen)
-        assert app.screen.query_one(ListView).index == 2
+        assert app.screen.query_one(CandidateList).highlighted == COMPILE_ERROR
