@@ -1,0 +1,55 @@
+"""Sessions as single files: `git bundle` of every ref, so a session can be shipped, kept as an
+example (sessions/examples/*.bundle) and opened again with its history whole."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import git
+
+from cuco_tui.lineage.errors import SessionError
+from cuco_tui.lineage.repo import SessionRepo
+
+
+def export_bundle(repo: SessionRepo, path: Path) -> Path:
+    """Write every ref of the session (main, islands, tags) and their history to `path`."""
+    path = Path(path).resolve()  # git runs inside the repository; a relative path would land there
+    path.parent.mkdir(parents=True, exist_ok=True)
+    repo.git_repo.git.bundle("create", str(path), "--all")
+    return path
+
+
+def import_bundle(bundle_path: Path, dest: Path) -> SessionRepo:
+    """Make a session at `dest` from a bundle written by export_bundle, and open it.
+
+    Not `git clone`: a clone renames branches to origin/*, and a session's refs (main,
+    island-<n>, best, root) must come back under their own names. So: a fresh bare repository,
+    then a fetch of refs/* onto refs/*."""
+    bundle_path = Path(bundle_path).resolve()
+    dest = Path(dest)
+    if not bundle_path.is_file():
+        raise SessionError(f"no bundle at {bundle_path}")
+    if dest.exists() and any(dest.iterdir()):
+        raise SessionError(f"{dest} is not empty; import the bundle into a new folder")
+    made = not dest.exists()
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        repo = git.Repo.init(dest / ".git", bare=True, initial_branch="main")
+        try:
+            repo.git.bundle("verify", str(bundle_path))
+            # --update-head-ok: HEAD already names main (unborn); fetching into it is the point.
+            repo.git.fetch(str(bundle_path), "+refs/*:refs/*", "--update-head-ok", "--no-tags")
+        except git.GitCommandError as e:
+            raise SessionError(f"{bundle_path} is not a readable git bundle: {e.stderr.strip()}") from e
+        finally:
+            repo.close()
+        return SessionRepo.open(dest)
+    except BaseException:
+        # Leave nothing half-made behind; remove only what this call created.
+        if made:
+            shutil.rmtree(dest, ignore_errors=True)
+        else:
+            for child in dest.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise

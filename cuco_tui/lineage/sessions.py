@@ -1,0 +1,70 @@
+"""The sessions under a folder (normally sessions/), for `cuco sessions` and --resume."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from cuco_tui.lineage.errors import SessionError
+from cuco_tui.lineage.repo import SessionRepo
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    name: str
+    path: Path
+    workload: str
+    candidates: int
+    best_speedup: float | None  # the highest speedup among measured candidates
+    best_id: str | None
+    created: float  # unix time
+    modified: float  # unix time of the newest commit
+
+
+def summarize(repo: SessionRepo) -> SessionSummary:
+    info = repo.session_info()
+    best = repo.best_measured()
+    return SessionSummary(
+        name=repo.path.name,
+        path=repo.path,
+        workload=str(info.get("workload", "")),
+        candidates=len(repo),
+        best_speedup=best[1] if best else None,
+        best_id=best[0] if best else None,
+        created=float(info.get("created", 0.0)),
+        modified=repo.last_modified(),
+    )
+
+
+def list_sessions(root: Path) -> list[SessionSummary]:
+    """Every session directly under `root`, most recently modified first. Folders that are not
+    sessions (e.g. examples/ holding bundles) are skipped. Opening a session may rebuild its
+    index, which is a cache."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    out: list[SessionSummary] = []
+    for child in sorted(root.iterdir()):
+        if not (child / ".git").is_dir():
+            continue
+        try:
+            with SessionRepo.open(child) as repo:
+                out.append(summarize(repo))
+        except SessionError:
+            continue
+    return sorted(out, key=lambda s: (s.modified, s.name), reverse=True)
+
+
+def new_session_path(root: Path, workload: str, now: datetime | None = None) -> Path:
+    """A folder name under `root` for a new session of `workload`, e.g.
+    sessions/gemm_allgather-20261123-0427, unused so far (-2, -3, ... when taken)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", workload).strip(".-") or "session"
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M")
+    path = Path(root) / f"{stem}-{stamp}"
+    n = 2
+    while path.exists():
+        path = Path(root) / f"{stem}-{stamp}-{n}"
+        n += 1
+    return path
