@@ -222,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("workloads", help="list the workloads")
     w.set_defaults(fn=cmd_workloads)
+
+    from cuco_tui import cli_search
+
+    cli_search.add_parsers(sub)  # search, sessions, show, export
     return p
 
 

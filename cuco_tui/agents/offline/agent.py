@@ -199,7 +199,7 @@ class OfflineAgent:
             return self._full(request)
         if not s.knobs:
             return self._full(request)
-        failed = parent.status != GOOD
+        failed = parent.status not in (GOOD, "no_gpu", "pending")
         ranked = sorted(s.knobs, key=lambda k: -self._knob_influence(s, k) * self.rng.uniform(0.7, 1.3))
         for knob in ranked:
             values = [v for v in s.knobs[knob] if v != knobs.get(knob)]

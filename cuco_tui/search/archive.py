@@ -1,0 +1,80 @@
+"""Ranking candidates, their design coordinates, and the MAP-Elites archive: the best
+candidate of each design cell (backend, placement, sync, issuer), so a strategy that is not
+the overall best keeps a representative the search can return to."""
+
+from __future__ import annotations
+
+from cuco_tui.design.space import DIMENSIONS, DesignPoint
+from cuco_tui.evaluate.static_checks import design_of
+from cuco_tui.search.records import CandidateRecord
+
+MEASURED = "measured"
+UNMEASURED_OK = ("no_gpu",)  # compiled (and checked) but not run: nothing known of its speed
+
+
+def tier(record: CandidateRecord) -> int:
+    """0: measured; 1: fine as far as this machine could tell (no GPU); 2: failed."""
+    if record.status == MEASURED:
+        return 0
+    if record.status in UNMEASURED_OK:
+        return 1
+    return 2
+
+
+def is_failure(record: CandidateRecord) -> bool:
+    return tier(record) == 2
+
+
+def rank_key(record: CandidateRecord) -> tuple[int, float, int, str]:
+    """Sorts best first: measured by speedup, then unmeasured, then failures; newer first on ties."""
+    speed = record.speedup if record.speedup is not None else 0.0
+    return (tier(record), -speed, -record.generation, _neg(record.id))
+
+
+def _neg(cid: str) -> str:
+    # Newer ids first among equals: invert the digits so a plain ascending sort puts them first.
+    return "".join(chr(ord("9") - ord(c) + ord("0")) if c.isdigit() else c for c in cid)
+
+
+def design_point(record: CandidateRecord) -> DesignPoint:
+    """The record's design coordinates: what it carries, else its `// cuco-design:` line."""
+    design = record.design or {}
+    if not any(k in DIMENSIONS for k in design):
+        design = {**(design_of(record.source) or {}), "knobs": design.get("knobs", {})} if record.source else design
+    try:
+        return DesignPoint.from_dict(design)
+    except TypeError:
+        return DesignPoint()
+
+
+def is_better(a: CandidateRecord, b: CandidateRecord | None) -> bool:
+    return b is None or rank_key(a) < rank_key(b)
+
+
+class Archive:
+    """cell -> the best candidate that declared it. Only candidates that did not fail enter."""
+
+    def __init__(self) -> None:
+        self._cells: dict[tuple[str, ...], CandidateRecord] = {}
+
+    def offer(self, record: CandidateRecord) -> bool:
+        """Files `record` if it beats its cell's elite (or the cell is empty); True if it did."""
+        if is_failure(record) or not record.source:
+            return False
+        cell = design_point(record).cell()
+        if is_better(record, self._cells.get(cell)):
+            self._cells[cell] = record
+            return True
+        return False
+
+    def elite(self, cell: tuple[str, ...]) -> CandidateRecord | None:
+        return self._cells.get(cell)
+
+    def elites(self) -> list[CandidateRecord]:
+        return sorted(self._cells.values(), key=rank_key)
+
+    def cells(self) -> dict[tuple[str, ...], CandidateRecord]:
+        return dict(self._cells)
+
+    def __len__(self) -> int:
+        return len(self._cells)

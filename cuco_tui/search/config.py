@@ -1,0 +1,92 @@
+"""The search's settings: one frozen dataclass whose defaults make a sensible search."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+REVIEW_MODES = ("auto", "review", "risky")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work, with a sentence saying what to change."""
+
+
+def _cpu_count() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    workload: str = "gemm_allgather"
+    generations: int = 10  # the session's total: generation 0 is the seed (and the fast path)
+    islands: int = 3
+    proposals_per_generation: int | None = None  # None: one per island
+    explore_share: float = 0.5  # the first share of the generations explores, the rest exploits
+    migration_interval: int = 3  # every k generations the best of island i visits island i+1
+    meta_interval: int = 2  # every k generations the agent's meta-summary is refreshed
+    selection_exponent: float = 1.5  # parent weight = (rank + 1) ** -exponent
+    novelty_threshold: float = 0.999  # difflib ratio at or above which a same-design proposal is a near-duplicate
+    novelty_retries: int = 2  # extra proposals asked for a slot whose proposal was a duplicate
+    inspirations: int = 2  # other good candidates shown with the parent
+    budget_usd: float | None = None  # None: no cap (the agent may still have its own)
+    review_mode: str = "auto"  # "auto" | "review" (hold every proposal) | "risky" (hold backend changes, L0 warnings)
+    gpus: tuple[int, ...] = ()  # (): every GPU this machine has
+    world: int | None = None  # ranks per evaluation; None: the workload's smallest world size
+    max_concurrent_builds: int = field(default_factory=_cpu_count)
+    fast_path: bool = True  # ask for a fast-path candidate while no device-initiated one exists
+    fast_path_attempts: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.generations < 0:
+            raise ConfigError(f"generations must be 0 or more, not {self.generations}")
+        if self.islands < 1:
+            raise ConfigError(f"the search needs at least one island, not {self.islands}")
+        if self.proposals_per_generation is not None and self.proposals_per_generation < 1:
+            raise ConfigError(f"proposals_per_generation must be at least 1, not {self.proposals_per_generation}")
+        if not 0.0 <= self.explore_share <= 1.0:
+            raise ConfigError(f"explore_share is a share of the generations, between 0 and 1, not {self.explore_share}")
+        if self.migration_interval < 1 or self.meta_interval < 1:
+            raise ConfigError("migration_interval and meta_interval count generations: use 1 or more")
+        if self.selection_exponent < 0:
+            raise ConfigError(f"selection_exponent must be 0 (uniform) or more, not {self.selection_exponent}")
+        if not 0.0 < self.novelty_threshold <= 1.0:
+            raise ConfigError(f"novelty_threshold is a similarity in (0, 1], not {self.novelty_threshold}")
+        if self.budget_usd is not None and self.budget_usd < 0:
+            raise ConfigError(f"the budget is a number of dollars, 0 or more, not {self.budget_usd}")
+        if self.review_mode not in REVIEW_MODES:
+            raise ConfigError(f"review mode {self.review_mode!r} is not one of {', '.join(REVIEW_MODES)}")
+        if self.world is not None and self.world < 1:
+            raise ConfigError(f"world size must be at least 1, not {self.world}")
+        if self.max_concurrent_builds < 1:
+            raise ConfigError(f"max_concurrent_builds must be at least 1, not {self.max_concurrent_builds}")
+        if len(set(self.gpus)) != len(self.gpus):
+            raise ConfigError(f"the GPU list names a GPU twice: {list(self.gpus)}")
+
+    @property
+    def proposals(self) -> int:
+        return self.proposals_per_generation or self.islands
+
+    @property
+    def explore_generations(self) -> int:
+        """How many of generations 1..N explore; the rest exploit."""
+        return round(self.explore_share * self.generations)
+
+    def with_(self, **changes: Any) -> "SearchConfig":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["gpus"] = list(self.gpus)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SearchConfig":
+        """From to_dict()'s output; keys this version does not know are ignored."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in d.items() if k in known}
+        if "gpus" in values:
+            values["gpus"] = tuple(values["gpus"] or ())
+        return cls(**values)

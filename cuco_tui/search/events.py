@@ -1,0 +1,194 @@
+"""What the search engine tells its watchers (the headless CLI, the TUI): typed, frozen events
+on a thread-safe bus that delivers them in order and keeps a bounded history."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from cuco_tui.search.records import CandidateRecord
+
+if TYPE_CHECKING:
+    from cuco_tui.search.summary import SearchSummary
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    at: float = field(default_factory=time.time)
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchStarted(Event):
+    session: str  # the session folder
+    workload: str
+    agent: str
+    resumed: bool
+    start_generation: int
+    generations: int
+    islands: int
+    gpu_groups: tuple[tuple[int, ...], ...]
+    review_mode: str
+    budget_usd: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationStarted(Event):
+    generation: int
+    phase: str  # "init" | "explore" | "exploit"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProposalReady(Event):
+    candidate: str
+    generation: int
+    island: int
+    kind: str
+    parents: tuple[str, ...]
+    design: dict[str, Any]
+    rationale: str
+    agent: str
+    cost_usd: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AwaitingReview(Event):
+    candidate: str
+    kind: str
+    parents: tuple[str, ...]
+    source: str
+    design: dict[str, Any]
+    rationale: str
+    why: str  # why it is held: "review mode" or what makes it risky
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReviewDecided(Event):
+    candidate: str
+    decision: str  # "accept" | "reject" | "edit"
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageStarted(Event):
+    candidate: str
+    level: int  # cuco_tui.evaluate.result.Level
+    gpus: tuple[int, ...] = ()
+    message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageFinished(Event):
+    candidate: str
+    level: int
+    status: str = ""  # the candidate's status when this was its last stage; "" when it went on
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CandidateCommitted(Event):
+    record: CandidateRecord
+    sha: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BestImproved(Event):
+    record: CandidateRecord
+    previous: str | None  # the former best's id
+    previous_speedup: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetSpent(Event):
+    spent: float
+    cap: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HintAdded(Event):
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Paused(Event):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resumed(Event):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchFinished(Event):
+    summary: "SearchSummary"
+    reason: str  # "done" | "stopped" | "budget" | "agent exhausted" | "error"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineError(Event):
+    message: str
+    candidate: str = ""
+
+
+Subscriber = Callable[[Event], None]
+
+
+class EventBus:
+    """Delivers each event to every subscriber, in publication order, on the publishing thread
+    (one event at a time across threads). A subscriber that raises stays subscribed; the
+    traceback goes to `errors`, and the engine goes on. The history is bounded.
+
+    A subscriber runs on the engine's threads: it should be quick (a UI hands the event to its
+    own loop, e.g. Textual's call_from_thread) and may call the engine's controls."""
+
+    def __init__(self, history: int = 2000) -> None:
+        self._subscribers: dict[int, Subscriber] = {}
+        self._ids = itertools.count()
+        self._history: deque[Event] = deque(maxlen=history)
+        self._lock = threading.Lock()  # guards subscribers and history
+        self._deliver = threading.RLock()  # one delivery at a time, so every subscriber sees one order
+        self.errors: deque[str] = deque(maxlen=50)
+
+    def subscribe(self, callback: Subscriber, replay: bool = False) -> Callable[[], None]:
+        """Add a subscriber; with replay, it first receives the history. Returns the unsubscribe."""
+        with self._deliver:
+            with self._lock:
+                key = next(self._ids)
+                self._subscribers[key] = callback
+                past = list(self._history) if replay else []
+            for event in past:
+                self._call(callback, event)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers.pop(key, None)
+
+        return unsubscribe
+
+    def publish(self, event: Event) -> None:
+        with self._deliver:
+            with self._lock:
+                self._history.append(event)
+                subscribers = list(self._subscribers.values())
+            for callback in subscribers:
+                self._call(callback, event)
+
+    def _call(self, callback: Subscriber, event: Event) -> None:
+        try:
+            callback(event)
+        except Exception:  # a watcher's bug must not stop the search
+            self.errors.append(f"subscriber {callback!r} failed on {event.name}:\n{traceback.format_exc()}")
+
+    def history(self, kind: type[Event] | None = None) -> list[Event]:
+        with self._lock:
+            events = list(self._history)
+        return [e for e in events if kind is None or isinstance(e, kind)]

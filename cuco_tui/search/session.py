@@ -1,0 +1,49 @@
+"""Where search sessions live and how one is started or reopened: a session is a lineage
+repository (cuco_tui.lineage.SessionRepo) whose root commit records the workload and the
+search config, so `--resume` needs nothing but the folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cuco_tui.lineage import SessionError, SessionRepo, new_session_path
+from cuco_tui.search.config import ConfigError, SearchConfig
+from cuco_tui.workload.manifest import Workload, WorkloadError, load_workload
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SESSIONS = REPO_ROOT / "sessions"
+
+
+def resolve_session(name_or_path: str | Path, root: Path = SESSIONS) -> Path:
+    """A session folder given as a path, or as a name under `root`."""
+    path = Path(name_or_path)
+    if (path / ".git").is_dir():
+        return path
+    under = Path(root) / str(name_or_path)
+    if (under / ".git").is_dir():
+        return under
+    raise SessionError(f"no session {str(name_or_path)!r}: neither a folder holding one nor a session under {root}; "
+                       f"`cuco sessions` lists them")
+
+
+def create_session(workload: Workload, config: SearchConfig, path: Path | None = None,
+                   root: Path = SESSIONS) -> SessionRepo:
+    """A new session at `path` (default: a fresh folder under `root` named after the workload)."""
+    path = Path(path) if path is not None else new_session_path(root, workload.name)
+    return SessionRepo.create(path, config.workload, config.to_dict())
+
+
+def open_session(path: Path) -> tuple[SessionRepo, Workload, SearchConfig]:
+    """The session at `path`, its workload and the config it was started with."""
+    repo = SessionRepo.open(path)
+    try:
+        info = repo.session_info()
+        config = SearchConfig.from_dict(dict(info.get("config") or {}, workload=info.get("workload", "")))
+        workload = load_workload(config.workload)
+    except (WorkloadError, ConfigError, TypeError) as exc:
+        repo.close()
+        raise SessionError(f"session {path} cannot be resumed: {exc}") from exc
+    except BaseException:
+        repo.close()
+        raise
+    return repo, workload, config

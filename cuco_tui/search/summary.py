@@ -1,0 +1,101 @@
+"""The end-of-search summary: the best candidate, its speedup per bench shape, how many
+candidates ended in each status, and what the agent cost."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from cuco_tui.search.archive import rank_key
+from cuco_tui.search.records import CandidateRecord
+
+STATUS_ORDER = ("measured", "no_gpu", "incorrect", "deadlock", "runtime_error", "compile_error", "rejected", "pending")
+
+
+@dataclass(frozen=True)
+class ShapeSpeedup:
+    shape: str
+    reference_ms: float
+    candidate_ms: float
+    speedup: float
+
+
+@dataclass(frozen=True)
+class SearchSummary:
+    session: str
+    workload: str
+    agent: str
+    reason: str  # why the search ended: "done", "stopped", "budget", "agent exhausted", "error", "" (a snapshot)
+    generations: int  # the last generation committed
+    candidates: int
+    by_status: dict[str, int]
+    spent_usd: float
+    best: str | None  # id of the best measured candidate
+    best_speedup: float | None
+    best_design: dict[str, Any] = field(default_factory=dict)
+    best_shapes: tuple[ShapeSpeedup, ...] = ()
+    best_rationale: str = ""
+    seconds: float = 0.0
+
+    @classmethod
+    def of(cls, records: Iterable[CandidateRecord], *, session: str = "", workload: str = "", agent: str = "",
+           reason: str = "", seconds: float = 0.0) -> "SearchSummary":
+        recs = list(records)
+        by_status: dict[str, int] = {}
+        for r in recs:
+            by_status[r.status] = by_status.get(r.status, 0) + 1
+        measured = [r for r in recs if r.status == "measured" and r.speedup is not None]
+        best = min(measured, key=rank_key) if measured else None
+        shapes: tuple[ShapeSpeedup, ...] = ()
+        if best is not None and best.result:
+            shapes = tuple(
+                ShapeSpeedup(t["shape"], t["reference"]["median"], t["candidate"]["median"], t["speedup"])
+                for t in best.result.get("timings", [])
+            )
+        ordered = {s: by_status[s] for s in STATUS_ORDER if s in by_status}
+        ordered |= {s: n for s, n in sorted(by_status.items()) if s not in ordered}
+        return cls(
+            session=session, workload=workload, agent=agent or _agents(recs), reason=reason,
+            generations=max((r.generation for r in recs), default=0), candidates=len(recs), by_status=ordered,
+            spent_usd=round(sum(r.cost_usd for r in recs), 6),
+            best=best.id if best else None, best_speedup=best.speedup if best else None,
+            best_design=dict(best.design) if best else {}, best_shapes=shapes,
+            best_rationale=best.rationale if best else "", seconds=seconds,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["best_shapes"] = [asdict(s) for s in self.best_shapes]
+        return d
+
+    def render(self) -> str:
+        lines = [f"session   {self.session}" if self.session else "",
+                 f"workload  {self.workload}" + (f"   agent {self.agent}" if self.agent else ""),
+                 f"ended     {self.reason}" if self.reason else "",
+                 f"searched  {self.candidates} candidates over {self.generations} generations"
+                 + (f" in {self.seconds:.0f} s" if self.seconds else ""),
+                 "statuses  " + (", ".join(f"{s} {n}" for s, n in self.by_status.items()) or "none"),
+                 f"spent     ${self.spent_usd:.2f}"]
+        if self.best is None:
+            lines.append("best      none measured yet"
+                         + (" (no GPU here: candidates were compiled, not run)" if self.by_status.get("no_gpu") else ""))
+        else:
+            lines.append(f"best      {self.best}: {self.best_speedup:.3f}x the reference (geometric mean)")
+            coords = " ".join(f"{k}={v}" for k, v in self.best_design.items() if k != "knobs")
+            if coords:
+                lines.append(f"design    {coords}")
+            knobs = self.best_design.get("knobs") or {}
+            if knobs:
+                lines.append("knobs     " + " ".join(f"{k}={v}" for k, v in knobs.items()))
+            if self.best_shapes:
+                width = max(len(s.shape) for s in self.best_shapes)
+                lines.append("per shape " + f"{'shape':<{width}}  reference ms  candidate ms  speedup")
+                for s in self.best_shapes:
+                    lines.append(f"          {s.shape:<{width}}  {s.reference_ms:12.3f}  {s.candidate_ms:12.3f}  "
+                                 f"{s.speedup:6.2f}x")
+        return "\n".join(line for line in lines if line)
+
+
+def _agents(records: list[CandidateRecord]) -> str:
+    names = sorted({r.agent for r in records if r.agent not in ("workload", "engineer", "engine")})
+    return ", ".join(names)
