@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cuco_tui.evaluate.result import CascadeResult, Status
+from cuco_tui.usage import UsageError
 from cuco_tui.harness.gpus import parse_gpu_list
 from cuco_tui.workload.manifest import WorkloadError, list_workloads, load_workload
 
@@ -29,10 +30,6 @@ STATUS_STYLE = {
     Status.DEADLOCK: "bold red",
     Status.INCORRECT: "bold yellow",
 }
-
-
-class UsageError(Exception):
-    pass
 
 
 def _gpus(text: str | None) -> list[int] | None:

@@ -16,7 +16,8 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
-from cuco_tui.cli import UsageError, _gpus, _workload, render_result
+from cuco_tui.cli import _gpus, _workload, render_result
+from cuco_tui.usage import UsageError
 
 DEFAULT_GENERATIONS = 10
 DEFAULT_CLAUDE_BUDGET = 5.0

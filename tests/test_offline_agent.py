@@ -141,3 +141,23 @@ def test_every_template_compiles(tmp_path):
         path.write_text(book.render(s, knobs))
         r = compile_candidate(path, discover(), cache)
         assert r.ok, "\n".join(d.render() for d in r.diagnostics)
+
+
+def test_knobs_that_change_nothing_do_not_make_a_new_candidate():
+    agent = OfflineAgent(W, seed=4)
+    sources = {}
+    for _ in range(agent.space_size()):
+        p = agent.propose(_req("full"))
+        if p.error:
+            break
+        assert p.source not in sources.values(), "two proposals rendered the same code"
+        sources[len(sources)] = p.source
+
+
+def test_summarize_remembers_candidates_that_only_compiled():
+    agent = OfflineAgent(W, seed=0)
+    p = agent.propose(_req("full"))
+    fresh = OfflineAgent(W, seed=0)
+    fresh.summarize([SEED_RECORD, _record("c0001", p, status="no_gpu")])
+    again = [fresh.propose(_req("full")).source for _ in range(5)]
+    assert p.source not in again

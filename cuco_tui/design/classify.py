@@ -44,7 +44,7 @@ from cuco_tui.design.space import (
     violations,
 )
 from cuco_tui.evaluate.result import Diagnostic, Level
-from cuco_tui.evaluate.static_checks import design_of, split_regions
+from cuco_tui.evaluate.static_checks import blank_code, design_of, split_regions
 
 __all__ = [
     "Site",
@@ -191,45 +191,6 @@ _OVERLAP_WORDS = {
 # ---------------------------------------------------------------------------- text
 
 
-def _blank(text: str) -> str:
-    """`text` with comments and the contents of string and char literals replaced by spaces;
-    every newline stays, so offsets and line numbers still match the original."""
-    out = list(text)
-    n = len(text)
-
-    def wipe(a: int, b: int) -> None:
-        for k in range(a, min(b, n)):
-            if out[k] != "\n":
-                out[k] = " "
-
-    i = 0
-    while i < n:
-        c = text[i]
-        nxt = text[i + 1] if i + 1 < n else ""
-        if c == "/" and nxt == "/":
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            wipe(i, j)
-            i = j
-        elif c == "/" and nxt == "*":
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            wipe(i, j)
-            i = j
-        elif c in "\"'":
-            if c == "'" and i > 0 and text[i - 1].isalnum():  # a digit separator, 1'000
-                i += 1
-                continue
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            wipe(i + 1, min(j, n))
-            i = j + 1
-        else:
-            i += 1
-    return "".join(out)
-
-
 class _Code:
     """The EVOLVE blocks of a candidate as one blanked text (frozen lines emptied), with
     offsets that map to the candidate's own line numbers."""
@@ -241,7 +202,7 @@ class _Code:
             for no in range(region.start_line, region.end_line + 1):
                 keep[no - 1] = True
         masked = "\n".join(line if keep[k] else "" for k, line in enumerate(lines))
-        self.text = _blank(masked)
+        self.text = blank_code(masked)
         self.starts = [0] + [m.end() for m in re.finditer("\n", self.text)]
 
     def line(self, offset: int) -> int:

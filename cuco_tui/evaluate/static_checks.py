@@ -247,6 +247,12 @@ def _blank(text: str) -> tuple[str, str]:
     return "".join(nocomment), "".join(nolit)
 
 
+def blank_code(text: str) -> str:
+    """`text` with comments and the contents of string and char literals replaced by spaces,
+    newlines kept, so offsets, lines and columns still match the original."""
+    return _blank(text)[1]
+
+
 def _scan_quoted(text: str, i: int, quote: str) -> int:
     """Offset just past the literal that opens at text[i] (a quote): past its closing quote,
     or at the end of its line when it is not closed there."""

@@ -71,9 +71,11 @@ class OfflineAgent:
         self.by_knob.clear()
         for rec in history:
             name, knobs = _strategy_of(rec)
-            if not name or rec.status in ("pending", "no_gpu"):
+            if not name:
                 continue
-            self.proposed.add(_key(name, knobs))
+            self.proposed.add(_key(name, self._normalized(name, knobs)))
+            if rec.status in ("pending", "no_gpu"):
+                continue
             outcomes = [self.by_strategy[name]] + [self.by_knob[(name, k, repr(v))] for k, v in knobs.items()]
             for o in outcomes:
                 o.tries += 1
@@ -102,7 +104,14 @@ class OfflineAgent:
             return self._diff(request)
         return self._full(request)
 
+    def _normalized(self, name: str, knobs: Knobs) -> Knobs:
+        try:
+            return self.book.get(name).normalized(knobs)
+        except Exception:
+            return knobs
+
     def _make(self, request: ProposalRequest, kind: str, strategy: Strategy, knobs: Knobs, why: str) -> Proposal:
+        knobs = strategy.normalized(knobs)
         self.proposed.add(_key(strategy.name, knobs))
         point = strategy.point(knobs)
         return Proposal(
@@ -128,8 +137,8 @@ class OfflineAgent:
 
     def _fresh(self, s: Strategy, candidates: list[Knobs]) -> Knobs | None:
         for knobs in candidates:
-            if self._valid(s, knobs) and _key(s.name, knobs) not in self.proposed:
-                return knobs
+            if self._valid(s, knobs) and _key(s.name, s.normalized(knobs)) not in self.proposed:
+                return s.normalized(knobs)
         return None
 
     def _fast_path(self, request: ProposalRequest) -> Proposal:
@@ -207,7 +216,7 @@ class OfflineAgent:
             order = sorted(zip(values, weights), key=lambda vw: -vw[1] * self.rng.uniform(0.8, 1.2))
             for value, _ in order:
                 new = {**s.default_knobs(), **knobs, knob: value}
-                if self._valid(s, new) and _key(s.name, new) not in self.proposed:
+                if self._valid(s, new) and _key(s.name, s.normalized(new)) not in self.proposed:
                     why = (f"Exploit: from {parent.id} ({parent.status}"
                            + (f", {parent.speedup:.2f}x" if parent.speedup else "") + f"), change {knob} "
                            f"{knobs.get(knob)!r} -> {value!r}. ")
@@ -232,7 +241,7 @@ class OfflineAgent:
             for k in s.knobs:
                 if k in knobs_b and self.rng.random() < 0.5:
                     new[k] = knobs_b[k]
-            if self._valid(s, new) and _key(s.name, new) not in self.proposed:
+            if self._valid(s, new) and _key(s.name, s.normalized(new)) not in self.proposed:
                 return self._make(request, "crossover", s, new,
                                   f"Crossover of {a.id} ({name_a}) and {b.id} ({name_b}): the strategy of the "
                                   f"better parent, knobs mixed from both: {self._fmt(new)}.")
@@ -240,7 +249,7 @@ class OfflineAgent:
         for knob in self.rng.sample(list(s.knobs), len(s.knobs)):
             for value in s.knobs[knob]:
                 new = {**s.default_knobs(), **knobs_a, knob: value}
-                if self._valid(s, new) and _key(s.name, new) not in self.proposed:
+                if self._valid(s, new) and _key(s.name, s.normalized(new)) not in self.proposed:
                     return self._make(request, "crossover", s, new,
                                       f"Crossover of {a.id} ({name_a}) and {b.id} ({name_b}): they share no knob "
                                       f"to mix, so the better parent's strategy with {knob}={value!r}.")

@@ -23,6 +23,12 @@ class Strategy:
     knobs: dict[str, tuple[Any, ...]]  # knob -> the values it may take (first = default)
     design: Callable[[Knobs], DesignPoint]
     fast_path: bool = False  # the most conservative device-initiated strategy
+    # Knobs that do not change the code for some settings of the others are reset to their
+    # defaults there, so that two choices rendering the same code count as one.
+    normalize: Callable[[Knobs], Knobs] | None = None
+
+    def normalized(self, knobs: Knobs) -> Knobs:
+        return self.normalize(dict(knobs)) if self.normalize else dict(knobs)
 
     def default_knobs(self) -> Knobs:
         return {k: values[0] for k, values in self.knobs.items()}

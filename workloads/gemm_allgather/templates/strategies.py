@@ -22,6 +22,12 @@ def _peer_pipeline(k: dict) -> DesignPoint:
     )
 
 
+def _peer_pipeline_normalize(k: dict) -> dict:
+    if k.get("mover") == "copy_engine":
+        k["mover_blocks"] = 16  # the copy engines need no store kernel: its size changes nothing
+    return k
+
+
 STRATEGIES = [
     Strategy(
         name="host_sequential",
@@ -53,5 +59,6 @@ STRATEGIES = [
         knobs={"mover": ("copy_engine", "ipc"), "chunks": (1, 2, 4, 8), "own_rows": ("first", "parallel"),
                "mover_blocks": (16, 8, 32)},
         design=_peer_pipeline,
+        normalize=_peer_pipeline_normalize,
     ),
 ]
