@@ -16,6 +16,10 @@ from cuco_tui.harness.launcher import run_group
 from cuco_tui.workload.manifest import Workload
 
 
+# Names of reference parts that move data rather than compute (the rest are compute).
+COMM_PARTS = frozenset({"allgather", "transfer", "alltoall", "dispatch", "combine", "comm"})
+
+
 class BaselineError(RuntimeError):
     pass
 
@@ -45,7 +49,7 @@ class ShapeBaseline:
     def link_bound_ms(self) -> float | None:
         """max(compute, bytes / peer bandwidth): overlap with communication at copy-engine speed."""
         gbps = self.peer_gbps
-        compute = [p.median for name, p in self.parts.items() if name != "allgather" and "comm" not in name]
+        compute = [p.median for name, p in self.parts.items() if name not in COMM_PARTS]
         if gbps is None or not compute:
             return None
         return max(max(compute), self.comm_bytes / (gbps * 1e6))

@@ -243,7 +243,7 @@ class Rank:
     # ------------------------------------------------------------------ buffers and candidate
 
     def buffers(self, dims: dict[str, int]) -> tuple[dict, dict, dict, dict[str, str]]:
-        spec = self.ref_module.io_spec(dims, self.world)
+        spec = self.ref_module.io_spec(dims, self.world, self.rank)
         cp = self.cupy
         kinds = {"bf16": cp.uint16, "f32": cp.float32, "f16": cp.uint16, "i32": cp.int32, "i64": cp.int64, "u8": cp.uint8}
         inputs = {n: cp.empty(s, dtype=kinds[d]) for n, s, d in spec["inputs"]}

@@ -4,7 +4,7 @@ bf16 in and out, fp32 accumulation) on the same stream. It defines the right ans
 the baseline time. `expected` is the float64 CPU version the tests check it against.
 
 The harness calls, on each rank:
-  io_spec(dims, world)                       -> buffer names, shapes and dtypes
+  io_spec(dims, world, rank)                 -> this rank's buffer names, shapes and dtypes
   fill_inputs(xp, inputs, dims, world, rank, seed)
   Reference(env).run(inputs, outputs)        enqueue one iteration on env.stream
   Reference(env).parts(inputs, outputs)      the pieces alone, for the ceilings
@@ -24,7 +24,7 @@ CUBLAS_GEMM_DEFAULT = -1
 CUBLAS_OP_N = 0
 
 
-def io_spec(dims: dict[str, int], world: int) -> dict[str, list[tuple[str, tuple[int, ...], str]]]:
+def io_spec(dims: dict[str, int], world: int, rank: int = 0) -> dict[str, list[tuple[str, tuple[int, ...], str]]]:
     M, K, N = dims["M"], dims["K"], dims["N"]
     return {
         "inputs": [("x", (M // world, K), "bf16"), ("b", (K, N // world), "bf16")],

@@ -1,0 +1,60 @@
+import importlib.util
+
+import numpy as np
+import pytest
+
+from cuco_tui.build.toolchain import discover
+from cuco_tui.evaluate.cascade import evaluate
+from cuco_tui.evaluate.result import Status
+from cuco_tui.harness.bf16 import from_bf16_bits
+from cuco_tui.workload.manifest import WorkloadError, load_workload
+
+W = load_workload("kv_transfer")
+
+
+def _ref():
+    spec = importlib.util.spec_from_file_location("kv_ref", W.reference)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_manifest():
+    assert W.world_sizes == (2,)
+    assert len(W.bench_shapes) >= 3
+    W.check_world(2)
+    with pytest.raises(WorkloadError):
+        W.check_world(4)
+
+
+def test_buffers_differ_by_role():
+    ref = _ref()
+    dims = W.verify_shapes[0].dims
+    prefill, decode = ref.io_spec(dims, 2, 0), ref.io_spec(dims, 2, 1)
+    assert [n for n, _, _ in prefill["inputs"]] == ["x", "w"] and prefill["outputs"] == []
+    assert decode["inputs"] == [] and decode["outputs"][0][1] == (dims["L"], dims["S"], 2 * dims["D"])
+
+
+def test_reference_formula_matches_float64_per_layer():
+    ref = _ref()
+    dims = {"L": 3, "S": 5, "H": 4, "D": 2}
+    inputs = []
+    for rank in range(2):
+        spec = ref.io_spec(dims, 2, rank)
+        bufs = {n: np.empty(s, dtype=np.uint16) for n, s, _ in spec["inputs"]}
+        ref.fill_inputs(np, bufs, dims, 2, rank, seed=9)
+        inputs.append(bufs)
+    out = ref.expected(inputs, dims, 2)
+    assert out[0] == {}
+    x = from_bf16_bits(np, inputs[0]["x"]).astype(np.float64)
+    w = from_bf16_bits(np, inputs[0]["w"]).astype(np.float64)
+    for layer in range(3):
+        manual = np.array([[sum(x[s, h] * w[layer, h, d] for h in range(4)) for d in range(4)] for s in range(5)])
+        assert np.allclose(out[1]["kv"][layer], manual)
+
+
+@pytest.mark.skipif(not discover().can_compile, reason="needs nvcc, NCCL and cuBLAS headers")
+def test_seed_compiles_and_stops_with_no_gpu(monkeypatch):
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+    r = evaluate(W.seed, W)
+    assert r.status == Status.NO_GPU, r.reason
