@@ -58,3 +58,22 @@ def test_seed_compiles_and_stops_with_no_gpu(monkeypatch):
     monkeypatch.setenv("CUCO_NO_GPU", "1")
     r = evaluate(W.seed, W)
     assert r.status == Status.NO_GPU, r.reason
+
+
+@pytest.mark.skipif(not discover().can_compile, reason="needs nvcc, NCCL and cuBLAS headers")
+def test_every_strategy_template_passes_l0_and_compiles(tmp_path):
+    from cuco_tui.agents.offline import StrategyBook
+    from cuco_tui.build import BuildCache, compile_candidate
+    from cuco_tui.design.classify import check_declaration
+    from cuco_tui.evaluate.static_checks import check_static, is_rejected
+
+    book = StrategyBook.load(W.root, W.seed)
+    assert {s.name for s in book.strategies} >= {"host_sequential", "host_layered", "ce_pull"}
+    for s in book.strategies:
+        src = book.render(s, s.default_knobs())
+        assert not is_rejected(check_static(src, W.seed.read_text(), "c.cu"))
+        assert check_declaration(src) == []
+        path = tmp_path / f"{s.name}.cu"
+        path.write_text(src)
+        r = compile_candidate(path, discover(), BuildCache(tmp_path / "cache"))
+        assert r.ok, "\n".join(d.render() for d in r.diagnostics)

@@ -6,7 +6,7 @@
 #include "cuco_runtime.cuh"
 
 // EVOLVE-BLOCK-START
-// cuco-design: backend=nccl_host placement=before sync=global issuer=host chunk=full streams=1 comm_sms=0
+// cuco-design: backend=nccl_host placement=before sync=per_peer issuer=host chunk=full streams=1 comm_sms=0
 // Host-driven and sequential: one strided-batched cuBLAS GEMM computes every layer on rank 0,
 // then one NCCL send moves the whole cache to rank 1.
 #include <cublas_v2.h>
