@@ -1,12 +1,19 @@
-"""The cuco-tui application: opens a workload on the evaluate screen."""
+"""The cuco-tui application: opens a workload on the evaluate screen; `s` opens the search
+dashboard (or `start_search=True` opens it at once)."""
 
 from __future__ import annotations
 
 from textual.app import App
 from textual.binding import Binding
 
+from pathlib import Path
+from typing import Any
+
+from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.evaluate import EvaluateFn, EvaluateScreen
+from cuco_tui.app.search_launch import SearchLaunch
 from cuco_tui.evaluate.result import CascadeResult
+from cuco_tui.search.config import SearchConfig
 from cuco_tui.workload.manifest import load_workload
 
 
@@ -20,22 +27,63 @@ def _cascade_evaluate(*args, **kwargs) -> CascadeResult:
 class CucoApp(App):
     """`workload_name`: a folder under workloads/ or a path to one (raises WorkloadError with a
     sentence if it cannot be loaded); `gpus`: the GPU group to run on (None: the cascade picks);
-    `evaluate_fn`: called as evaluate_fn(candidate, workload, EvalOptions, progress=callback)."""
+    `evaluate_fn`: called as evaluate_fn(candidate, workload, EvalOptions, progress=callback).
+
+    The search (`s`, or at once with `start_search`): `search_config` (default: the workload's,
+    10 generations), `review_mode` overrides its review mode, `session` the session folder
+    (default: a new one under sessions/), `engine_options` extra SearchEngine keyword arguments."""
 
     CSS_PATH = "cuco.tcss"
     TITLE = "cuco"
-    BINDINGS = [Binding("q", "quit", "Quit")]
+    BINDINGS = [Binding("q", "quit", "Quit"), Binding("s", "search", "Search")]
 
     def __init__(
         self,
         workload_name: str = "gemm_allgather",
         gpus: list[int] | None = None,
         evaluate_fn: EvaluateFn | None = None,
+        *,
+        start_search: bool = False,
+        review_mode: str | None = None,
+        search_config: SearchConfig | None = None,
+        session: Path | str | None = None,
+        engine_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.workload = load_workload(workload_name)
         self.gpus = list(gpus) if gpus else None
         self.evaluate_fn = evaluate_fn or _cascade_evaluate
+        config = search_config or SearchConfig(workload=self.workload.name, generations=10,
+                                               gpus=tuple(self.gpus or ()))
+        if review_mode is not None:
+            config = config.with_(review_mode=review_mode)  # ConfigError names the modes
+        self.search_launch = SearchLaunch(self.workload, config, self.evaluate_fn,
+                                          Path(session) if session is not None else None,
+                                          tuple((engine_options or {}).items()))
+        self.start_search = start_search
+
+    def on_mount(self) -> None:
+        if self.start_search:
+            self.action_search()
+
+    @property
+    def dashboard(self) -> DashboardScreen | None:
+        if self.is_screen_installed("dashboard"):
+            screen = self.get_screen("dashboard")
+            return screen if isinstance(screen, DashboardScreen) else None
+        return None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "search" and isinstance(self.screen, DashboardScreen):
+            return False  # already there: hidden from the footer
+        return True
+
+    def action_search(self) -> None:
+        """Open the search dashboard; the first time, this starts the search."""
+        if self.dashboard is None:
+            self.install_screen(DashboardScreen(self.search_launch), "dashboard")
+        if self.screen is not self.dashboard:
+            self.push_screen("dashboard")
 
     def get_default_screen(self) -> EvaluateScreen:
         return EvaluateScreen(self.workload, self.gpus, self.evaluate_fn)

@@ -80,3 +80,20 @@ def status_tone(status: Status) -> str:
     if status is Status.NO_GPU:
         return "-warn"
     return "-bad"
+
+
+class SearchEvent(Message):
+    """The search engine published `event` (a cuco_tui.search.events.Event); posted from the
+    engine's threads, handled on the event loop."""
+
+    def __init__(self, event) -> None:
+        super().__init__()
+        self.event = event
+
+
+class SearchCrashed(Message):
+    """Starting or running the search raised (`error`: a sentence for the engineer)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error

@@ -24,6 +24,7 @@ from cuco_tui.evaluate.result import (
     Verification,
 )
 from cuco_tui.evaluate.static_checks import check_static, is_rejected
+from cuco_tui.evaluate.sync_checks import check_sync
 from cuco_tui.harness.deadlock import describe_hang
 from cuco_tui.harness.gpus import inventory
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
@@ -145,6 +146,7 @@ def evaluate(
     # L0: static checks, before anything touches a compiler or a GPU.
     say(Progress(Level.STATIC, "static checks"))
     diags = check_static(source, workload.seed.read_text(), candidate.name)
+    diags += check_sync(source, candidate.name)
     if is_rejected(diags):
         first = next(d for d in diags if d.severity == "error")
         return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC, diagnostics=diags,

@@ -147,6 +147,13 @@ class OfflineAgent:
                 return self._make(request, "fast_path", s, s.default_knobs(),
                                   "Fast path: the most conservative device-initiated point, at default knobs, "
                                   "to establish a correct device-initiated candidate first.")
+        # No template is marked for the fast path: the first one that leaves host collectives.
+        for s in self.book.strategies:
+            knobs = s.default_knobs()
+            if self._valid(s, knobs) and s.design(knobs).backend != "nccl_host":
+                return self._make(request, "fast_path", s, knobs,
+                                  f"Fast path: this workload has no device-initiated template yet; {s.name} is the "
+                                  f"first strategy that leaves NCCL host collectives ({s.design(knobs).backend}).")
         return self._full(request)
 
     def _strategy_score(self, s: Strategy) -> float:
