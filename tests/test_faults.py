@@ -18,7 +18,7 @@ def test_every_fault_has_an_expectation_and_back():
     assert sorted(expected) == sorted(p.stem for p in FAULTS)
     assert len(FAULTS) >= 10
     kinds = {v["status"] for v in expected.values()}
-    assert kinds == {"compile_error", "incorrect", "runtime_error", "deadlock"}
+    assert kinds == {"rejected", "compile_error", "incorrect", "runtime_error", "deadlock"}
 
 
 @pytest.mark.parametrize("path", FAULTS, ids=[p.stem for p in FAULTS])
