@@ -1,0 +1,281 @@
+"""The search dashboard: the engine runs in a thread worker; its events come back as
+SearchEvent messages and redraw the state panel, the proposal queue, the evaluations in flight
+and the speedup chart. Keys steer the engine through its public controls (pause, resume, stop,
+review, hints, review mode), each called from a short thread worker: the engine's lock may be
+held across a git commit, and the event loop never waits on git."""
+
+from __future__ import annotations
+
+import difflib
+import traceback
+from dataclasses import replace
+from typing import Callable
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer, Header
+
+from cuco_tui.app.commands import SearchCommands
+from cuco_tui.app.messages import SearchCrashed, SearchEvent
+from cuco_tui.app.search_launch import SearchLaunch
+from cuco_tui.app.widgets.search.in_flight import InFlightTable
+from cuco_tui.app.widgets.search.proposal_queue import PendingProposal, ProposalQueue
+from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
+from cuco_tui.app.widgets.search.state_panel import SearchState, StatePanel
+from cuco_tui.app.widgets.text_prompt import TextPrompt
+from cuco_tui.search import events as ev
+from cuco_tui.search.config import REVIEW_MODES
+from cuco_tui.search.engine import SearchEngine, id_number
+from cuco_tui.search.events import EventBus
+
+SOURCE = "candidate.cu"
+
+
+def unified_diff(parent_id: str, parent_source: str, child_id: str, child_source: str) -> str:
+    lines = difflib.unified_diff(parent_source.splitlines(), child_source.splitlines(),
+                                 f"{parent_id}/{SOURCE}", f"{child_id}/{SOURCE}", lineterm="")
+    return "\n".join(lines)
+
+
+class DashboardScreen(Screen):
+    BINDINGS = [
+        Binding("y", "accept", "Accept"),
+        Binding("n", "reject", "Reject"),
+        Binding("a", "accept_all", "Accept all"),
+        Binding("p", "toggle_pause", "Pause/resume"),
+        Binding("m", "cycle_review_mode", "Review mode"),
+        Binding("h", "hint", "Hint"),
+        Binding("x", "stop", "Stop"),
+        Binding("escape", "back", "Back"),
+    ]
+    COMMANDS = {SearchCommands}
+
+    state: reactive[SearchState] = reactive(SearchState, always_update=True)
+
+    def __init__(self, launch: SearchLaunch, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._launch = launch
+        self.events = EventBus()
+        self.engine: SearchEngine | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self._sources: dict[str, str] = {}  # committed candidates' sources, for the diffs
+        self._points: list[tuple[int, float]] = []
+        self._started = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="dashboard-body"):
+            with Vertical(id="dashboard-left"):
+                yield StatePanel(id="state-panel")
+                yield InFlightTable(id="in-flight")
+            with Vertical(id="dashboard-right"):
+                yield ProposalQueue(id="proposals")
+                yield SpeedupChart(id="speedup-chart")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"search · {self._launch.workload.name}"
+        self.state = replace(self.state, review_mode=self._launch.config.review_mode,
+                             islands=self._launch.config.islands, generations=self._launch.config.generations,
+                             budget=self._launch.config.budget_usd)
+        if not self._started:
+            self._started = True
+            self._unsubscribe = self.events.subscribe(lambda e: self.post_message(SearchEvent(e)), replay=True)
+            self._run_search()
+
+    def on_unmount(self) -> None:
+        if self.engine is not None:
+            self.engine.stop()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+
+    def watch_state(self, state: SearchState) -> None:
+        if self.is_mounted:
+            self.query_one(StatePanel).state = state
+
+    # --- the engine's thread ------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="search", name="search", exit_on_error=False)
+    def _run_search(self) -> None:
+        try:
+            self.engine = self._launch.start(self.events)
+            self.engine.run()
+        except Exception as exc:
+            self.app.log.error(traceback.format_exc())
+            self.post_message(SearchCrashed(f"the search stopped: {type(exc).__name__}: {exc}"))
+        finally:
+            repo = getattr(self.engine, "repo", None)
+            close = getattr(repo, "close", None)
+            if callable(close):
+                close()
+
+    # --- events ---------------------------------------------------------------------------------
+
+    async def on_search_event(self, message: SearchEvent) -> None:
+        e = message.event
+        s = self.state
+        queue = self.query_one(ProposalQueue)
+        flight = self.query_one(InFlightTable)
+        if isinstance(e, ev.SearchStarted):
+            s = replace(s, run="running", islands=e.islands, generations=e.generations, review_mode=e.review_mode,
+                        budget=e.budget_usd)
+        elif isinstance(e, ev.GenerationStarted):
+            s = replace(s, generation=e.generation, phase=e.phase)
+        elif isinstance(e, ev.AwaitingReview):
+            await queue.add(self._pending(e))
+            s = replace(s, held=len(queue.ids))
+        elif isinstance(e, ev.ReviewDecided):
+            await queue.discard(e.candidate)
+            s = replace(s, held=len(queue.ids))
+        elif isinstance(e, ev.StageStarted):
+            flight.started(e.candidate, e.level, e.gpus, e.message)
+            s = replace(s, in_flight=len(flight.candidates))
+        elif isinstance(e, ev.StageFinished):
+            if e.status:
+                flight.finished(e.candidate)
+            s = replace(s, in_flight=len(flight.candidates))
+        elif isinstance(e, ev.CandidateCommitted):
+            r = e.record
+            self._sources[r.id] = r.source
+            await queue.discard(r.id)
+            flight.finished(r.id)
+            statuses = dict(s.statuses)
+            status = "rejected" if r.review.startswith("rejected") else r.status
+            statuses[status] = statuses.get(status, 0) + 1
+            s = replace(s, statuses=statuses, held=len(queue.ids), in_flight=len(flight.candidates))
+            if r.speedup is not None:
+                self._points.append((id_number(r.id), float(r.speedup)))
+                self.query_one(SpeedupChart).points = tuple(self._points)
+        elif isinstance(e, ev.BestImproved):
+            s = replace(s, best_id=e.record.id, best_speedup=e.record.speedup)
+        elif isinstance(e, ev.BudgetSpent):
+            s = replace(s, spent=e.spent, budget=e.cap)
+        elif isinstance(e, ev.HintAdded):
+            s = replace(s, hints=s.hints + 1)
+        elif isinstance(e, ev.Paused):
+            s = replace(s, run="paused")
+        elif isinstance(e, ev.Resumed):
+            s = replace(s, run="running")
+        elif isinstance(e, ev.SearchFinished):
+            s = replace(s, run=f"finished: {e.reason}")
+        elif isinstance(e, ev.EngineError):
+            self.notify(e.message, title="search", severity="error")
+        self.state = s
+
+    def on_search_crashed(self, message: SearchCrashed) -> None:
+        self.state = replace(self.state, run="failed")
+        self.notify(message.error, title="search", severity="error", timeout=15)
+
+    def _pending(self, e: ev.AwaitingReview) -> PendingProposal:
+        diff = ""
+        if e.parents:
+            parent = e.parents[0]
+            known = self._sources.get(parent)
+            diff = (unified_diff(parent, known, e.candidate, e.source) if known is not None
+                    else f"(the source of {parent} is not known to the dashboard)")
+        else:
+            diff = unified_diff("(none)", "", e.candidate, e.source)
+        return PendingProposal(candidate=e.candidate, kind=e.kind, parents=tuple(e.parents),
+                               rationale=e.rationale, design=dict(e.design), why=e.why, diff=diff)
+
+    # --- steering -------------------------------------------------------------------------------
+
+    def _ready(self) -> SearchEngine | None:
+        """The engine, when it can still be steered (else a notification says why not)."""
+        run = self.state.run
+        if run == "failed" or run.startswith("finished"):
+            self.notify(f"the search is over ({run})", severity="warning")
+            return None
+        if self.engine is None:
+            self.notify("the search is still starting", severity="warning")
+        return self.engine
+
+    @work(thread=True, group="controls", exit_on_error=False)
+    def _control(self, what: str, call: Callable[[], object]) -> None:
+        try:
+            call()
+        except Exception as exc:  # ReviewError, ConfigError: a sentence for the engineer
+            self.app.call_from_thread(self.notify, str(exc), title=what, severity="warning")
+
+    def action_accept(self) -> None:
+        engine, cid = self._ready(), self.query_one(ProposalQueue).selected
+        if engine is None:
+            return
+        if cid is None:
+            self.notify("no proposal is waiting for review", severity="warning")
+            return
+        self._control("accept", lambda: engine.review(cid, "accept"))
+
+    def action_accept_all(self) -> None:
+        engine, ids = self._ready(), self.query_one(ProposalQueue).ids
+        if engine is None:
+            return
+        if not ids:
+            self.notify("no proposal is waiting for review", severity="warning")
+            return
+
+        def accept_all() -> None:
+            for cid in ids:
+                engine.review(cid, "accept")
+
+        self._control("accept all", accept_all)
+
+    def action_reject(self) -> None:
+        engine, cid = self._ready(), self.query_one(ProposalQueue).selected
+        if engine is None:
+            return
+        if cid is None:
+            self.notify("no proposal is waiting for review", severity="warning")
+            return
+
+        def rejected(reason: str | None) -> None:
+            if reason is not None:
+                self._control("reject", lambda: engine.review(cid, "reject", reason))
+
+        self.app.push_screen(TextPrompt(f"Why reject {cid}?", "the reason goes into the lineage"), rejected)
+
+    def action_toggle_pause(self) -> None:
+        engine = self._ready()
+        if engine is not None:
+            self._control("pause", engine.resume if engine.paused else engine.pause)
+
+    def action_cycle_review_mode(self) -> None:
+        engine = self._ready()
+        if engine is None:
+            return
+        mode = REVIEW_MODES[(REVIEW_MODES.index(engine.review_mode) + 1) % len(REVIEW_MODES)]
+
+        def switch() -> None:
+            engine.set_review_mode(mode)
+            self.app.call_from_thread(self._mode_set, mode)
+
+        self._control("review mode", switch)
+
+    def _mode_set(self, mode: str) -> None:
+        self.state = replace(self.state, review_mode=mode)
+        self.notify(f"review mode: {mode}")
+
+    def action_hint(self) -> None:
+        engine = self._ready()
+        if engine is None:
+            return
+
+        def hinted(text: str | None) -> None:
+            if text and text.strip():
+                self._control("hint", lambda: engine.add_hint(text))
+
+        self.app.push_screen(TextPrompt("A hint for the agent:", "e.g. try chunked overlap"), hinted)
+
+    def action_stop(self) -> None:
+        engine = self._ready()
+        if engine is not None:
+            self.state = replace(self.state, run="stopping")
+            self._control("stop", engine.stop)
+
+    def action_back(self) -> None:
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()

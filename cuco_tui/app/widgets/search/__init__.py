@@ -1,0 +1,1 @@
+"""Widgets of the search dashboard: state, proposals, evaluations in flight, the chart."""

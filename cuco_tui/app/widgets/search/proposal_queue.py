@@ -1,0 +1,123 @@
+"""The proposals waiting for the engineer: a list on top, the selected one below with its
+rationale, design coordinates and unified diff against its parent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.syntax import Syntax
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.widgets import Label, ListItem, ListView, Static
+
+
+@dataclass(frozen=True)
+class PendingProposal:
+    candidate: str
+    kind: str
+    parents: tuple[str, ...]
+    rationale: str
+    design: dict[str, Any] = field(default_factory=dict)
+    why: str = ""  # why the engine holds it
+    diff: str = ""  # unified diff against the first parent ("" when the same code)
+
+
+class ProposalRow(ListItem):
+    def __init__(self, proposal: PendingProposal, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.proposal = proposal
+
+    def compose(self) -> ComposeResult:
+        p = self.proposal
+        first = (p.rationale.strip().splitlines() or [""])[0]
+        parents = ",".join(p.parents) or "-"
+        yield Label(Content.assemble((f"{p.candidate} ", "bold"), (f"{p.kind} from {parents}  ", "$text-muted"),
+                                     first), classes="proposal-line")
+
+
+class ProposalQueue(Vertical):
+    shown: str | None = None  # the candidate whose details are drawn below the list
+
+    def compose(self) -> ComposeResult:
+        yield Label("Proposals awaiting review (y accept · n reject · a accept all)", classes="panel-title",
+                    id="proposal-title")
+        yield ListView(id="proposal-list")
+        with VerticalScroll(id="proposal-detail"):
+            yield Static("No proposal is waiting.", id="proposal-head")
+            yield Static("", id="proposal-diff")
+
+    # --- what the screen calls ------------------------------------------------------------------
+
+    @property
+    def ids(self) -> list[str]:
+        return [row.proposal.candidate for row in self.query(ProposalRow)]
+
+    @property
+    def selected(self) -> str | None:
+        item = self.query_one(ListView).highlighted_child
+        if isinstance(item, ProposalRow):
+            return item.proposal.candidate
+        ids = self.ids
+        return ids[0] if ids else None
+
+    def proposal(self, candidate: str) -> PendingProposal | None:
+        return next((r.proposal for r in self.query(ProposalRow) if r.proposal.candidate == candidate), None)
+
+    async def add(self, proposal: PendingProposal) -> None:
+        if proposal.candidate in self.ids:
+            return
+        view = self.query_one(ListView)
+        await view.append(ProposalRow(proposal, id=f"proposal-{proposal.candidate}"))
+        if view.index is None:
+            view.index = 0
+        self._show_selected()
+
+    async def discard(self, candidate: str) -> None:
+        rows = [r for r in self.query(ProposalRow) if r.proposal.candidate == candidate]
+        if not rows:
+            return
+        view = self.query_one(ListView)
+        index = view.index
+        await rows[0].remove()
+        count = len(self.ids)
+        view.index = None if count == 0 else min(index or 0, count - 1)
+        self._show_selected()
+
+    # --- drawing --------------------------------------------------------------------------------
+
+    def on_list_view_highlighted(self, event: ListView.Highlighted) -> None:
+        event.stop()
+        self._show_selected()
+
+    def _show_selected(self) -> None:
+        cid = self.selected
+        p = self.proposal(cid) if cid else None
+        head = self.query_one("#proposal-head", Static)
+        diff = self.query_one("#proposal-diff", Static)
+        self.shown = p.candidate if p is not None else None
+        if p is None:
+            head.update("No proposal is waiting.")
+            diff.update("")
+            return
+        head.update(render_head(p))
+        if p.diff:
+            diff.update(Syntax(p.diff, "diff", theme="ansi_dark", word_wrap=False, background_color="default"))
+        else:
+            diff.update(Content.styled("(the same code as its parent)", "$text-muted"))
+
+
+def render_head(p: PendingProposal) -> Content:
+    design = {k: v for k, v in p.design.items() if k != "knobs"}
+    coords = " ".join(f"{k}={v}" for k, v in design.items()) or "-"
+    knobs = " ".join(f"{k}={v}" for k, v in (p.design.get("knobs") or {}).items()) or "-"
+    rows = [("candidate", f"{p.candidate} ({p.kind}) from {','.join(p.parents) or '-'}"), ("held", p.why),
+            ("design", coords), ("knobs", knobs)]
+    parts: list = []
+    for name, value in rows:
+        parts.append((f"{name:<10}", "$text-muted"))
+        parts.append(value + "\n")
+    parts.append(("rationale\n", "bold"))
+    parts.append(p.rationale.strip() + "\n")
+    return Content.assemble(*parts)
