@@ -29,6 +29,14 @@ from cuco_tui.search.pool import GpuGroup, GpuPool
 SIZE = (120, 40)
 
 
+@pytest.fixture(autouse=True)
+def _no_gpu_telemetry(monkeypatch):
+    # The telemetry panel reads NVML: hidden GPUs keep the screen (and its snapshot) the same
+    # on a GPU host as here.
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+
+
+
 def fake_evaluate(path, workload, options, progress=None):
     """Measured at once; the speedup is a fixed function of the source."""
     source = Path(path).read_text()

@@ -1,8 +1,9 @@
 """The search dashboard: the engine runs in a thread worker; its events come back as
 SearchEvent messages and redraw the state panel, the proposal queue, the evaluations in flight
-and the speedup chart. Keys steer the engine through its public controls (pause, resume, stop,
-review, hints, review mode), each called from a short thread worker: the engine's lock may be
-held across a git commit, and the event loop never waits on git."""
+and the speedup chart; a telemetry panel polls the GPUs in its own thread. Keys steer the engine
+through its public controls (pause, resume, stop, review, hints, review mode), each called from a
+short thread worker: the engine's lock may be held across a git commit, and the event loop never
+waits on git."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from cuco_tui.app.widgets.search.in_flight import InFlightTable
 from cuco_tui.app.widgets.search.proposal_queue import PendingProposal, ProposalQueue
 from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
 from cuco_tui.app.widgets.search.state_panel import SearchState, StatePanel
+from cuco_tui.app.widgets.telemetry.panel import TelemetryPanel
 from cuco_tui.app.widgets.text_prompt import TextPrompt
 from cuco_tui.search import events as ev
 from cuco_tui.search.config import REVIEW_MODES
@@ -75,6 +77,7 @@ class DashboardScreen(Screen):
             with Vertical(id="dashboard-right"):
                 yield ProposalQueue(id="proposals")
                 yield SpeedupChart(id="speedup-chart")
+                yield TelemetryPanel(id="telemetry")
         yield Footer()
 
     def on_mount(self) -> None:

@@ -1,0 +1,1 @@
+"""Widgets that show what the GPUs are doing: the telemetry panel."""
