@@ -239,6 +239,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def tui_main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["open"]:
+        opener = argparse.ArgumentParser(prog="cuco-tui open",
+                                         description="open a session's lineage (a session folder or a .bundle)")
+        opener.add_argument("session", help="a session folder, or a .bundle (imported into a temporary folder)")
+        opener.add_argument("--workload", "-w", default="gemm_allgather")
+        opened = opener.parse_args(argv[1:])
+        if not Path(opened.session).exists():
+            print(f"cuco-tui: no session or bundle at {opened.session}", file=sys.stderr)
+            return 2
+        try:
+            _workload(opened.workload)
+        except UsageError as exc:
+            print(f"cuco-tui: {exc}", file=sys.stderr)
+            return 2
+        from cuco_tui.app.app import CucoApp
+
+        CucoApp(workload_name=opened.workload, open_session=Path(opened.session)).run()
+        return 0
     parser = argparse.ArgumentParser(prog="cuco-tui", description="supervise the co-design of multi-GPU kernels")
     parser.add_argument("--workload", "-w", default="gemm_allgather")
     parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3")

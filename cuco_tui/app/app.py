@@ -3,6 +3,7 @@ dashboard (or `start_search=True` opens it at once)."""
 
 from __future__ import annotations
 
+from textual import work
 from textual.app import App
 from textual.binding import Binding
 
@@ -11,8 +12,10 @@ from typing import Any
 
 from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.evaluate import EvaluateFn, EvaluateScreen
+from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.app.search_launch import SearchLaunch
 from cuco_tui.evaluate.result import CascadeResult
+from cuco_tui.lineage import SessionError, SessionRepo, import_bundle, list_sessions
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.workload.manifest import load_workload
 
@@ -22,6 +25,33 @@ def _cascade_evaluate(*args, **kwargs) -> CascadeResult:
     from cuco_tui.evaluate.cascade import evaluate
 
     return evaluate(*args, **kwargs)
+
+
+def open_session_or_bundle(path: Path) -> SessionRepo:
+    """A session folder, opened; a .bundle, imported into a new temporary folder and opened."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".bundle":
+        import tempfile
+
+        dest = Path(tempfile.mkdtemp(prefix="cuco-lineage-")) / path.stem
+        return import_bundle(path, dest)
+    if not path.exists():
+        raise SessionError(f"no session or bundle at {path}")
+    return SessionRepo.open(path)
+
+
+def latest_session(root: Path | None = None) -> Path | None:
+    """The most recently modified session under `root` (default sessions/), else the newest
+    bundle under its examples/, else None."""
+    if root is None:
+        from cuco_tui.search.session import SESSIONS
+
+        root = SESSIONS
+    sessions = list_sessions(root)
+    if sessions:
+        return sessions[0].path
+    bundles = sorted((root / "examples").glob("*.bundle"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return bundles[0] if bundles else None
 
 
 class CucoApp(App):
@@ -35,7 +65,7 @@ class CucoApp(App):
 
     CSS_PATH = "cuco.tcss"
     TITLE = "cuco"
-    BINDINGS = [Binding("q", "quit", "Quit"), Binding("s", "search", "Search")]
+    BINDINGS = [Binding("q", "quit", "Quit"), Binding("s", "search", "Search"), Binding("l", "lineage", "Lineage")]
 
     def __init__(
         self,
@@ -48,6 +78,8 @@ class CucoApp(App):
         search_config: SearchConfig | None = None,
         session: Path | str | None = None,
         engine_options: dict[str, Any] | None = None,
+        open_session: Path | str | None = None,
+        sessions_root: Path | None = None,
     ) -> None:
         super().__init__()
         self.workload = load_workload(workload_name)
@@ -61,10 +93,35 @@ class CucoApp(App):
                                           Path(session) if session is not None else None,
                                           tuple((engine_options or {}).items()))
         self.start_search = start_search
+        self.open_session = Path(open_session) if open_session is not None else None
+        self.sessions_root = sessions_root  # None: cuco_tui.search.session.SESSIONS
 
     def on_mount(self) -> None:
         if self.start_search:
             self.action_search()
+        elif self.open_session is not None:
+            self._open_lineage(self.open_session)
+
+    def action_lineage(self) -> None:
+        """The lineage of the most recent session under sessions/, else of an example bundle."""
+        self._open_lineage(None)
+
+    @work(thread=True, exclusive=True, group="open-lineage")
+    def _open_lineage(self, path: Path | None) -> None:
+        """In a thread (sessions are git repositories): find the session when `path` is None,
+        open it (a bundle: import it first), then push the lineage screen."""
+        if path is None:
+            path = latest_session(self.sessions_root)
+            if path is None:
+                self.call_from_thread(self.notify, "no session under sessions/ and no example bundle to "
+                                      "open; run a search first", severity="warning")
+                return
+        try:
+            repo = open_session_or_bundle(path)
+        except SessionError as e:
+            self.call_from_thread(self.notify, str(e), severity="error")
+            return
+        self.call_from_thread(self.push_screen, LineageScreen(repo, owns_repo=True))
 
     @property
     def dashboard(self) -> DashboardScreen | None:
@@ -76,6 +133,8 @@ class CucoApp(App):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "search" and isinstance(self.screen, DashboardScreen):
             return False  # already there: hidden from the footer
+        if action == "lineage" and not isinstance(self.screen, EvaluateScreen):
+            return False  # offered from the evaluate screen; the lineage screen is a mode of its own
         return True
 
     def action_search(self) -> None:

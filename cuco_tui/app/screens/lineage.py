@@ -1,0 +1,218 @@
+"""The lineage screen: a session's candidates as a DAG (table with a graph column, colored by
+status), filters by island / status / backend, jump to an id, one candidate's details, and the
+diff of two marked candidates.
+
+Opening reads only the index's summaries (one SQLite query); a candidate's full record and any
+diff are read from git in thread workers, so the event loop never waits on git."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Static
+
+from cuco_tui.app.widgets.lineage.candidate_details import CandidateDetails
+from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
+from cuco_tui.app.widgets.lineage.diff_view import CandidateDiff
+from cuco_tui.app.widgets.lineage.rows import LineageFilter, LineageRow, lineage_rows
+from cuco_tui.lineage import SessionError, SessionRepo
+
+
+def _cycle(values: list, current):
+    """The value after `current` in [None, *values] (None: no filter)."""
+    options = [None, *values]
+    return options[(options.index(current) + 1) % len(options)] if current in options else None
+
+
+class LineageScreen(Screen):
+    DEFAULT_CSS = """
+    LineageScreen #lineage-bar { height: 1; padding: 0 1; background: $boost; }
+    LineageScreen #lineage-body { height: 1fr; }
+    LineageScreen #lineage-jump { dock: bottom; display: none; }
+    LineageScreen #lineage-jump.-open { display: block; }
+    """
+    BINDINGS = [
+        Binding("i", "cycle_island", "Island"),
+        Binding("f", "cycle_status", "Status"),
+        Binding("b", "cycle_backend", "Backend"),
+        Binding("0", "clear_filters", "No filter"),
+        Binding("slash,g", "jump", "Go to id"),
+        Binding("c", "compare", "Compare"),
+        Binding("escape", "back", "Back"),
+    ]
+
+    def __init__(self, repo: SessionRepo, owns_repo: bool = False) -> None:
+        """`owns_repo`: close the repository when the screen goes away."""
+        super().__init__()
+        self.repo = repo
+        self._owns_repo = owns_repo
+        self.rows: list[LineageRow] = []
+        self.shown: list[LineageRow] = []
+        self.filter = LineageFilter()
+        self.marked: str | None = None
+        self.ready = False  # True once the table's first screenful is drawn
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="lineage-bar")
+        with Horizontal(id="lineage-body"):
+            yield CandidateTable(id="lineage-table")
+            yield CandidateDetails(id="lineage-details")
+        yield Input(placeholder="candidate id, e.g. c0042 (enter: go, escape: cancel)", id="lineage-jump")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = f"lineage · {self.repo.path.name}"
+        self.rows = lineage_rows(self.repo.summaries())
+        self._apply_filter()
+        self.query_one(CandidateTable).focus()
+        self.call_after_refresh(self._mark_ready)
+
+    def _mark_ready(self) -> None:
+        self.ready = True  # the rows are laid out and the first screenful drawn
+
+    # ---- filters ---------------------------------------------------------------------------
+
+    def set_filter(self, flt: LineageFilter) -> None:
+        self.filter = flt
+        self._apply_filter()
+
+    def _apply_filter(self) -> None:
+        self.shown = [r for r in self.rows if self.filter.keeps(r)]
+        self.query_one(CandidateTable).show(self.shown)
+        self._update_bar()
+
+    def _update_bar(self) -> None:
+        marked = f" · marked {self.marked} (c on another to compare)" if self.marked else ""
+        self.query_one("#lineage-bar", Static).update(
+            f"{len(self.shown)} of {len(self.rows)} candidates · filter: {self.filter.describe()}{marked}")
+
+    def _values(self, key) -> list:
+        return sorted({key(r) for r in self.rows})
+
+    def action_cycle_island(self) -> None:
+        island = _cycle(self._values(lambda r: r.summary.island), self.filter.island)
+        self.set_filter(LineageFilter(island, self.filter.status, self.filter.backend))
+
+    def action_cycle_status(self) -> None:
+        status = _cycle(self._values(lambda r: r.summary.status), self.filter.status)
+        self.set_filter(LineageFilter(self.filter.island, status, self.filter.backend))
+
+    def action_cycle_backend(self) -> None:
+        backend = _cycle(self._values(lambda r: r.backend), self.filter.backend)
+        self.set_filter(LineageFilter(self.filter.island, self.filter.status, backend))
+
+    def action_clear_filters(self) -> None:
+        self.set_filter(LineageFilter())
+
+    # ---- jump and details ------------------------------------------------------------------
+
+    def action_jump(self) -> None:
+        box = self.query_one("#lineage-jump", Input)
+        box.add_class("-open")
+        box.value = ""
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        event.input.remove_class("-open")
+        self.jump_to(event.value.strip())
+
+    def jump_to(self, candidate_id: str) -> bool:
+        """Select the candidate, clearing the filters when they hide it."""
+        table = self.query_one(CandidateTable)
+        table.focus()
+        if not table.select(candidate_id):
+            if not any(r.id == candidate_id for r in self.rows):
+                self.notify(f"no candidate {candidate_id!r} in this session", severity="warning")
+                return False
+            self.set_filter(LineageFilter())
+            table.select(candidate_id)
+        self._load_details(candidate_id)
+        return True
+
+    def on_candidate_table_highlighted(self, event: CandidateTable.Highlighted) -> None:
+        self._load_details(event.candidate_id)
+
+    @work(thread=True, exclusive=True, group="lineage-details")
+    def _load_details(self, candidate_id: str) -> None:
+        try:
+            record = self.repo.record(candidate_id)
+        except sqlite3.ProgrammingError:
+            return  # the screen closed the repository while this ran
+        except SessionError as e:
+            self.app.call_from_thread(self.notify, str(e), severity="error")
+            return
+        self.app.call_from_thread(self.query_one(CandidateDetails).show, record)
+
+    # ---- compare ---------------------------------------------------------------------------
+
+    def action_compare(self) -> None:
+        current = self.query_one(CandidateTable).highlighted_id
+        if current is None:
+            return
+        if self.marked is None or self.marked == current:
+            self.marked = current
+            self._update_bar()
+            self.notify(f"marked {current}; press c on another candidate to compare")
+            return
+        a, self.marked = self.marked, None
+        self._update_bar()
+        self.app.push_screen(DiffScreen(self.repo, a, current))
+
+    def action_back(self) -> None:
+        """Escape: close the id box when open, else leave the screen."""
+        box = self.query_one("#lineage-jump", Input)
+        if box.has_class("-open"):
+            box.remove_class("-open")
+            self.query_one(CandidateTable).focus()
+        elif len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+
+    def on_unmount(self) -> None:
+        if self._owns_repo:
+            self.workers.cancel_all()
+            self.repo.close()
+
+
+class DiffScreen(Screen):
+    """candidate.cu of `a_id` against `b_id`."""
+
+    BINDINGS = [Binding("escape,q", "back", "Back")]
+
+    def __init__(self, repo: SessionRepo, a_id: str, b_id: str) -> None:
+        super().__init__()
+        self.repo = repo
+        self.a_id = a_id
+        self.b_id = b_id
+        self.diff_text: str | None = None  # set once computed
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield CandidateDiff(id="lineage-diff")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = f"diff {self.a_id} → {self.b_id}"
+        self._compute()
+
+    @work(thread=True, exclusive=True)
+    def _compute(self) -> None:
+        try:
+            diff = self.repo.diff(self.a_id, self.b_id)
+        except SessionError as e:
+            self.app.call_from_thread(self.notify, str(e), severity="error")
+            return
+        self.app.call_from_thread(self._show, diff)
+
+    def _show(self, diff: str) -> None:
+        self.diff_text = diff
+        self.query_one(CandidateDiff).show(diff, self.a_id, self.b_id)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
