@@ -16,6 +16,12 @@ from cuco_tui.app.screens.evaluate import EvaluateScreen, SourceScreen
 from cuco_tui.app.widgets.candidate_list import CandidateList
 from cuco_tui.evaluate.result import CascadeResult, Diagnostic, Level, ShapeTiming, Spread, Status, Verification
 from cuco_tui.workload.manifest import load_workload
+from pilot_helpers import wait_until as _wait_until
+
+
+async def wait_until(pilot, predicate, timeout_s: float = 60.0) -> bool:
+    return await _wait_until(pilot, predicate, timeout_s)
+
 
 SIZE = (120, 40)
 WORKLOAD = load_workload("gemm_allgather")
@@ -31,14 +37,6 @@ def no_gpu(monkeypatch, tmp_path):
 
 def text(app: CucoApp, selector: str) -> str:
     return str(app.screen.query_one(selector, Static).render())
-
-
-async def wait_until(pilot, predicate, timeout_s: float = 60.0) -> bool:
-    for _ in range(int(timeout_s / 0.2)):
-        if predicate():
-            return True
-        await pilot.pause(0.2)
-    return predicate()
 
 
 def state(app: CucoApp, path: Path) -> CandidateState:

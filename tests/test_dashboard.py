@@ -25,6 +25,11 @@ from cuco_tui.evaluate.result import CascadeResult, Level, ShapeTiming, Spread, 
 from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.pool import GpuGroup, GpuPool
+from pilot_helpers import wait_until as _wait_until
+
+
+async def wait_until(pilot, predicate, timeout_s: float = 20.0) -> bool:
+    return await _wait_until(pilot, predicate, timeout_s)
 
 SIZE = (120, 40)
 
@@ -34,7 +39,6 @@ def _no_gpu_telemetry(monkeypatch):
     # The telemetry panel reads NVML: hidden GPUs keep the screen (and its snapshot) the same
     # on a GPU host as here.
     monkeypatch.setenv("CUCO_NO_GPU", "1")
-
 
 
 def fake_evaluate(path, workload, options, progress=None):
@@ -60,14 +64,6 @@ def make_app(tmp_path: Path, review_mode: str = "review", **cfg) -> CucoApp:
                    session=tmp_path / "session",
                    engine_options={"gpu_pool": GpuPool([GpuGroup(0, (0, 1))]), "compile_ahead": False,
                                    "design_context": lambda point: ""})
-
-
-async def wait_until(pilot, predicate, timeout_s: float = 20.0) -> bool:
-    for _ in range(int(timeout_s / 0.05)):
-        if predicate():
-            return True
-        await pilot.pause(0.05)
-    return predicate()
 
 
 def dashboard(app: CucoApp) -> DashboardScreen:

@@ -16,6 +16,11 @@ from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
 from cuco_tui.app.widgets.lineage.rows import LineageFilter
 from cuco_tui.lineage import SessionRepo, import_bundle
 from cuco_tui.search.records import CandidateRecord
+from pilot_helpers import wait_until as _wait_until
+
+
+async def wait_until(pilot, predicate, timeout_s: float = 20.0) -> bool:
+    return await _wait_until(pilot, predicate, timeout_s)
 
 SIZE = (120, 40)
 BUNDLE = Path(__file__).resolve().parents[1] / "sessions" / "examples" / "gemm_allgather-offline-h200x2.bundle"
@@ -26,14 +31,6 @@ SYNTHETIC = 5000
 def no_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("CUCO_NO_GPU", "1")
     monkeypatch.setenv("CUCO_CACHE_DIR", str(tmp_path / "cache"))
-
-
-async def wait_until(pilot, predicate, timeout_s: float = 20.0) -> bool:
-    for _ in range(int(timeout_s / 0.05)):
-        if predicate():
-            return True
-        await pilot.pause(0.05)
-    return predicate()
 
 
 def rendered(widget: Static) -> str:

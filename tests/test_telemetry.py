@@ -15,6 +15,11 @@ from textual.widgets import DataTable, Static
 from cuco_tui.app.widgets.telemetry.panel import TelemetryPanel
 from cuco_tui.telemetry import (NO_DRIVER, NVLINK_RX_FIELD, NVLINK_TX_FIELD, CounterReading, GpuSample,
                                 TelemetryReader, TelemetrySnapshot, throughput_gbps)
+from pilot_helpers import wait_until as _wait_until
+
+
+async def wait_until(pilot, predicate, timeout_s: float = 5.0) -> bool:
+    return await _wait_until(pilot, predicate, timeout_s)
 
 
 # --- the rate math ------------------------------------------------------------------------------
@@ -147,14 +152,6 @@ class PanelApp(App):
 
     def compose(self) -> ComposeResult:
         yield TelemetryPanel(reader=self.reader, interval_s=0.05)
-
-
-async def wait_until(pilot, predicate, timeout_s: float = 5.0) -> bool:
-    for _ in range(int(timeout_s / 0.05)):
-        if predicate():
-            return True
-        await pilot.pause(0.05)
-    return predicate()
 
 
 def status(app: App) -> str:

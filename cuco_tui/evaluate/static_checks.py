@@ -247,6 +247,21 @@ def _blank(text: str) -> tuple[str, str]:
     return "".join(nocomment), "".join(nolit)
 
 
+def closing_bracket(code: str, open_at: int) -> int:
+    """Offset of the bracket that closes the one at `open_at` ('(', '[' or '{') in blanked
+    code (comments and literals already blanked), or -1 when it is never closed."""
+    depth = 0
+    for k in range(open_at, len(code)):
+        ch = code[k]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return k
+    return -1
+
+
 def blank_code(text: str) -> str:
     """`text` with comments and the contents of string and char literals replaced by spaces,
     newlines kept, so offsets, lines and columns still match the original."""
@@ -318,17 +333,8 @@ class _Source:
 
     def match_paren(self, open_at: int) -> int:
         """Offset of the ')' matching the '(' at open_at in the blanked code, or -1."""
-        depth = 0
-        code = self.code
-        for k in range(open_at, len(code)):
-            ch = code[k]
-            if ch in "([{":
-                depth += 1
-            elif ch in ")]}":
-                depth -= 1
-                if depth == 0:
-                    return k if ch == ")" else -1
-        return -1
+        k = closing_bracket(self.code, open_at)
+        return k if k >= 0 and self.code[k] == ")" else -1
 
 
 # ---------------------------------------------------------------------------- checks

@@ -23,7 +23,7 @@ import bisect
 import re
 
 from cuco_tui.evaluate.result import Diagnostic, Level
-from cuco_tui.evaluate.static_checks import blank_code
+from cuco_tui.evaluate.static_checks import blank_code, closing_bracket
 
 __all__ = ["check_sync"]
 
@@ -61,17 +61,7 @@ class _Code:
 
     def match(self, open_at: int) -> int:
         """Offset of the bracket closing the one at `open_at` ('(', '[' or '{'), or -1."""
-        depth = 0
-        code = self.code
-        for k in range(open_at, len(code)):
-            ch = code[k]
-            if ch in "([{":
-                depth += 1
-            elif ch in ")]}":
-                depth -= 1
-                if depth == 0:
-                    return k
-        return -1
+        return closing_bracket(self.code, open_at)
 
     def call_args(self, open_at: int) -> tuple[list[tuple[str, int]], int] | None:
         """The top-level arguments (text, offset) of the call whose '(' is at open_at, and the ')'."""
