@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus, make_plan, run_deadline
+from cuco_tui.build import BuildCache
+from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus, make_plan, run_deadline, runs_root
 from cuco_tui.evaluate.result import Spread
 from cuco_tui.harness.launcher import run_group
 from cuco_tui.workload.manifest import Workload
@@ -89,7 +90,7 @@ def measure_baseline(workload: Workload, options: EvalOptions = EvalOptions(), r
         raise BaselineError(why.removeprefix("no_gpu: "))
     workload.check_world(len(gpus))
     plan = make_plan(workload, None, options, "baseline")
-    root = run_root or options.run_root or Path.home() / ".cache" / "cuco-tui" / "runs"
+    root = run_root or runs_root(options, BuildCache())
     rundir = root / f"{time.strftime('%Y%m%d-%H%M%S')}-baseline-{workload.name}"
     group = run_group(plan, gpus, rundir, run_deadline(plan))
     problems = [f"rank {o.rank}: {e['message']}" for o in group.ranks for e in o.of("error") + o.of("timeout")]

@@ -28,7 +28,7 @@ from cuco_tui.evaluate.sync_checks import check_sync
 from cuco_tui.harness.deadlock import describe_hang
 from cuco_tui.harness.gpus import inventory
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
-from cuco_tui.workload.manifest import Shape, Workload, WorkloadError
+from cuco_tui.workload.manifest import Workload, WorkloadError
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ class EvalOptions:
 ProgressFn = Callable[[Progress], None]
 
 
-def _runs_root(options: EvalOptions, cache: BuildCache) -> Path:
+def runs_root(options: EvalOptions, cache: BuildCache) -> Path:
+    """Where run folders (plans, ranks' event files, logs) go: beside the build cache."""
     return options.run_root or cache.root.parent / "runs"
 
 
@@ -112,13 +113,6 @@ def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mo
 def run_deadline(plan: dict[str, Any]) -> float:
     """The launcher's backstop for the whole run; each launch has its own, tighter limit."""
     return 180.0 + 120.0 * len(plan["shapes"])
-
-
-def _shape_by_name(workload: Workload, name: str) -> Shape | None:
-    for s in workload.verify_shapes + workload.bench_shapes:
-        if s.name == name:
-            return s
-    return None
 
 
 def evaluate(
@@ -180,7 +174,7 @@ def evaluate(
     # L2 + L3 in one group run: the workers verify at the verify size first and stop there
     # on any failure, so L3 is only entered by a candidate that passed L2.
     plan = make_plan(workload, build.library, options, "evaluate")
-    rundir = _runs_root(options, cache) / f"{time.strftime('%Y%m%d-%H%M%S')}-{candidate.stem}-{sha[:8]}"
+    rundir = runs_root(options, cache) / f"{time.strftime('%Y%m%d-%H%M%S')}-{candidate.stem}-{sha[:8]}"
     say(Progress(Level.VERIFY, f"running on GPUs {','.join(map(str, gpus))}"))
 
     def on_event(e: dict[str, Any]) -> None:

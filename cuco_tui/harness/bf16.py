@@ -20,5 +20,3 @@ def from_bf16_bits(xp: Any, bits: Any) -> Any:
     """Widen uint16 bfloat16 bits to float32 exactly."""
     return (bits.astype(xp.uint32) << xp.uint32(16)).view(xp.float32)
 
-
-BF16_NAN_BITS = 0x7FC0
