@@ -6,7 +6,8 @@ island, the phase's mutation kind, the parent(s) and inspirations; ask the agent
 duplicates; hold for the engineer's review when the mode says so; write the candidate, compile
 it ahead on a CPU thread, evaluate it on a free GPU group; commit whatever came of it. The
 engine never imports a UI; the CLI and the TUI watch its events and call its controls
-(pause, resume, stop, review, hints, budget), which are safe from any thread."""
+(pause, resume, stop, review, hints, budget, re-benchmark, preferred parent), which are safe from
+any thread."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ from cuco_tui.search.events import (
     StageStarted,
 )
 from cuco_tui.search.pool import BuildPool, GpuPool, PlacementError, plan_groups, topology_of
-from cuco_tui.search.population import Population, phase_of
+from cuco_tui.search.population import Population, Selection, can_be_parent, phase_of
 from cuco_tui.search.records import CandidateRecord
 from cuco_tui.search.summary import SearchSummary
 from cuco_tui.workload.manifest import Workload
@@ -75,6 +76,10 @@ class Lineage(Protocol):
 
 class ReviewError(ValueError):
     """A review decision the engine cannot apply (unknown candidate, bad decision)."""
+
+
+class SteeringError(ValueError):
+    """A steering command the engine cannot carry out (unknown candidate, search not running)."""
 
 
 class _Stop(Exception):
@@ -149,6 +154,10 @@ class SearchEngine:
         self._spent_before = 0.0  # what the session had spent when this run started
         self._held: dict[str, _Held] = {}
         self._decisions: deque[_Decision] = deque()
+        self._rebenchmarks: deque[CandidateRecord] = deque()  # drafted by rebenchmark(), launched by the loop
+        self._accepting = False  # True from run()'s start until its last drain: steering commands are taken
+        self._preferred: str | None = None  # prefer_parent(): the next proposal's parent, once
+        self._generation = 0  # the generation under way (re-benchmarks are filed under it)
         self._in_flight: dict[str, Future] = {}
         self._builds: BuildPool | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -255,6 +264,58 @@ class SearchEngine:
             self._decisions.append(_Decision(candidate_id, decision, reason.strip(), source))
             self._cond.notify_all()
 
+    def rebenchmark(self, candidate_id: str) -> str:
+        """Evaluate a committed candidate's source again; the outcome is committed as a new
+        candidate (kind "rebenchmark", its parent the original) so both measurements stay in
+        the lineage. Returns the new candidate's id. Runs even while paused: the engineer asked."""
+        with self._cond:
+            self._check_accepting("re-benchmark")
+            original = self._population.records.get(candidate_id)
+            if original is None:
+                raise SteeringError(f"no committed candidate {candidate_id!r} in this search")
+            if not original.source.strip():
+                raise SteeringError(f"{candidate_id} has no source to benchmark (it was turned away before any code)")
+            # The id is taken now so the caller can say which candidate to look for; the
+            # loop launches it at its next checkpoint, in order with review decisions.
+            record = self._draft(id=self._new_id(), generation=self._generation, island=original.island,
+                                 kind="rebenchmark", parents=(original.id,), source=original.source,
+                                 design=dict(original.design), rationale=f"re-benchmark of {original.id}",
+                                 agent="engineer", extra={"rebenchmark_of": original.id})
+            self._rebenchmarks.append(record)
+            self._cond.notify_all()
+            return record.id
+
+    def prefer_parent(self, candidate_id: str) -> None:
+        """The next proposal of the loop (any island) starts from this candidate, once; the
+        power-law choice resumes after it. A failed candidate is allowed: its failure goes to
+        the agent as feedback, which is how an engineer asks for a fix."""
+        with self._cond:
+            self._check_accepting("make parent")
+            record = self._population.records.get(candidate_id)
+            if record is None:
+                raise SteeringError(f"no committed candidate {candidate_id!r} in this search")
+            if not can_be_parent(record):
+                raise SteeringError(f"{candidate_id} cannot be a parent: it has no code, or was turned away before "
+                                    f"evaluation ({record.extra.get('rejected_by', 'no source')})")
+            self._preferred = candidate_id
+            self._cond.notify_all()
+
+    @property
+    def preferred_parent(self) -> str | None:
+        """The candidate prefer_parent() named, until a proposal used it."""
+        return self._preferred
+
+    @property
+    def running(self) -> bool:
+        """True while run() takes steering commands (from its start to its last drain)."""
+        return self._accepting
+
+    def _check_accepting(self, what: str) -> None:
+        if not self._accepting:
+            raise SteeringError(f"{what} needs a running search; this one is not running")
+        if self._stopping:
+            raise SteeringError(f"{what} is refused: the search is stopping")
+
     def awaiting_review(self) -> list[CandidateRecord]:
         with self._lock:
             return [h.record for h in self._held.values()]
@@ -278,6 +339,7 @@ class SearchEngine:
             if self._running:
                 raise RuntimeError("this search is already running")
             self._running = True
+            self._accepting = True
         started = time.monotonic()
         reason, error, interrupted = "done", None, False
         try:
@@ -286,6 +348,7 @@ class SearchEngine:
             resumed = bool(records)
             self._restore(records)
             start = max((r.generation for r in records), default=0) + 1
+            self._generation = start - 1
             self._publish(SearchStarted(
                 session=str(self.repo.path), workload=self.workload.name, agent=self.agent.name, resumed=resumed,
                 start_generation=start, generations=self.config.generations, islands=self.config.islands,
@@ -319,6 +382,8 @@ class SearchEngine:
                                        seconds=time.monotonic() - started)
             with self._cond:
                 self._running = False
+                self._accepting = False
+                self._rebenchmarks.clear()  # only after an interrupt: a normal end drained them
             self._publish(SearchFinished(summary=summary, reason=reason))
         if error is not None:
             raise error
@@ -328,6 +393,7 @@ class SearchEngine:
         """One generation: a proposal per slot, each on its island, then wait for them all."""
         cfg = self.config
         phase = phase_of(generation, cfg)
+        self._generation = generation
         self._publish(GenerationStarted(generation=generation, phase=phase))
         if (generation - 1) % cfg.meta_interval == 0 and not self._meta_fresh:
             self._refresh_meta()
@@ -338,7 +404,7 @@ class SearchEngine:
             self._checkpoint()
             island = ((generation - 1) * cfg.proposals + slot) % cfg.islands
             with self._lock:
-                selection = self._population.select(island, phase, rng)
+                selection = self._with_preferred_parent(self._population.select(island, phase, rng))
             if selection is None:
                 continue
             parent = selection.parents[0]
@@ -520,8 +586,14 @@ class SearchEngine:
                                      source=record.source, design=record.design, rationale=record.rationale, why=why))
 
     def _apply_decisions(self) -> None:
-        """Carry out the review decisions queued by review() (on the engine's thread)."""
+        """Carry out the review decisions queued by review() and launch the re-benchmarks
+        queued by rebenchmark() (on the engine's thread)."""
         while True:
+            with self._cond:
+                rebench = self._rebenchmarks.popleft() if self._rebenchmarks else None
+            if rebench is not None:
+                self._launch(rebench)
+                continue
             with self._cond:
                 if not self._decisions:
                     return
@@ -638,7 +710,9 @@ class SearchEngine:
                 settle = list(self._held.values()) if (final or self._stopping) and not self._decisions else []
                 if settle:
                     self._held.clear()
-                elif not self._in_flight and not self._held and not self._decisions:
+                elif not self._in_flight and not self._held and not self._decisions and not self._rebenchmarks:
+                    if final:  # under the same lock: no re-benchmark can be queued after this drain
+                        self._accepting = False
                     return
                 else:
                     self._cond.wait(0.25)
@@ -702,6 +776,19 @@ class SearchEngine:
             parents=parents, source=proposal.source, design=self._design(proposal.design, proposal.source),
             rationale=proposal.rationale, agent=proposal.agent or self.agent.name, cost_usd=proposal.cost_usd,
             tokens_in=proposal.tokens_in, tokens_out=proposal.tokens_out, extra={**extra, **proposal.extra})
+
+    def _with_preferred_parent(self, selection: Selection | None) -> Selection | None:
+        """Under the lock: the selection with the engineer's preferred parent first, if one is
+        waiting (used once). A crossover keeps one of its drawn partners as the second parent."""
+        if selection is None or self._preferred is None:
+            return selection
+        preferred = self._population.records.get(self._preferred)
+        self._preferred = None
+        if preferred is None:
+            return selection
+        others = tuple(p for p in selection.parents if p.id != preferred.id)[: len(selection.parents) - 1]
+        return Selection(selection.kind, (preferred, *others),
+                         tuple(r for r in selection.inspirations if r.id != preferred.id))
 
     def _feedback(self, island: int, parent: CandidateRecord) -> str:
         """The parent's failure when it failed, else the island's latest failure."""
