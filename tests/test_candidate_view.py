@@ -6,19 +6,151 @@ agent and fake evaluators, as tests/test_search_engine.py does."""
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 import zlib
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+from textual.command import CommandPalette
+from textual.content import Content
+from textual.widgets import Static
 
 from cuco_tui.agents.offline import OfflineAgent
+from cuco_tui.app.app import CucoApp
+from cuco_tui.app.screens.candidate import CandidateScreen
+from cuco_tui.app.screens.lineage import LineageScreen
+from cuco_tui.app.widgets.candidate.deadlock import parse_report
 from cuco_tui.design.space import Capabilities
-from cuco_tui.evaluate.result import CascadeResult, Level, ShapeTiming, Spread, Status
+from cuco_tui.evaluate.result import (
+    CascadeResult,
+    Diagnostic,
+    Level,
+    ShapeTiming,
+    Spread,
+    Status,
+    Verification,
+)
+from cuco_tui.harness.deadlock import analyze
+from cuco_tui.harness.launcher import RankOutcome
+from cuco_tui.lineage import SessionRepo, import_bundle
 from cuco_tui.search.engine import SteeringError
 from cuco_tui.search.events import AwaitingReview, CandidateCommitted
+from cuco_tui.search.records import CandidateRecord
+from pilot_helpers import wait_until
 from test_search_engine import W
 from test_search_engine import make as make_engine
+
+SIZE = (120, 40)
+SEED = W.seed.read_text()
+BUNDLE = Path(__file__).resolve().parents[1] / "sessions" / "examples" / "gemm_allgather-offline-h200x2.bundle"
+
+
+@pytest.fixture(autouse=True)
+def _no_gpu(monkeypatch):
+    # No NVML: the same screens (and snapshots) on a GPU host as here.
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+
+
+# ---------------------------------------------------------------------------- a session to look at
+
+BROKEN = SEED.replace("  const int W = ctx->world;\n", "  const int W = ctx->world\n", 1)  # line 36 loses its ';'
+HANG = SEED.replace("  return 0;\n}\n\nstatic int candidate_teardown",
+                    "  peer_wait<<<2, 1, 0, stream>>>(c->flags, (ctx->rank + 1) % W);  // waits on the next rank\n"
+                    "  return 0;\n}\n\nstatic int candidate_teardown", 1)
+HANG_LINE = 47  # the added launch: where the kernel's traced wait sits in this made-up source
+
+
+def _spread(median: float, width: float = 0.02, n: int = 30) -> Spread:
+    return Spread(median=median, min=median - 2 * width, max=median + 3 * width, p25=median - width,
+                  p75=median + width, n=n)
+
+
+def _timing(shape: str, ref: float, cand: float, ranks: tuple[float, ...]) -> ShapeTiming:
+    return ShapeTiming(shape, {"M": 8192, "K": 8192, "N": 8192}, _spread(cand), _spread(ref),
+                       [_spread(r) for r in ranks], ref / cand)
+
+
+def _hang_report() -> str:
+    def hung(rank: int, peer: int, observed: int) -> RankOutcome:
+        slots = [{"slot": i, "state": "waiting", "site": HANG_LINE, "kind": "flag", "peer": peer, "id": 3,
+                  "expected": 1, "observed": observed, "completed": 0} for i in range(2)]
+        return RankOutcome(rank, rank, 100 + rank, 124, [{"event": "timeout", "rank": rank, "what":
+                           "candidate launch (check 1)", "phase": "verify:verify", "trace": slots}])
+
+    return analyze([hung(0, 1, 0), hung(1, 0, 0)]).render()
+
+
+def _result(cid: str, status: Status, level: Level, reason: str, **kw) -> dict:
+    return CascadeResult(candidate=f"/scratch/{cid}.cu", workload="gemm_allgather", status=status, level=level,
+                         reason=reason, world=2, gpus=[0, 1] if level >= Level.VERIFY else [], **kw).to_dict()
+
+
+def _record(cid: str, parents: tuple[str, ...], source: str, result: dict, kind: str = "diff",
+            rationale: str = "") -> CandidateRecord:
+    r = CascadeResult.from_dict(result)
+    latency = sum(t.candidate.median for t in r.timings) if r.timings else None
+    return CandidateRecord(id=cid, generation=len(parents) and 1, island=0, kind=kind, parents=parents,
+                           source=source, design={"backend": "nccl_host", "knobs": {"strategy": "host_sequential"}},
+                           rationale=rationale or f"{kind} from {', '.join(parents) or 'nothing'}", agent="offline",
+                           status=r.status.value, result=result, speedup=r.speedup, latency_ms=latency, created=1.0)
+
+
+def build_session(path: Path) -> SessionRepo:
+    """c0000 measured seed (per-rank timings), c0001 compile error, c0002 deadlock, c0003
+    crossover of c0000 and c0002 with a wrong output, c0004 rejected at L0 (a line, no text)."""
+    repo = SessionRepo.create(path, "gemm_allgather", {"generations": 1})
+    timings = [_timing("square-8k", 1.20, 1.00, (0.97, 1.00)), _timing("mlp-up", 3.05, 2.85, (2.60, 2.85))]
+    repo.commit_candidate(_record("c0000", (), SEED, _result(
+        "c0000", Status.MEASURED, Level.BENCHMARK, "verified and measured on 2 shapes", timings=timings,
+        logs={"nvcc": "", "rank0.stderr": "NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE\n"}),
+        kind="seed", rationale="the workload's seed: its reference strategy"))
+    nvcc = ("c0001.cu(36): error: expected a \";\"\n    const int W = ctx->world\n"
+            "                            ^\n1 error detected in the compilation of \"c0001.cu\".\n")
+    repo.commit_candidate(_record("c0001", ("c0000",), BROKEN, _result(
+        "c0001", Status.COMPILE_ERROR, Level.COMPILE, "nvcc: 1 error (first: c0001.cu:36:27: expected a \";\")",
+        diagnostics=[Diagnostic(level=1, severity="error", message='expected a ";"', file="c0001.cu", line=36,
+                                column=27, source_line="  const int W = ctx->world", code="nvcc")],
+        logs={"nvcc": nvcc})))
+    repo.commit_candidate(_record("c0002", ("c0000",), HANG, _result(
+        "c0002", Status.DEADLOCK, Level.VERIFY, "rank 0: candidate launch (check 1) did not finish within 20.0 s",
+        deadlock_report=_hang_report(),
+        diagnostics=[Diagnostic(level=2, severity="error", rank=0, code="timeout",
+                                message="candidate launch (check 1) did not finish within 20.0 s")],
+        logs={"rank0.stderr": "rank 0: watchdog: dumping the wait trace\n",
+              "rank1.stderr": "rank 1: watchdog: dumping the wait trace\n"})))
+    wrong = Verification("verify", False, 0.5, 0.3, 0, 0, 1024, "rank 1, y[513, 7]: got 3.1, want 2.9", 0.02)
+    repo.commit_candidate(_record("c0003", ("c0000", "c0002"), SEED.replace("1.0f, beta", "2.0f, beta"), _result(
+        "c0003", Status.INCORRECT, Level.VERIFY, "wrong output at verify: max relative error 0.5 exceeds 0.02",
+        verifications=[wrong]), kind="crossover"))
+    repo.commit_candidate(_record("c0004", ("c0000",), BROKEN, _result(
+        "c0004", Status.REJECTED, Level.STATIC, "static checks: a frozen region changed",
+        diagnostics=[Diagnostic(level=0, severity="error", message="the frozen region changed", file="c0004.cu",
+                                line=36, column=3, code="frozen-region")])))
+    return repo
+
+
+async def open_candidate(app, pilot, repo: SessionRepo, cid: str, **kwargs) -> CandidateScreen:
+    screen = CandidateScreen(repo, cid, **kwargs)
+    await app.push_screen(screen)
+    assert await wait_until(pilot, lambda: screen.ready)
+    return screen
+
+
+def section_text(screen: CandidateScreen, section: str) -> str:
+    """What a tab holds, as plain text."""
+    out = []
+    for static in screen.query_one(f"#tab-{section}").query(Static):
+        content = static.content
+        if isinstance(content, (Content, str)):
+            out.append(str(content.plain if isinstance(content, Content) else content))
+        else:
+            console = Console(width=200, record=True, color_system=None, file=io.StringIO())
+            console.print(content)
+            out.append(console.export_text())
+    return "\n".join(out)
 
 
 def engine_timing(speedup: float) -> ShapeTiming:
@@ -138,3 +270,230 @@ def test_rebenchmark_commits_a_new_candidate_whose_parent_is_the_original(tmp_pa
     assert again.generation == 1 and again.extra["rebenchmark_of"] == "c0000"
     assert evaluator.calls.count("c0002") == 1
     assert records["c0001"].review == "accepted"
+
+
+# ---------------------------------------------------------------------------- the candidate screen
+
+
+@pytest.mark.asyncio
+async def test_compile_error_shows_the_offending_line_with_a_caret(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0001")
+        tabs = screen.tabs
+        assert tabs.ids == ["overview", "source", "diff-c0000", "errors", "logs"]  # nothing else has content
+        assert tabs.active == "errors"  # opens where the failure is explained
+        errors = section_text(screen, "errors")
+        assert 'c0001.cu:36:27: error: expected a ";"' in errors
+        assert "    const int W = ctx->world\n" + " " * 30 + "^" in errors
+        overview = section_text(screen, "overview")
+        assert "timings: not measured: compile_error" in overview
+        assert "verification: not run (stopped at L1 compile)" in overview
+        assert "not measured: compile_error" in str(screen.query_one("#candidate-head", Static).content)
+        assert "-  const int W = ctx->world;" in section_text(screen, "diff-c0000")
+        assert "logs/nvcc.txt" in section_text(screen, "logs")
+        assert "❱ 36   const int W = ctx->world\n" in section_text(screen, "source")  # marked in the gutter
+        await pilot.press("right_square_bracket")
+        assert tabs.active == "logs"
+        await pilot.press("escape")
+        assert not isinstance(app.screen, CandidateScreen)
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_an_l0_finding_gets_its_source_line_from_the_candidate(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0004")
+        assert screen.tabs.active == "errors"
+        assert screen.query_one("#tab-errors").parent is not None
+        text = section_text(screen, "errors")
+        assert "c0004.cu:36:3: error: the frozen region changed" in text
+        assert "    const int W = ctx->world\n      ^" in text  # the line read from candidate.cu
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_deadlocked_candidate_shows_where_each_rank_waits(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0002")
+        assert screen.tabs.active == "deadlock"
+        assert "timings" not in screen.tabs.ids and "verification" not in screen.tabs.ids
+        text = section_text(screen, "deadlock")
+        assert "Deadlock: a cycle of waits." in text
+        rows = [line.split() for line in text.splitlines() if line.strip().startswith(("0 ", "1 "))]
+        # rank, blocks, line, waits for, from, expected, last seen, source
+        assert rows[0][:9] == ["0", "2", "47", "flag", "3", "rank", "1", "1", "0"]
+        assert rows[1][:9] == ["1", "2", "47", "flag", "3", "rank", "0", "1", "0"]
+        assert all("peer_wait<<<2," in " ".join(r) for r in rows)  # the waiting line of source
+        logs = section_text(screen, "logs")
+        assert "logs/rank0.stderr.txt" in logs and "logs/rank1.stderr.txt" in logs
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_timings_per_shape_and_per_rank(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0000")
+        assert screen.tabs.active == "timings"
+        assert "diff" not in " ".join(screen.tabs.ids)  # a seed has no parent
+        text = section_text(screen, "timings")
+        shape = next(line.split() for line in text.splitlines() if line.strip().startswith("square-8k"))
+        assert shape == ["square-8k", "1.200", "1.180-1.220", "1.000", "0.980-1.020", "4.0", "30", "1.20x"]
+        assert "geometric mean speedup 1.13x" in text
+        ranks = [line.split() for line in text.splitlines() if "-" in line and line.split()[:1] in (["mlp-up"], ["1"])]
+        assert ["mlp-up", "0", "2.600", "2.580-2.620", "2.560-2.660", "30"] in ranks
+        assert ["1", "2.850*", "2.830-2.870", "2.810-2.910", "30"] in ranks  # the slowest rank, marked
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_crossover_has_a_diff_per_parent_and_its_verification_error(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0003")
+        assert screen.tabs.active == "verification"
+        assert [i for i in screen.tabs.ids if i.startswith("diff-")] == ["diff-c0000", "diff-c0002"]
+        assert "+  const float alpha = 2.0f" in section_text(screen, "diff-c0000")
+        assert "-  peer_wait<<<2, 1, 0, stream>>>" in section_text(screen, "diff-c0002")
+        text = section_text(screen, "verification")
+        assert "wrong output at verify: max relative error 0.5 exceeds 0.02" in text
+        assert "worst element rank 1, y[513, 7]: got 3.1, want 2.9" in text
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_an_unknown_id_says_so(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0099")
+        assert "no candidate 'c0099'" in screen.error
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_export_writes_the_files_and_says_where(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await open_candidate(app, pilot, repo, "c0001")
+        await pilot.press("x")
+        folder = tmp_path / "export" / "demo-c0001"
+        assert await wait_until(pilot, lambda: any("export" == n.title for n in app._notifications), 5)
+        assert any(str(folder) in n.message for n in app._notifications)
+    assert (folder / "c0001.cu").read_text() == BROKEN
+    assert json.loads((folder / "result.json").read_text())["status"] == "compile_error"
+    assert (folder / "rationale.md").read_text() == "diff from c0000\n"
+    assert json.loads((folder / "design.json").read_text())["backend"] == "nccl_host"
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_browsing_turns_off_rebenchmark_and_make_parent_and_says_why(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0000")
+        assert screen.check_action("rebenchmark", ()) is None  # dimmed in the footer
+        await pilot.press("r")
+        assert await wait_until(pilot, lambda: any("re-benchmark needs a running search" in n.message
+                                                   for n in app._notifications), 5)
+        await pilot.press("ctrl+p")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette), 5)
+        await pilot.press(*"next proposal")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: any("make parent needs a running search" in n.message
+                                                   for n in app._notifications), 5)
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_enter_in_the_lineage_opens_the_candidate(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    repo.close()
+    app = CucoApp(open_session=tmp_path / "demo")
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
+        lineage = app.screen
+        lineage.jump_to("c0002")
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
+        assert app.screen.candidate_id == "c0002" and app.screen.engine is None
+        assert app.screen.tabs.active == "deadlock"
+        await pilot.press("escape")
+        assert app.screen is lineage
+
+
+def test_deadlock_reports_parse_back_into_deadlock_py_waits():
+    """The table reads what harness/deadlock.py writes: every wait it renders comes back whole."""
+    def slot(site, kind, peer, ident, expected=1, observed=0, i=0):
+        return {"slot": i, "state": "waiting", "site": site, "kind": kind, "peer": peer, "id": ident,
+                "expected": expected, "observed": observed, "completed": 0}
+
+    def out(rank, trace, what="candidate launch (check 1)", event="timeout"):
+        return RankOutcome(rank, rank, 0, 124, [{"event": event, "rank": rank, "what": what, "trace": trace}])
+
+    done = RankOutcome(1, 1, 0, 0, [{"event": "done", "rank": 1}])
+    cases = [  # a cycle, a missing signal, a short barrier, no traced wait
+        [out(0, [slot(50, "signal", 1, 2, 4, 3), slot(51, "flag", 1, 9, 2, 1, i=1)]),
+         out(1, [slot(52, "signal", 0, 2, 4, 3)])],
+        [out(0, [slot(61, "flag", 1, 5, 4, 3)]), done],
+        [out(0, [slot(88, "barrier", -1, b, i=b) for b in range(4)]),
+         out(1, [], what="harness barrier", event="aborted")],
+        [out(0, []), out(1, [])],
+    ]
+    for outcomes in cases:
+        d = analyze(outcomes)
+        view = parse_report(d.render())
+        assert view.summary == d.summary
+        for parsed, truth in zip(view.ranks, d.ranks, strict=True):
+            assert parsed.rank == truth.rank
+            expect = [w for w in truth.waits if w.kind != "barrier"]
+            assert [w for w in parsed.waits if w.kind != "barrier"] == expect
+            barriers = [(w.site, w.id, w.blocks) for w in truth.waits if w.kind == "barrier"]
+            assert [(w.site, w.id, w.blocks) for w in parsed.waits if w.kind == "barrier"] == barriers
+
+
+# ---------------------------------------------------------------------------- snapshots (120 x 40)
+
+
+@pytest.mark.parametrize("cid", ["c0001", "c0002", "c0000"])
+def test_candidate_view_snapshot(snap_compare, tmp_path, cid):
+    """The candidate view on its first tab: compile errors (c0001), the deadlock (c0002),
+    timings (c0000). Hand-made records, no clock, the session folder shown by name only."""
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+
+    async def opened(pilot) -> None:
+        await open_candidate(app, pilot, repo, cid)
+        await pilot.pause(0.3)
+
+    try:
+        assert snap_compare(app, terminal_size=SIZE, run_before=opened)
+    finally:
+        repo.close()
+
+
+def test_lineage_view_snapshot(snap_compare, tmp_path):
+    """The recorded example session's lineage, c0011 selected with its details."""
+    import_bundle(BUNDLE, tmp_path / "example").close()
+    app = CucoApp(open_session=tmp_path / "example")
+
+    async def selected(pilot) -> None:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
+        app.screen.jump_to("c0011")
+        facts = app.screen.query_one("#lineage-facts", Static)
+        assert await wait_until(pilot, lambda: "c0011" in str(facts.render()))
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=selected)

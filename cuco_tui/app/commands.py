@@ -1,4 +1,5 @@
-"""Command-palette providers: the dashboard's steering, by name."""
+"""Command-palette providers: each screen's actions, by name. A provider lists (name, action)
+pairs and runs the action on the screen the palette was opened from."""
 
 from __future__ import annotations
 
@@ -16,18 +17,51 @@ SEARCH_COMMANDS = (
     ("Search: stop", "stop"),
 )
 
+CANDIDATE_COMMANDS = (
+    ("Candidate: re-benchmark (a new candidate, this one its parent)", "rebenchmark"),
+    ("Candidate: make it the parent of the next proposal", "make_parent"),
+    ("Candidate: export its .cu, result.json and rationale", "export"),
+    ("Candidate: next tab", "next_tab"),
+    ("Candidate: previous tab", "previous_tab"),
+)
 
-class SearchCommands(Provider):
+LINEAGE_COMMANDS = (
+    ("Lineage: open the highlighted candidate", "open_candidate"),
+    ("Lineage: go to a candidate id", "jump"),
+    ("Lineage: compare two candidates", "compare"),
+    ("Lineage: clear the filters", "clear_filters"),
+)
+
+
+class _ScreenCommands(Provider):
+    COMMANDS: tuple[tuple[str, str], ...] = ()
+
     async def discover(self) -> Hits:
-        for name, action in SEARCH_COMMANDS:
+        for name, action in self.COMMANDS:
             yield DiscoveryHit(name, partial(self._run, action))
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for name, action in SEARCH_COMMANDS:
+        for name, action in self.COMMANDS:
             score = matcher.match(name)
             if score > 0:
                 yield Hit(score, matcher.highlight(name), partial(self._run, action))
 
     async def _run(self, action: str) -> None:
+        # Through the screen's own check: an action it has turned off says why, not nothing.
+        explain = getattr(self.screen, "explain_disabled", None)
+        if callable(explain) and explain(action):
+            return
         await self.screen.run_action(action)
+
+
+class SearchCommands(_ScreenCommands):
+    COMMANDS = SEARCH_COMMANDS
+
+
+class CandidateCommands(_ScreenCommands):
+    COMMANDS = CANDIDATE_COMMANDS
+
+
+class LineageCommands(_ScreenCommands):
+    COMMANDS = LINEAGE_COMMANDS

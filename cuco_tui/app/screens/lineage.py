@@ -1,6 +1,6 @@
 """The lineage screen: a session's candidates as a DAG (table with a graph column, colored by
-status), filters by island / status / backend, jump to an id, one candidate's details, and the
-diff of two marked candidates.
+status), filters by island / status / backend, jump to an id, one candidate's details, the
+diff of two marked candidates, and Enter to open a candidate in full (the candidate screen).
 
 Opening reads only the index's summaries (one SQLite query); a candidate's full record and any
 diff are read from git in thread workers, so the event loop never waits on git."""
@@ -16,6 +16,8 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
+from cuco_tui.app.commands import LineageCommands
+from cuco_tui.app.screens.candidate import CandidateScreen, live_engine
 from cuco_tui.app.widgets.lineage.candidate_details import CandidateDetails
 from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
 from cuco_tui.app.widgets.lineage.diff_view import CandidateDiff
@@ -37,6 +39,7 @@ class LineageScreen(Screen):
     LineageScreen #lineage-jump.-open { display: block; }
     """
     BINDINGS = [
+        Binding("enter", "open_candidate", "Open"),
         Binding("i", "cycle_island", "Island"),
         Binding("f", "cycle_status", "Status"),
         Binding("b", "cycle_backend", "Backend"),
@@ -45,6 +48,7 @@ class LineageScreen(Screen):
         Binding("c", "compare", "Compare"),
         Binding("escape", "back", "Back"),
     ]
+    COMMANDS = {LineageCommands}
 
     def __init__(self, repo: SessionRepo, owns_repo: bool = False) -> None:
         """`owns_repo`: close the repository when the screen goes away."""
@@ -149,6 +153,17 @@ class LineageScreen(Screen):
             self.app.call_from_thread(self.notify, str(e), severity="error")
             return
         self.app.call_from_thread(self.query_one(CandidateDetails).show, record)
+
+    # ---- open ------------------------------------------------------------------------------
+
+    def action_open_candidate(self) -> None:
+        """The highlighted candidate in full; with the live search's engine when the app runs
+        one on this session (so re-benchmark and make parent work from there too)."""
+        current = self.query_one(CandidateTable).highlighted_id
+        if current is None:
+            self.notify("no candidate is shown (clear the filters with 0)", severity="warning")
+            return
+        self.app.push_screen(CandidateScreen(self.repo, current, engine=live_engine(self.app, self.repo.path)))
 
     # ---- compare ---------------------------------------------------------------------------
 

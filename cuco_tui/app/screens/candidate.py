@@ -1,0 +1,245 @@
+"""The candidate screen: one candidate of a session in full, in tabs that exist only when the
+candidate has something for them (source; a diff per parent; compiler errors with their lines;
+deadlock diagnosis; verification; timings per shape and per rank; run logs), and its actions:
+re-benchmark and make-parent (through the live search engine, when one runs this session) and
+export (always).
+
+Everything is read from the session (SessionRepo) in a thread worker, so the event loop never
+waits on git; the engine's commands are called from short workers too, as the dashboard does,
+since the engine's lock may be held across a git commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from rich.text import Text
+from textual import events, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static, Tabs
+
+from cuco_tui.app.commands import CandidateCommands
+from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, export_candidate
+from cuco_tui.app.widgets.candidate.model import CandidateView, load_candidate
+from cuco_tui.app.widgets.candidate.tabs import CandidateTabs
+from cuco_tui.app.widgets.lineage.rows import status_style
+from cuco_tui.lineage import SessionError, SessionRepo
+from cuco_tui.search.engine import SearchEngine
+
+LIVE_ACTIONS = {"rebenchmark": "re-benchmark", "make_parent": "make parent"}
+LIVE_KEYS = {"r": "rebenchmark", "p": "make_parent"}
+
+
+def live_engine(app: App, session: Path) -> SearchEngine | None:
+    """The search engine the app runs on this session, if any (the dashboard's): browsing a
+    session some other process searches, or one that has finished, attaches none."""
+    dashboard = getattr(app, "dashboard", None)
+    engine = getattr(dashboard, "engine", None)
+    if not isinstance(engine, SearchEngine):
+        return None
+    try:
+        same = Path(engine.repo.path).resolve() == Path(session).resolve()
+    except OSError:
+        return None
+    return engine if same else None
+
+
+class CandidateScreen(Screen):
+    DEFAULT_CSS = """
+    CandidateScreen #candidate-head { height: auto; padding: 0 1; background: $boost; }
+    CandidateScreen #candidate-body { height: 1fr; }
+    CandidateScreen #candidate-loading { padding: 1 2; color: $text-muted; }
+    """
+    BINDINGS = [
+        Binding("r", "rebenchmark", "Re-benchmark"),
+        Binding("p", "make_parent", "Make parent"),
+        Binding("x", "export", "Export"),
+        Binding("right_square_bracket", "next_tab", "Next tab", key_display="]"),
+        Binding("left_square_bracket", "previous_tab", "Prev tab", key_display="["),
+        Binding("escape", "back", "Back"),
+    ]
+    COMMANDS = {CandidateCommands}
+
+    def __init__(self, repo: SessionRepo, candidate_id: str, *, engine: SearchEngine | None = None,
+                 owns_repo: bool = False, export_root: Path = DEFAULT_ROOT) -> None:
+        """`engine`: the live search on this session (None: browsing; re-benchmark and make
+        parent are off). `owns_repo`: close the repository when the screen goes away.
+        `export_root`: where export writes <session>-<id>/ (relative: to the working folder)."""
+        super().__init__()
+        self.repo = repo
+        self.candidate_id = candidate_id
+        self.engine = engine
+        self.export_root = Path(export_root)
+        self._owns_repo = owns_repo
+        self.view: CandidateView | None = None  # set once loaded
+        self.error: str | None = None  # set when the candidate cannot be read
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(f"{self.candidate_id}", id="candidate-head")
+        with Vertical(id="candidate-body"):
+            yield Static(f"reading {self.candidate_id} from the session…", id="candidate-loading")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = f"{self.candidate_id} · {self.repo.path.name}"
+        self._load()
+
+    @property
+    def ready(self) -> bool:
+        """True once the tabs are on screen (or the candidate could not be read)."""
+        if self.error is not None:
+            return True
+        tabs = self.query(CandidateTabs)
+        return bool(tabs) and bool(tabs.first().active)  # the first tab is chosen after mounting
+
+    @property
+    def tabs(self) -> CandidateTabs:
+        return self.query_one(CandidateTabs)
+
+    # ---- loading ---------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="candidate-load", exit_on_error=False)
+    def _load(self) -> None:
+        try:
+            view = load_candidate(self.repo, self.candidate_id)
+        except SessionError as e:
+            self.app.call_from_thread(self._failed, str(e))
+            return
+        except Exception as e:  # a closed repository, a damaged record: said, not crashed on
+            self.app.call_from_thread(self._failed, f"cannot read {self.candidate_id}: {type(e).__name__}: {e}")
+            return
+        self.app.call_from_thread(self._show, view)
+
+    def _failed(self, message: str) -> None:
+        self.error = message
+        self.query_one("#candidate-loading", Static).update(message)
+        self.notify(message, severity="error")
+
+    async def _show(self, view: CandidateView) -> None:
+        self.view = view
+        self.query_one("#candidate-head", Static).update(self._head(view))
+        body = self.query_one("#candidate-body", Vertical)
+        await body.remove_children()
+        tabs = CandidateTabs(view, id="candidate-tabs")
+        await body.mount(tabs)
+        tabs.query_one(Tabs).focus()  # left/right move between tabs from the start
+        self.refresh_bindings()
+
+    def _head(self, view: CandidateView) -> Text:
+        r = view.record
+        text = Text()
+        text.append(r.id, style="bold")
+        text.append(f"  {r.kind} · generation {r.generation} · island {r.island} · ")
+        text.append(r.status, style=status_style(r.status))
+        if r.speedup is not None:
+            text.append(f" · {r.speedup:.2f}x", style="bold")
+        text.append(f" · parents {', '.join(r.parents) or '(seed)'}")
+        if view.not_measured():
+            text.append(f" · {view.not_measured()}", style="dim")
+        text.append("\n")
+        if self._live():
+            text.append("live search attached: r re-benchmarks this candidate, p makes it the next parent",
+                        style="dim")
+        else:
+            text.append("browsing: no running search on this session, so re-benchmark and make parent are off",
+                        style="dim")
+        return text
+
+    # ---- actions ---------------------------------------------------------------------------
+
+    def _live(self) -> bool:
+        return self.engine is not None and self.engine.running
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in LIVE_ACTIONS and not self._live():
+            return None  # shown, dimmed: the footer says it exists and is off here
+        if action in LIVE_ACTIONS or action == "export":
+            return self.view is not None or None
+        return True
+
+    def explain_disabled(self, action: str) -> bool:
+        """Notify why `action` cannot run now; True when it cannot (the palette asks first)."""
+        if action in LIVE_ACTIONS and not self._live():
+            what = LIVE_ACTIONS[action]
+            why = ("the search on this session has ended" if self.engine is not None else
+                   "no search is running on this session (browsing)")
+            self.notify(f"{what} needs a running search: {why}", severity="warning")
+            return True
+        if action in (*LIVE_ACTIONS, "export") and self.view is None:
+            self.notify(f"{self.candidate_id} is still being read", severity="warning")
+            return True
+        return False
+
+    def on_key(self, event: events.Key) -> None:
+        # A disabled binding lets its key through to here: say why it did nothing.
+        action = LIVE_KEYS.get(event.key)
+        if action is not None and self.check_action(action, ()) is not True:
+            event.stop()
+            self.explain_disabled(action)
+
+    @work(thread=True, group="candidate-actions", exit_on_error=False)
+    def _engine_call(self, what: str, call: Callable[[], str]) -> None:
+        try:
+            said = call()
+        except Exception as exc:  # SteeringError: a sentence for the engineer
+            self.app.call_from_thread(self.notify, str(exc), title=what, severity="warning")
+            return
+        self.app.call_from_thread(self.notify, said, title=what)
+
+    def action_rebenchmark(self) -> None:
+        engine, cid = self.engine, self.candidate_id
+        if self.explain_disabled("rebenchmark") or engine is None:
+            return
+
+        def rebench() -> str:
+            new = engine.rebenchmark(cid)
+            return f"re-benchmark of {cid} queued: it will be committed as {new}, a child of {cid}"
+
+        self._engine_call("re-benchmark", rebench)
+
+    def action_make_parent(self) -> None:
+        engine, cid = self.engine, self.candidate_id
+        if self.explain_disabled("make_parent") or engine is None:
+            return
+
+        def prefer() -> str:
+            engine.prefer_parent(cid)
+            return f"the next proposal will start from {cid}"
+
+        self._engine_call("make parent", prefer)
+
+    def action_export(self) -> None:
+        if self.explain_disabled("export") or self.view is None:
+            return
+        self._export(self.view, default_folder(self.view.session, self.view.id, self.export_root))
+
+    @work(thread=True, group="candidate-actions", exit_on_error=False)
+    def _export(self, view: CandidateView, folder: Path) -> None:
+        try:
+            done = export_candidate(view.record, folder)
+        except OSError as e:
+            self.app.call_from_thread(self.notify, f"export of {view.id} failed: {e}", severity="error")
+            return
+        names = ", ".join(p.name for p in done.files)
+        self.app.call_from_thread(self.notify, f"wrote {names} to {done.folder.resolve()}", title="export")
+
+    def action_next_tab(self) -> None:
+        if self.query(CandidateTabs):
+            self.tabs.step(1)
+
+    def action_previous_tab(self) -> None:
+        if self.query(CandidateTabs):
+            self.tabs.step(-1)
+
+    def action_back(self) -> None:
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+
+    def on_unmount(self) -> None:
+        if self._owns_repo:
+            self.workers.cancel_all()
+            self.repo.close()

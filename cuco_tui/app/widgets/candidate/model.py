@@ -1,0 +1,116 @@
+"""One candidate as the candidate view shows it, read once from the session (in a thread) into
+plain data: the record (from the index: record.json, with result.json and the rationale in
+it), its source (candidate.cu from git), a diff against each parent, and its logs under the
+names the commit stores them (logs/<name>.txt). No Textual here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cuco_tui.evaluate.result import CascadeResult, Diagnostic, Level, Status
+from cuco_tui.lineage import SessionError, SessionRepo
+from cuco_tui.lineage.files import log_paths
+from cuco_tui.search.records import CandidateRecord
+
+
+@dataclass(frozen=True)
+class ParentDiff:
+    parent: str
+    diff: str  # unified diff of candidate.cu, parent -> candidate; "" when the same code
+    error: str = ""  # why there is no diff (a parent missing from the session)
+
+
+@dataclass(frozen=True)
+class LogFile:
+    name: str  # the key in the result's logs, e.g. "rank0.stderr"
+    path: str  # where the commit stores it, e.g. "logs/rank0.stderr.txt"
+    text: str
+
+
+@dataclass(frozen=True)
+class CandidateView:
+    session: str  # the session folder's name (never its full path: snapshots stay the same)
+    record: CandidateRecord
+    result: CascadeResult | None  # None: no result, or one this version cannot read
+    diffs: tuple[ParentDiff, ...]
+    logs: tuple[LogFile, ...]  # only logs with text
+    result_error: str = ""  # why result is None although the record holds one
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def source_lines(self) -> list[str]:
+        return self.record.source.splitlines()
+
+    @property
+    def measured(self) -> bool:
+        return self.result is not None and bool(self.result.timings)
+
+    def not_measured(self) -> str:
+        """Why there are no timings, in a few words ("" when there are)."""
+        if self.measured:
+            return ""
+        if self.result is None:
+            return "not measured: no evaluation result recorded"
+        if self.result.status is Status.MEASURED:
+            return "not measured: verified only (the benchmark was not run)"
+        return f"not measured: {self.result.status.value}"
+
+    def located_diagnostics(self) -> list[Diagnostic]:
+        """The result's diagnostics, each that points into this candidate given its source line
+        when the result lacks it (L0 findings and older results carry only file:line:col)."""
+        if self.result is None:
+            return []
+        lines = self.source_lines
+        names = {"candidate.cu", f"{self.id}.cu", Path(self.result.candidate).name}
+        out = []
+        for d in self.result.diagnostics:
+            if d.line and not d.source_line and Path(d.file).name in names and 0 < d.line <= len(lines):
+                d = replace(d, source_line=lines[d.line - 1])
+            out.append(d)
+        return out
+
+    @property
+    def compile_failed(self) -> bool:
+        return self.result is not None and self.result.status is Status.COMPILE_ERROR
+
+    @property
+    def stopped_before_compiling(self) -> bool:
+        return self.result is not None and self.result.level is Level.STATIC
+
+
+def parse_result(record: CandidateRecord) -> tuple[CascadeResult | None, str]:
+    if not record.result:
+        return None, ""
+    if record.result.get("status") == "pending":
+        return None, "the evaluation never finished"
+    try:
+        return CascadeResult.from_dict(record.result), ""
+    except (TypeError, ValueError, KeyError) as e:
+        return None, f"the stored result cannot be read by this version ({type(e).__name__}: {e})"
+
+
+def load_candidate(repo: SessionRepo, candidate_id: str) -> CandidateView:
+    """Everything the view shows of one candidate. Blocking (git reads): call from a thread.
+    Raises SessionError for an id the session does not hold."""
+    record = repo.record(candidate_id)
+    result, error = parse_result(record)
+    diffs = []
+    for parent in record.parents:
+        try:
+            diffs.append(ParentDiff(parent, repo.diff(parent, candidate_id)))
+        except SessionError as e:
+            diffs.append(ParentDiff(parent, "", str(e)))
+    logs: list[LogFile] = []
+    stored = (record.result or {}).get("logs") or {}
+    if isinstance(stored, dict):
+        # The commit's logs/ files are written from exactly these texts (lineage.files), under
+        # these paths; the record already holds them, so no second read of git is needed.
+        for name, path in log_paths(stored).items():
+            text = stored[name] if isinstance(stored[name], str) else str(stored[name])
+            if text.strip():
+                logs.append(LogFile(str(name), path, text))
+    return CandidateView(repo.path.name, record, result, tuple(diffs), tuple(logs), error)

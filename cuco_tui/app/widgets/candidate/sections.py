@@ -1,0 +1,186 @@
+"""What the candidate view's tabs hold, decided from a CandidateView: a section exists only
+when the candidate has content for it, and the overview says in words what is absent and why
+(e.g. "not measured: compile_error"). Renderers come from the evaluate screen's ResultView and
+the harness where they exist there; this module only arranges them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.content import Content
+
+from cuco_tui.app.widgets.candidate.deadlock import deadlock_renderable, parse_report
+from cuco_tui.app.widgets.candidate.model import CandidateView
+from cuco_tui.app.widgets.candidate.timings import timings_renderable
+from cuco_tui.app.widgets.lineage.candidate_details import facts_text
+from cuco_tui.app.widgets.result_view import LEVEL_NAMES, LOG_LINES
+from cuco_tui.app.widgets.result_view import _diagnostics as diagnostics_content
+from cuco_tui.app.widgets.result_view import _verification_table as verification_table
+from cuco_tui.evaluate.result import Status
+
+THEME = "ansi_dark"  # the terminal's own colors, as the dashboard's and the lineage's diffs use
+
+
+@dataclass(frozen=True)
+class Section:
+    id: str  # the tab's id: "overview", "source", "diff-c0003", "errors", ...
+    title: str
+    parts: tuple[Any, ...]  # Content or rich renderables, one Static each
+    wide: bool = False  # code: scrolls sideways instead of wrapping
+
+
+def _syntax(code: str, lexer: str, **kwargs: Any) -> Syntax:
+    return Syntax(code, lexer, theme=THEME, background_color="default", word_wrap=False, **kwargs)
+
+
+def _marked_lines(view: CandidateView) -> set[int]:
+    """Source lines worth a highlight: where diagnostics point, where ranks hung."""
+    lines = {d.line for d in view.located_diagnostics() if d.line}
+    if view.result is not None and view.result.deadlock_report:
+        lines |= {w.site for r in parse_report(view.result.deadlock_report).ranks for w in r.waits}
+    return lines
+
+
+def overview(view: CandidateView) -> Section:
+    r = view.result
+    parts: list[Any] = [facts_text(view.record)]
+    result = Text()
+    result.append("Evaluation\n", style="bold")
+    if r is not None:
+        result.append(f"reached {LEVEL_NAMES[r.level]}: {r.reason}\n")
+        if r.gpus:
+            result.append(f"GPUs {','.join(map(str, r.gpus))} (world {r.world}) · ran {r.run_seconds:.1f} s\n",
+                          style="dim")
+    else:
+        result.append((view.result_error or "no evaluation result recorded") + "\n")
+    absent = absent_notes(view)
+    if absent:
+        result.append("\nNot in this candidate\n", style="bold")
+        for note in absent:
+            result.append(f"  {note}\n", style="dim")
+    parts.append(result)
+    return Section("overview", "Overview", tuple(parts))
+
+
+def absent_notes(view: CandidateView) -> list[str]:
+    """The sections a reader might look for and will not find, each with its reason."""
+    r = view.result
+    notes = []
+    if not view.record.source.strip():
+        notes.append("source: none (the agent returned no code)")
+    if not view.record.parents:
+        notes.append("diff: none (no parent: a seed)")
+    if not view.measured:
+        notes.append(f"timings: {view.not_measured()}")
+    if r is not None and not r.verifications and r.status is not Status.MEASURED:
+        notes.append(f"verification: not run (stopped at {LEVEL_NAMES[r.level]})")
+    if r is not None and r.status is Status.DEADLOCK and not r.deadlock_report.strip():
+        notes.append("deadlock diagnosis: none stored with this result")
+    if not view.logs:
+        notes.append("run log: none stored")
+    return notes
+
+
+def source(view: CandidateView) -> Section | None:
+    if not view.record.source.strip():
+        return None
+    code = _syntax(view.record.source, "cuda", line_numbers=True, highlight_lines=_marked_lines(view))
+    return Section("source", "Source", (code,), wide=True)
+
+
+def diffs(view: CandidateView) -> list[Section]:
+    out = []
+    for d in view.diffs:
+        if d.error:
+            body: Any = Text(d.error, style="red")
+        elif not d.diff:
+            body = Text(f"{view.id} has the same candidate.cu as {d.parent}.")
+        else:
+            body = _syntax(d.diff, "diff")
+        out.append(Section(f"diff-{d.parent}", f"Diff {d.parent}", (body,), wide=True))
+    return out
+
+
+def errors(view: CandidateView) -> Section | None:
+    r = view.result
+    if r is None:
+        return None
+    diags = view.located_diagnostics()
+    log = r.logs.get("nvcc", "").strip()
+    located = any(d.line for d in diags)
+    parts: list[Any] = []
+    if diags:
+        parts.append(diagnostics_content(diags))
+    if view.compile_failed and log and not located:
+        tail = "\n".join(log.splitlines()[-LOG_LINES:])
+        parts.append(Content.assemble(("nvcc output (last lines)\n", "bold"), tail))
+    if not parts:
+        return None
+    title = "Compiler errors" if view.compile_failed else "Diagnostics"
+    return Section("errors", title, tuple(parts), wide=True)
+
+
+def logs(view: CandidateView) -> Section | None:
+    if not view.logs:
+        return None
+    parts = [Content.assemble((f"{log.path}\n", "bold"), log.text.rstrip("\n") + "\n") for log in view.logs]
+    return Section("logs", "Run log", tuple(parts), wide=True)
+
+
+def deadlock(view: CandidateView) -> Section | None:
+    r = view.result
+    if r is None or not r.deadlock_report.strip():
+        return None
+    return Section("deadlock", "Deadlock", (deadlock_renderable(r.deadlock_report, view.source_lines),), wide=True)
+
+
+def verification(view: CandidateView) -> Section | None:
+    r = view.result
+    if r is None or not r.verifications:
+        return None
+    parts: list[Any] = []
+    if r.status is Status.INCORRECT:
+        parts.append(Text(r.reason, style="bold red"))
+    parts.append(verification_table(r.verifications))
+    for v in r.verifications:
+        if not v.ok and v.worst:
+            parts.append(Text(f"{v.shape}: worst element {v.worst} (tolerance {v.tolerance:g})"))
+    return Section("verification", "Verification", tuple(parts), wide=True)
+
+
+def timings(view: CandidateView) -> Section | None:
+    r = view.result
+    if r is None or not r.timings:
+        return None
+    return Section("timings", "Timings", (timings_renderable(r.timings, r.speedup),), wide=True)
+
+
+def sections(view: CandidateView) -> list[Section]:
+    """The tabs, in reading order; only those with content."""
+    found = [overview(view), source(view), *diffs(view), errors(view), deadlock(view), verification(view),
+             timings(view), logs(view)]
+    return [s for s in found if s is not None]
+
+
+# The tab a candidate opens on: where its outcome is explained.
+_FIRST_BY_STATUS = {
+    Status.COMPILE_ERROR: "errors",
+    Status.REJECTED: "errors",
+    Status.DEADLOCK: "deadlock",
+    Status.INCORRECT: "verification",
+    Status.RUNTIME_ERROR: "errors",
+    Status.MEASURED: "timings",
+}
+
+
+def first_section(view: CandidateView, shown: list[Section]) -> str:
+    ids = [s.id for s in shown]
+    wanted = _FIRST_BY_STATUS.get(view.result.status) if view.result is not None else None
+    if wanted in ids:
+        return wanted
+    if view.result is not None and view.result.status is Status.RUNTIME_ERROR and "logs" in ids:
+        return "logs"
+    return "overview"

@@ -1,0 +1,58 @@
+"""The candidate's sections as tabs: one pane per section with content, each a scroll view of
+Statics (code scrolls sideways rather than wrapping)."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import ScrollableContainer, Vertical
+from textual.widgets import Static, TabbedContent, TabPane
+
+from cuco_tui.app.widgets.candidate.model import CandidateView
+from cuco_tui.app.widgets.candidate.sections import Section, first_section, sections
+
+
+def pane_id(section_id: str) -> str:
+    return f"tab-{section_id}"
+
+
+class CandidateTabs(Vertical):
+    DEFAULT_CSS = """
+    CandidateTabs { height: 1fr; }
+    CandidateTabs TabbedContent { height: 1fr; }
+    CandidateTabs TabPane { padding: 0; height: 1fr; }
+    CandidateTabs .candidate-section { height: 1fr; padding: 0 1; }
+    CandidateTabs .candidate-part { height: auto; margin-bottom: 1; }
+    CandidateTabs .candidate-part.-wide { width: auto; }
+    """
+
+    def __init__(self, view: CandidateView, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view = view
+        self.sections: list[Section] = sections(view)
+        self.first = first_section(view, self.sections)
+
+    def compose(self) -> ComposeResult:
+        with TabbedContent(initial=pane_id(self.first)):
+            for section in self.sections:
+                with TabPane(section.title, id=pane_id(section.id)):
+                    with ScrollableContainer(classes="candidate-section"):
+                        for part in section.parts:
+                            yield Static(part, classes="candidate-part -wide" if section.wide else "candidate-part")
+
+    @property
+    def ids(self) -> list[str]:
+        return [s.id for s in self.sections]
+
+    @property
+    def active(self) -> str:
+        return self.query_one(TabbedContent).active.removeprefix("tab-")
+
+    def show(self, section_id: str) -> bool:
+        if section_id not in self.ids:
+            return False
+        self.query_one(TabbedContent).active = pane_id(section_id)
+        return True
+
+    def step(self, by: int) -> None:
+        ids = self.ids
+        self.show(ids[(ids.index(self.active) + by) % len(ids)])
