@@ -21,8 +21,12 @@ from textual.widgets import Static
 from cuco_tui.agents.offline import OfflineAgent
 from cuco_tui.app.app import CucoApp
 from cuco_tui.app.screens.candidate import CandidateScreen
+from cuco_tui.app.screens.dashboard import DashboardScreen, parse_budget
 from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.app.widgets.candidate.deadlock import parse_report
+from cuco_tui.app.widgets.search import editor
+from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
+from cuco_tui.app.widgets.text_prompt import TextPrompt
 from cuco_tui.design.space import Capabilities
 from cuco_tui.evaluate.result import (
     CascadeResult,
@@ -40,6 +44,7 @@ from cuco_tui.search.engine import SteeringError
 from cuco_tui.search.events import AwaitingReview, CandidateCommitted
 from cuco_tui.search.records import CandidateRecord
 from pilot_helpers import wait_until
+from test_dashboard import make_app as make_dashboard_app
 from test_search_engine import W
 from test_search_engine import make as make_engine
 
@@ -462,6 +467,134 @@ def test_deadlock_reports_parse_back_into_deadlock_py_waits():
             assert [w for w in parsed.waits if w.kind != "barrier"] == expect
             barriers = [(w.site, w.id, w.blocks) for w in truth.waits if w.kind == "barrier"]
             assert [(w.site, w.id, w.blocks) for w in parsed.waits if w.kind == "barrier"] == barriers
+
+
+def test_budget_answers():
+    assert parse_budget("5", None) == 5.0
+    assert parse_budget("$2.50", 1.0) == 2.5
+    assert parse_budget("+2", 3.0) == 5.0
+    assert parse_budget("+2", None) == 2.0
+    assert parse_budget("none", 3.0) is None
+    with pytest.raises(ValueError, match="not a number"):
+        parse_budget("lots", None)
+    with pytest.raises(ValueError, match="0 dollars or more"):
+        parse_budget("-1", None)
+
+
+# ---------------------------------------------------------------------------- from the live dashboard
+
+
+def dashboard_text(app, selector: str) -> str:
+    return str(app.get_screen("dashboard").query_one(selector, Static).render())
+
+
+async def stop_search(app, pilot) -> None:
+    if not isinstance(app.screen, DashboardScreen):
+        app.pop_screen()
+    await pilot.press("x")
+    assert await wait_until(pilot, lambda: "finished" in dashboard_text(app, "#state-run"))
+
+
+@pytest.mark.asyncio
+async def test_dashboard_opens_the_best_candidate_with_the_engine_attached(tmp_path):
+    app = make_dashboard_app(tmp_path)  # review mode: the fast path waits, the seed is committed
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids and app.screen.state.best_id)
+        dashboard = app.screen
+        await pilot.press("o")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press("enter")  # empty: the best
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
+        screen = app.screen
+        assert screen.candidate_id == "c0000" and screen.engine is dashboard.engine
+        assert screen.check_action("rebenchmark", ()) is True
+        assert "live search attached" in str(screen.query_one("#candidate-head", Static).content)
+
+        await pilot.press("r")  # while the fast-path proposal waits for review
+        assert await wait_until(pilot, lambda: any("committed as c0002" in n.message for n in app._notifications), 5)
+        assert await wait_until(pilot, lambda: "c0002" in dashboard._sources)
+        await pilot.press("p")
+        assert await wait_until(pilot, lambda: dashboard.engine.preferred_parent == "c0000", 5)
+        await pilot.press("escape")
+        assert app.screen is dashboard
+        await stop_search(app, pilot)
+    with SessionRepo.open(tmp_path / "session") as repo:
+        again = repo.record("c0002")
+        assert again.kind == "rebenchmark" and again.parents == ("c0000",)
+        assert again.rationale == "re-benchmark of c0000" and again.status == "measured"
+        assert again.speedup == pytest.approx(repo.record("c0000").speedup)
+
+
+@pytest.mark.asyncio
+async def test_dashboard_open_asks_for_an_id_and_refuses_unknown_ones(tmp_path):
+    app = make_dashboard_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids)
+        await pilot.press("o")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press(*"c0042", "enter")
+        assert await wait_until(pilot, lambda: any("no committed candidate 'c0042'" in n.message
+                                                   for n in app._notifications), 5)
+        assert isinstance(app.screen, DashboardScreen)
+        await stop_search(app, pilot)
+
+
+@pytest.mark.asyncio
+async def test_dashboard_budget_prompt_changes_the_cap(tmp_path):
+    app = make_dashboard_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids)
+        await pilot.press("dollar_sign")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press(*"7.5", "enter")
+        assert await wait_until(pilot, lambda: "$0.00 of $7.50" in dashboard_text(app, "#state-facts"), 5)
+        await pilot.press("dollar_sign")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press(*"+2", "enter")
+        assert await wait_until(pilot, lambda: "$0.00 of $9.50" in dashboard_text(app, "#state-facts"), 5)
+        await pilot.press("dollar_sign")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press(*"none", "enter")
+        assert await wait_until(pilot, lambda: "(no cap)" in dashboard_text(app, "#state-facts"), 5)
+        await stop_search(app, pilot)
+
+
+@pytest.mark.asyncio
+async def test_dashboard_edit_sends_the_editors_text(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    script = tmp_path / "ed.py"
+    script.write_text("import sys\nopen(sys.argv[1], 'a').write('// edited by hand\\n')\n")
+    monkeypatch.setenv("VISUAL", f"{sys.executable} {script}")
+    # No terminal to hand over under Pilot: the editor runs without Textual's suspend.
+    monkeypatch.setattr(editor, "run_suspended", lambda app, command: subprocess.call(command))
+    app = make_dashboard_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids)
+        cid = app.screen.query_one(ProposalQueue).selected
+        await pilot.press("e")
+        assert await wait_until(pilot, lambda: cid in app.screen._sources)
+        assert app.screen._sources[cid].endswith("// edited by hand\n")
+        await stop_search(app, pilot)
+    with SessionRepo.open(tmp_path / "session") as repo:
+        assert repo.record(cid).review == "edited"
+
+
+@pytest.mark.asyncio
+async def test_dashboard_edit_without_a_terminal_says_so(tmp_path):
+    app = make_dashboard_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids)
+        await pilot.press("e")
+        assert await wait_until(pilot, lambda: any("cannot be handed to an editor" in n.message
+                                                   for n in app._notifications), 5)
+        await stop_search(app, pilot)
 
 
 # ---------------------------------------------------------------------------- snapshots (120 x 40)

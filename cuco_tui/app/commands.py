@@ -11,9 +11,12 @@ SEARCH_COMMANDS = (
     ("Search: accept the selected proposal", "accept"),
     ("Search: reject the selected proposal", "reject"),
     ("Search: accept every waiting proposal", "accept_all"),
+    ("Search: edit the selected proposal in $EDITOR", "edit"),
     ("Search: pause or resume", "toggle_pause"),
     ("Search: cycle the review mode (auto, review, risky)", "cycle_review_mode"),
     ("Search: give the agent a hint", "hint"),
+    ("Search: set the budget in dollars", "budget"),
+    ("Search: open a committed candidate", "open_candidate"),
     ("Search: stop", "stop"),
 )
 

@@ -1,15 +1,17 @@
 """The search dashboard: the engine runs in a thread worker; its events come back as
 SearchEvent messages and redraw the state panel, the proposal queue, the evaluations in flight
 and the speedup chart; a telemetry panel polls the GPUs in its own thread. Keys steer the engine
-through its public controls (pause, resume, stop, review, hints, review mode), each called from a
-short thread worker: the engine's lock may be held across a git commit, and the event loop never
-waits on git."""
+through its public controls (pause, resume, stop, review and edit, hints, review mode, budget),
+each called from a short thread worker: the engine's lock may be held across a git commit, and
+the event loop never waits on git. `o` opens a committed candidate in the candidate screen, on
+its own handle to the session, with this engine attached (re-benchmark, make parent)."""
 
 from __future__ import annotations
 
 import difflib
 import traceback
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable
 
 from textual import work
@@ -22,13 +24,16 @@ from textual.widgets import Footer, Header
 
 from cuco_tui.app.commands import SearchCommands
 from cuco_tui.app.messages import SearchCrashed, SearchEvent
+from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.search_launch import SearchLaunch
+from cuco_tui.app.widgets.search.editor import EditError, edit_source
 from cuco_tui.app.widgets.search.in_flight import InFlightTable
 from cuco_tui.app.widgets.search.proposal_queue import PendingProposal, ProposalQueue
 from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
 from cuco_tui.app.widgets.search.state_panel import SearchState, StatePanel
 from cuco_tui.app.widgets.telemetry.panel import TelemetryPanel
 from cuco_tui.app.widgets.text_prompt import TextPrompt
+from cuco_tui.lineage import SessionError, SessionRepo
 from cuco_tui.search import events as ev
 from cuco_tui.search.config import REVIEW_MODES
 from cuco_tui.search.engine import SearchEngine, id_number
@@ -44,13 +49,17 @@ def unified_diff(parent_id: str, parent_source: str, child_id: str, child_source
 
 
 class DashboardScreen(Screen):
+    # Short labels: every key fits the footer at 120 columns (the palette has the long names).
     BINDINGS = [
         Binding("y", "accept", "Accept"),
         Binding("n", "reject", "Reject"),
-        Binding("a", "accept_all", "Accept all"),
-        Binding("p", "toggle_pause", "Pause/resume"),
-        Binding("m", "cycle_review_mode", "Review mode"),
+        Binding("e", "edit", "Edit"),
+        Binding("a", "accept_all", "All"),
+        Binding("p", "toggle_pause", "Pause"),
+        Binding("m", "cycle_review_mode", "Review"),
         Binding("h", "hint", "Hint"),
+        Binding("dollar_sign", "budget", "Budget", key_display="$"),
+        Binding("o", "open_candidate", "Open"),
         Binding("x", "stop", "Stop"),
         Binding("escape", "back", "Back"),
     ]
@@ -64,7 +73,7 @@ class DashboardScreen(Screen):
         self.events = EventBus()
         self.engine: SearchEngine | None = None
         self._unsubscribe: Callable[[], None] | None = None
-        self._sources: dict[str, str] = {}  # committed candidates' sources, for the diffs
+        self._sources: dict[str, str] = {}  # committed candidates' sources, for the diffs (and what `o` opens)
         self._points: list[tuple[int, float]] = []
         self._started = False
 
@@ -183,7 +192,7 @@ class DashboardScreen(Screen):
         else:
             diff = unified_diff("(none)", "", e.candidate, e.source)
         return PendingProposal(candidate=e.candidate, kind=e.kind, parents=tuple(e.parents),
-                               rationale=e.rationale, design=dict(e.design), why=e.why, diff=diff)
+                               rationale=e.rationale, design=dict(e.design), why=e.why, diff=diff, source=e.source)
 
     # --- steering -------------------------------------------------------------------------------
 
@@ -241,6 +250,28 @@ class DashboardScreen(Screen):
 
         self.app.push_screen(TextPrompt(f"Why reject {cid}?", "the reason goes into the lineage"), rejected)
 
+    def action_edit(self) -> None:
+        """The selected proposal in $EDITOR; the edited code is evaluated instead of the agent's."""
+        engine, cid = self._ready(), self.query_one(ProposalQueue).selected
+        if engine is None:
+            return
+        proposal = self.query_one(ProposalQueue).proposal(cid) if cid else None
+        if proposal is None:
+            self.notify("no proposal is waiting for review", severity="warning")
+            return
+        try:
+            edited = edit_source(self.app, proposal.source, f"{proposal.candidate}.cu")
+        except EditError as e:
+            self.notify(str(e), title="edit", severity="warning")
+            return
+        if edited == proposal.source:
+            self.notify(f"{cid} unchanged: still waiting for review")
+            return
+        if not edited.strip():
+            self.notify(f"the edit of {cid} is empty: nothing sent", severity="warning")
+            return
+        self._control("edit", lambda: engine.review(cid, "edit", "edited in $EDITOR", edited))
+
     def action_toggle_pause(self) -> None:
         engine = self._ready()
         if engine is not None:
@@ -273,6 +304,62 @@ class DashboardScreen(Screen):
 
         self.app.push_screen(TextPrompt("A hint for the agent:", "e.g. try chunked overlap"), hinted)
 
+    def action_budget(self) -> None:
+        """Change the dollar cap: a number (the new cap), +N (N more than now), or none (no cap)."""
+        engine = self._ready()
+        if engine is None:
+            return
+        s = self.state
+        now = f"${s.budget:.2f}" if s.budget is not None else "no cap"
+
+        def answered(text: str | None) -> None:
+            if text is None or not text.strip():
+                return
+            try:
+                usd = parse_budget(text, s.budget)
+            except ValueError as e:
+                self.notify(str(e), title="budget", severity="warning")
+                return
+            self._control("budget", lambda: engine.set_budget(usd))
+            self.notify("budget: no cap" if usd is None else f"budget: ${usd:.2f} (spent ${s.spent:.2f})")
+
+        self.app.push_screen(TextPrompt(f"Budget in dollars (spent ${s.spent:.2f}; cap now {now}):",
+                                        "e.g. 5, +2 for two more, none to lift the cap"), answered)
+
+    def action_open_candidate(self) -> None:
+        """A committed candidate in the candidate screen; an empty answer opens the best."""
+        engine = self.engine
+        if engine is None:
+            self.notify("the search is still starting", severity="warning")
+            return
+        if not self._sources:
+            self.notify("no candidate is committed yet", severity="warning")
+            return
+        best = self.state.best_id
+        default = best or max(self._sources, key=id_number)
+        what = "the best" if best else "the last committed"
+
+        def answered(text: str | None) -> None:
+            if text is None:
+                return
+            cid = text.strip() or default
+            if cid not in self._sources:
+                self.notify(f"no committed candidate {cid!r} in this search", severity="warning")
+                return
+            self._open_candidate(Path(engine.repo.path), cid, engine)
+
+        self.app.push_screen(TextPrompt(f"Open which candidate? (empty: {what}, {default})", "e.g. c0007"), answered)
+
+    @work(thread=True, group="open-candidate", exit_on_error=False)
+    def _open_candidate(self, session: Path, cid: str, engine: SearchEngine) -> None:
+        # Its own handle: the engine's closes when the search ends, and the screen may outlive it.
+        try:
+            repo = SessionRepo.open(session)
+        except SessionError as e:
+            self.app.call_from_thread(self.notify, str(e), severity="error")
+            return
+        self.app.call_from_thread(self.app.push_screen, CandidateScreen(repo, cid, engine=engine, owns_repo=True))
+
     def action_stop(self) -> None:
         engine = self._ready()
         if engine is not None:
@@ -282,3 +369,19 @@ class DashboardScreen(Screen):
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 1:
             self.app.pop_screen()
+
+
+def parse_budget(text: str, current: float | None) -> float | None:
+    """The cap a budget answer asks for: "5" or "$5" sets it, "+2" raises the current cap (or
+    the first cap) by 2, "none" lifts it. ValueError with a sentence otherwise."""
+    text = text.strip().lower().replace("$", "")
+    if text in ("none", "no", "off", "unlimited"):
+        return None
+    raise_by = text.startswith("+")
+    try:
+        usd = float(text[1:] if raise_by else text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number of dollars (e.g. 5, +2, none)") from None
+    if usd < 0 or usd != usd:
+        raise ValueError(f"the budget is 0 dollars or more, not {text}")
+    return (current or 0.0) + usd if raise_by else usd

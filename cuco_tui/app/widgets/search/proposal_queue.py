@@ -22,6 +22,7 @@ class PendingProposal:
     design: dict[str, Any] = field(default_factory=dict)
     why: str = ""  # why the engine holds it
     diff: str = ""  # unified diff against the first parent ("" when the same code)
+    source: str = ""  # the proposal's code, whole (what an edit starts from)
 
 
 class ProposalRow(ListItem):
@@ -41,7 +42,7 @@ class ProposalQueue(Vertical):
     shown: str | None = None  # the candidate whose details are drawn below the list
 
     def compose(self) -> ComposeResult:
-        yield Label("Proposals awaiting review (y accept · n reject · a accept all)", classes="panel-title",
+        yield Label("Proposals awaiting review (y accept · n reject · e edit · a accept all)", classes="panel-title",
                     id="proposal-title")
         yield ListView(id="proposal-list")
         with VerticalScroll(id="proposal-detail"):
