@@ -1,0 +1,328 @@
+// moe_dispatch_combine candidate. W ranks, expert parallelism: rank r owns experts
+// [r*E/W, (r+1)*E/W). Each rank holds T tokens x [T, H] and their routing: topk_idx [T, 8]
+// (distinct global expert ids, int32) and topk_w [T, 8] (float32). Every (token, choice) row goes
+// to its expert's rank; expert e computes y = (silu(x @ W1_e) * (x @ W3_e)) @ W2_e (bf16 in and out,
+// fp32 accumulation; w13 holds W1 | W3 side by side); the results come back and
+// out[t] = sum_k topk_w[t, k] * y_k (fp32 sum, bf16 result).
+// Harness buffers: inputs "x" [T, H] bf16, "topk_idx" [T, 8] i32, "topk_w" [T, 8] f32,
+// "w13" [E/W, H, 2I] bf16, "w2" [E/W, I, H] bf16 (this rank's experts); output "out" [T, H] bf16.
+// Dimensions "T" (per rank), "H", "E" (total), "I", "HOT" (routing skew; nothing to do with it).
+// Everything outside the EVOLVE blocks is frozen: the C ABI below is what the harness calls.
+#include "cuco_runtime.cuh"
+
+// EVOLVE-BLOCK-START
+// cuco-design: backend=nccl_host placement=before sync=per_peer issuer=host chunk=shard streams=1 comm_sms=0
+// Host-driven and sequential (the reference in C): sort the (token, choice) rows by expert into a
+// send buffer, exchange the per-expert counts with NCCL send/recv, read them on the host, move the
+// rows with one grouped NCCL send/recv, regroup them by local expert, run two cuBLAS GEMMs per
+// expert around a silu * up kernel, put the results back in arrival order, send them back with a
+// second grouped NCCL send/recv, and sum each token's 8 results with its router weights.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <vector>
+
+constexpr int kTopK = 8;
+constexpr int kMaxExperts = 1024;
+constexpr int kRouteThreads = 1024;
+constexpr int kCopyThreads = 128;
+constexpr int kRegroupSplit = 8;  // blocks per (source, expert) segment in the regroup copy
+
+// Counts the rows per expert and gives every (token, choice) its slot in the send buffer, where
+// rows are sorted by expert (so rank p's rows form one segment). One block: E <= kMaxExperts.
+__global__ void __launch_bounds__(kRouteThreads)
+route_rows(const int* topk_idx, int pairs, int experts, int* counts, int* pos) {
+  __shared__ int count[kMaxExperts];
+  __shared__ int cursor[kMaxExperts];
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int e = topk_idx[i];
+    if (e >= 0 && e < experts) atomicAdd(&count[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int run = 0;
+    for (int e = 0; e < experts; ++e) {
+      cursor[e] = run;
+      run += count[e];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) counts[e] = count[e];
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int e = topk_idx[i];
+    pos[i] = (e >= 0 && e < experts) ? atomicAdd(&cursor[e], 1) : -1;
+  }
+}
+
+// send[pos[i]] = x[i / 8]: one block per (token, choice) row, 16-byte vectors.
+__global__ void __launch_bounds__(kCopyThreads)
+permute_rows(const uint4* x, const int* pos, uint4* send_rows, int vecs) {
+  const int slot = pos[blockIdx.x];
+  if (slot < 0) return;
+  const uint4* src = x + (size_t)(blockIdx.x / kTopK) * vecs;
+  uint4* dst = send_rows + (size_t)slot * vecs;
+  for (int v = threadIdx.x; v < vecs; v += blockDim.x) dst[v] = src[v];
+}
+
+// Rows between the arrival layout (by source rank, then local expert) and the expert layout (by
+// local expert, then source rank). recv_counts[p * El + e]: rows from rank p for local expert e.
+// One blockIdx.x per (p, e) segment; to_expert: arrival -> expert, else expert -> arrival.
+__global__ void __launch_bounds__(kCopyThreads)
+regroup_rows(uint4* dst, const uint4* src, const int* recv_counts, int world, int local, int vecs, int to_expert) {
+  const int p = blockIdx.x / local, e = blockIdx.x % local;
+  __shared__ long long arrival, expert;
+  if (threadIdx.x == 0) {
+    long long a = 0, x = 0;
+    for (int q = 0; q < world; ++q)
+      for (int f = 0; f < local; ++f) {
+        const int n = recv_counts[q * local + f];
+        if (q < p || (q == p && f < e)) a += n;
+        if (f < e || (f == e && q < p)) x += n;
+      }
+    arrival = a;
+    expert = x;
+  }
+  __syncthreads();
+  const int rows = recv_counts[p * local + e];
+  const long long from = to_expert ? arrival : expert, to = to_expert ? expert : arrival;
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+    const uint4* s = src + (size_t)(from + r) * vecs;
+    uint4* d = dst + (size_t)(to + r) * vecs;
+    for (int v = threadIdx.x; v < vecs; v += blockDim.x) d[v] = s[v];
+  }
+}
+
+// h[r, :] = silu(gate) * up, with h13 rows [gate (I) | up (I)]; bf16 pairs.
+__global__ void silu_mul(const __nv_bfloat162* h13, __nv_bfloat162* h, long long rows, int half) {
+  const long long n = rows * half;
+  for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (long long)gridDim.x * blockDim.x) {
+    const long long r = j / half, i = j % half;
+    const float2 g = __bfloat1622float2(h13[r * 2 * half + i]);
+    const float2 u = __bfloat1622float2(h13[r * 2 * half + half + i]);
+    const float a = g.x / (1.0f + expf(-g.x)) * u.x;
+    const float b = g.y / (1.0f + expf(-g.y)) * u.y;
+    h[j] = __floats2bfloat162_rn(a, b);
+  }
+}
+
+// out[t, :] = sum_k w[t, k] * results[pos[t*8 + k], :], fp32, choice 0 first. One block per token.
+__global__ void __launch_bounds__(kCopyThreads)
+weighted_combine(const uint4* results, const int* pos, const float* topk_w, uint4* out, int vecs) {
+  __shared__ int slot[kTopK];
+  __shared__ float weight[kTopK];
+  const int t = blockIdx.x;
+  if (threadIdx.x < kTopK) {
+    slot[threadIdx.x] = pos[t * kTopK + threadIdx.x];
+    weight[threadIdx.x] = topk_w[t * kTopK + threadIdx.x];
+  }
+  __syncthreads();
+  for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int k = 0; k < kTopK; ++k) {
+      if (slot[k] < 0) continue;
+      const uint4 q = results[(size_t)slot[k] * vecs + v];
+      const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&q);
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(b[j]);
+        acc[2 * j] += weight[k] * f.x;
+        acc[2 * j + 1] += weight[k] * f.y;
+      }
+    }
+    uint4 o;
+    __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+    for (int j = 0; j < 4; ++j) ob[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
+    out[(size_t)t * vecs + v] = o;
+  }
+}
+
+struct Candidate {
+  cuco_ctx* ctx;
+  ncclComm_t comm;
+  cublasHandle_t blas;
+  int64_t T, H, E, I;
+  int W, El;
+  int64_t rows_max;      // the most rows this rank can receive: W * T * min(8, El)
+  int* pos;              // [T*8] send slot of each (token, choice)
+  int* counts;           // [E] rows this rank sends per global expert
+  int* recv_counts;      // [W, El] rows this rank receives per (source, local expert)
+  int* host_counts;      // pinned: counts then recv_counts
+  void* send_rows;       // [T*8, H] send layout; the returned results land in comb
+  void* comb;            // [T*8, H]
+  void* recv;            // [rows_max, H] arrival layout (rows in, then results out)
+  void* xe;              // [rows_max, H] expert layout
+  void* h13;             // [rows_max, 2I]
+  void* h;               // [rows_max, I]
+  void* y;               // [rows_max, H]
+  std::vector<int64_t> send_n, send_off, recv_n, recv_off, expert_n, expert_off;
+};
+
+static int candidate_init(cuco_ctx* ctx, Candidate** out) {
+  Candidate* c = new Candidate{};
+  *out = c;
+  c->ctx = ctx;
+  c->T = cuco::dim(ctx, "T");
+  c->H = cuco::dim(ctx, "H");
+  c->E = cuco::dim(ctx, "E");
+  c->I = cuco::dim(ctx, "I");
+  c->W = ctx->world;
+  if (c->E % c->W != 0) return cuco::fail(ctx, "%lld experts do not split over %d ranks", (long long)c->E, c->W);
+  if (c->E > kMaxExperts) return cuco::fail(ctx, "at most %d experts, not %lld", kMaxExperts, (long long)c->E);
+  if (c->H % 8 != 0 || c->I % 2 != 0) return cuco::fail(ctx, "H must be a multiple of 8 and I even");
+  c->El = (int)(c->E / c->W);
+  c->rows_max = (int64_t)c->W * c->T * (c->El < kTopK ? c->El : kTopK);
+  const size_t pairs = (size_t)c->T * kTopK;
+  CUCO_TRY(cuco::comm_init(ctx, &c->comm));
+  CUCO_TRY_CUBLAS(ctx, cublasCreate(&c->blas));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&c->pos, pairs * sizeof(int)));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&c->counts, c->E * sizeof(int)));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&c->recv_counts, c->E * sizeof(int)));
+  CUCO_TRY_CUDA(ctx, cudaMallocHost(&c->host_counts, 2 * c->E * sizeof(int)));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&c->send_rows, pairs * c->H * 2));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&c->comb, pairs * c->H * 2));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&c->recv, c->rows_max * c->H * 2));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&c->xe, c->rows_max * c->H * 2));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&c->h13, c->rows_max * 2 * c->I * 2));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&c->h, c->rows_max * c->I * 2));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&c->y, c->rows_max * c->H * 2));
+  return 0;
+}
+
+// Row-major C[n, m] = A[n, k] @ B[k, m] is column-major C^T = B^T A^T.
+static int gemm_rows(Candidate* c, int m, int n, int k, const void* b, const void* a, void* out) {
+  const float alpha = 1.0f, beta = 0.0f;
+  CUCO_TRY_CUBLAS(c->ctx, cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, b, CUDA_R_16BF, m, a,
+                                       CUDA_R_16BF, k, &beta, out, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+  return 0;
+}
+
+static int candidate_launch(Candidate* c, cudaStream_t stream) {
+  cuco_ctx* ctx = c->ctx;
+  const int W = c->W, El = c->El;
+  const int pairs = (int)(c->T * kTopK);
+  const int vecs = (int)(c->H * 2 / 16);
+  const size_t row = (size_t)c->H * 2;
+  char* send_rows = (char*)c->send_rows;
+  char* comb = (char*)c->comb;
+  char* recv = (char*)c->recv;
+
+  // 1. Route: counts per expert, send slots, rows into the send layout.
+  route_rows<<<1, kRouteThreads, 0, stream>>>((const int*)cuco::input(ctx, "topk_idx")->ptr, pairs, (int)c->E,
+                                              c->counts, c->pos);
+  permute_rows<<<pairs, kCopyThreads, 0, stream>>>((const uint4*)cuco::input(ctx, "x")->ptr, c->pos,
+                                                   (uint4*)send_rows, vecs);
+  CUCO_TRY_CUDA(ctx, cudaGetLastError());
+
+  // 2. Counts: every rank learns how many rows it receives per (source, local expert).
+  CUCO_TRY_NCCL(ctx, ncclGroupStart());
+  for (int p = 0; p < W; ++p) {
+    CUCO_TRY_NCCL(ctx, ncclSend(c->counts + p * El, El, ncclInt32, p, c->comm, stream));
+    CUCO_TRY_NCCL(ctx, ncclRecv(c->recv_counts + p * El, El, ncclInt32, p, c->comm, stream));
+  }
+  CUCO_TRY_NCCL(ctx, ncclGroupEnd());
+  CUCO_TRY_CUDA(ctx, cudaMemcpyAsync(c->host_counts, c->counts, c->E * sizeof(int), cudaMemcpyDeviceToHost, stream));
+  CUCO_TRY_CUDA(ctx, cudaMemcpyAsync(c->host_counts + c->E, c->recv_counts, c->E * sizeof(int),
+                                     cudaMemcpyDeviceToHost, stream));
+  CUCO_TRY_CUDA(ctx, cudaStreamSynchronize(stream));  // NCCL and cuBLAS need the sizes on the host
+  const int* sent = c->host_counts;
+  const int* got = c->host_counts + c->E;
+  c->send_n.assign(W, 0);
+  c->recv_n.assign(W, 0);
+  c->expert_n.assign(El, 0);
+  for (int p = 0; p < W; ++p)
+    for (int e = 0; e < El; ++e) {
+      c->send_n[p] += sent[p * El + e];
+      c->recv_n[p] += got[p * El + e];
+      c->expert_n[e] += got[p * El + e];
+    }
+  c->send_off.assign(W + 1, 0);
+  c->recv_off.assign(W + 1, 0);
+  c->expert_off.assign(El + 1, 0);
+  for (int p = 0; p < W; ++p) {
+    c->send_off[p + 1] = c->send_off[p] + c->send_n[p];
+    c->recv_off[p + 1] = c->recv_off[p] + c->recv_n[p];
+  }
+  for (int e = 0; e < El; ++e) c->expert_off[e + 1] = c->expert_off[e] + c->expert_n[e];
+  const int64_t rows = c->recv_off[W];
+
+  // 3. Dispatch: segment p of the send buffer to rank p; rank p's rows into arrival segment p.
+  CUCO_TRY_NCCL(ctx, ncclGroupStart());
+  for (int p = 0; p < W; ++p) {
+    if (c->send_n[p])
+      CUCO_TRY_NCCL(ctx, ncclSend(send_rows + c->send_off[p] * row, c->send_n[p] * c->H, ncclBfloat16, p, c->comm,
+                                  stream));
+    if (c->recv_n[p])
+      CUCO_TRY_NCCL(ctx, ncclRecv(recv + c->recv_off[p] * row, c->recv_n[p] * c->H, ncclBfloat16, p, c->comm, stream));
+  }
+  CUCO_TRY_NCCL(ctx, ncclGroupEnd());
+
+  // 4. Experts: regroup by expert, two GEMMs per expert around silu * up, back to arrival order.
+  if (rows > 0) {
+    const dim3 grid(W * El, kRegroupSplit);
+    regroup_rows<<<grid, kCopyThreads, 0, stream>>>((uint4*)c->xe, (const uint4*)recv, c->recv_counts, W, El, vecs, 1);
+    CUCO_TRY_CUBLAS(ctx, cublasSetStream(c->blas, stream));
+    const char* w13 = (const char*)cuco::input(ctx, "w13")->ptr;
+    const char* w2 = (const char*)cuco::input(ctx, "w2")->ptr;
+    const int H = (int)c->H, I = (int)c->I;
+    for (int e = 0; e < El; ++e) {
+      if (!c->expert_n[e]) continue;
+      const int64_t r0 = c->expert_off[e];
+      CUCO_TRY(gemm_rows(c, 2 * I, (int)c->expert_n[e], H, w13 + (size_t)e * H * 2 * I * 2,
+                         (const char*)c->xe + r0 * row, (char*)c->h13 + r0 * 2 * I * 2));
+    }
+    const int blocks = (int)((rows * I / 2 + 255) / 256 < 4096 ? (rows * I / 2 + 255) / 256 : 4096);
+    silu_mul<<<blocks, 256, 0, stream>>>((const __nv_bfloat162*)c->h13, (__nv_bfloat162*)c->h, rows, I / 2);
+    for (int e = 0; e < El; ++e) {
+      if (!c->expert_n[e]) continue;
+      const int64_t r0 = c->expert_off[e];
+      CUCO_TRY(gemm_rows(c, H, (int)c->expert_n[e], I, w2 + (size_t)e * I * H * 2, (const char*)c->h + r0 * I * 2,
+                         (char*)c->y + r0 * row));
+    }
+    regroup_rows<<<grid, kCopyThreads, 0, stream>>>((uint4*)recv, (const uint4*)c->y, c->recv_counts, W, El, vecs, 0);
+    CUCO_TRY_CUDA(ctx, cudaGetLastError());
+  }
+
+  // 5. Combine: results back to their tokens' ranks, then the weighted sum per token.
+  CUCO_TRY_NCCL(ctx, ncclGroupStart());
+  for (int p = 0; p < W; ++p) {
+    if (c->recv_n[p])
+      CUCO_TRY_NCCL(ctx, ncclSend(recv + c->recv_off[p] * row, c->recv_n[p] * c->H, ncclBfloat16, p, c->comm, stream));
+    if (c->send_n[p])
+      CUCO_TRY_NCCL(ctx, ncclRecv(comb + c->send_off[p] * row, c->send_n[p] * c->H, ncclBfloat16, p, c->comm, stream));
+  }
+  CUCO_TRY_NCCL(ctx, ncclGroupEnd());
+  weighted_combine<<<(int)c->T, kCopyThreads, 0, stream>>>((const uint4*)comb, c->pos,
+                                                           (const float*)cuco::input(ctx, "topk_w")->ptr,
+                                                           (uint4*)cuco::output(ctx, "out")->ptr, vecs);
+  CUCO_TRY_CUDA(ctx, cudaGetLastError());
+  return 0;
+}
+
+static int candidate_teardown(Candidate* c) {
+  cuco_ctx* ctx = c->ctx;
+  CUCO_TRY_CUDA(ctx, cudaDeviceSynchronize());
+  void* buffers[] = {c->pos, c->counts, c->recv_counts, c->send_rows, c->comb, c->recv, c->xe, c->h13, c->h, c->y};
+  for (void* b : buffers) CUCO_TRY_CUDA(ctx, cudaFree(b));
+  CUCO_TRY_CUDA(ctx, cudaFreeHost(c->host_counts));
+  CUCO_TRY_CUBLAS(ctx, cublasDestroy(c->blas));
+  CUCO_TRY_NCCL(ctx, ncclCommDestroy(c->comm));
+  delete c;
+  return 0;
+}
+// EVOLVE-BLOCK-END
+
+CUCO_EXPORT int cuco_init(cuco_ctx* ctx, void** state) {
+  Candidate* c = nullptr;
+  int rc = candidate_init(ctx, &c);
+  *state = c;
+  return rc;
+}
+
+CUCO_EXPORT int cuco_launch(void* state, cudaStream_t stream) {
+  return candidate_launch(static_cast<Candidate*>(state), stream);
+}
+
+CUCO_EXPORT int cuco_teardown(void* state) {
+  return state ? candidate_teardown(static_cast<Candidate*>(state)) : 0;
+}
