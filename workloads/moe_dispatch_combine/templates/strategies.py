@@ -1,0 +1,63 @@
+"""Strategy templates of moe_dispatch_combine for the offline agent: each covers a region of the
+design space; its knobs pick the point. Loaded by cuco_tui.agents.offline."""
+
+from cuco_tui.agents.offline.strategy import Strategy, comm_sms
+from cuco_tui.design.space import DesignPoint
+
+
+def _ipc_dispatch(k: dict) -> DesignPoint:
+    ce = k["mover"] == "copy_engine"
+    return DesignPoint(
+        backend="copy_engine" if ce else "cuda_ipc",
+        placement="interleaved",
+        sync="per_peer",
+        issuer="host" if ce else "multi_cta",
+        chunk="shard",
+        streams="2",
+        comm_sms="0" if ce else comm_sms(k["mover_blocks"]),
+    )
+
+
+def _ipc_dispatch_normalize(k: dict) -> dict:
+    if k.get("mover") == "copy_engine":
+        k["mover_blocks"] = 16  # the copy engines need no store kernel: its size changes nothing
+    return k
+
+
+STRATEGIES = [
+    Strategy(
+        name="host_sequential",
+        template="host_sequential.cu.j2",
+        description="sort rows by expert, NCCL counts exchange, grouped NCCL send/recv dispatch, two cuBLAS GEMMs "
+                    "per expert, grouped send/recv combine, weighted sum; one stream (the seed)",
+        knobs={},
+        design=lambda k: DesignPoint("nccl_host", "before", "per_peer", "host", "shard", "1", "0"),
+    ),
+    Strategy(
+        name="dispatch_overlap",
+        template="dispatch_overlap.cu.j2",
+        description="the rows routed to this rank's own experts are computed on the harness's stream straight from "
+                    "the send buffer while a second stream moves, computes and returns the remote rows with NCCL",
+        knobs={"comm_priority": ("high", "same")},
+        design=lambda k: DesignPoint("nccl_host", "interleaved", "per_peer", "host", "shard", "2", "0"),
+    ),
+    Strategy(
+        name="chunked_pipeline",
+        template="chunked_pipeline.cu.j2",
+        description="local experts split into groups; each group's rows dispatched by its own NCCL send/recv on a "
+                    "communication stream, computed as soon as they land, and combined back group by group",
+        knobs={"chunks": (4, 2, 8)},
+        design=lambda k: DesignPoint("nccl_host", "interleaved", "per_chunk", "host", str(k["chunks"]), "2", "0"),
+    ),
+    Strategy(
+        name="ipc_dispatch",
+        template="ipc_dispatch.cu.j2",
+        description="no NCCL in the iteration: counts into every peer's inbox, rows pushed into every peer's receive "
+                    "slot over CUDA-IPC (a store kernel or the copy engines) with per-peer counters; own rows computed "
+                    "at once, each peer's rows as they land, results pushed back the same way",
+        knobs={"mover": ("ipc", "copy_engine"), "mover_blocks": (16, 8, 32, 64)},
+        design=_ipc_dispatch,
+        normalize=_ipc_dispatch_normalize,
+        fast_path=True,
+    ),
+]
