@@ -25,7 +25,6 @@ constexpr int kTopK = 8;
 constexpr int kMaxExperts = 1024;
 constexpr int kRouteThreads = 1024;
 constexpr int kCopyThreads = 128;
-constexpr int kRegroupSplit = 8;  // blocks per (source, expert) segment in the regroup copy
 
 // Counts the rows per expert and gives every (token, choice) its slot in the send buffer, where
 // rows are sorted by expert (so rank p's rows form one segment). One block: E <= kMaxExperts.
@@ -65,32 +64,42 @@ permute_rows(const uint4* x, const int* pos, uint4* send_rows, int vecs) {
   for (int v = threadIdx.x; v < vecs; v += blockDim.x) dst[v] = src[v];
 }
 
-// Rows between the arrival layout (by source rank, then local expert) and the expert layout (by
-// local expert, then source rank). recv_counts[p * El + e]: rows from rank p for local expert e.
-// One blockIdx.x per (p, e) segment; to_expert: arrival -> expert, else expert -> arrival.
+// The (source p, local expert e) segments in arrival order (by source, then expert): where each
+// starts in the arrival layout and in the expert layout (by expert, then source). One thread:
+// W * El <= 1024. recv_counts[p * El + e]: rows from rank p for local expert e.
+__global__ void segment_offsets(const int* recv_counts, int world, int local, long long* arrival, long long* expert) {
+  if (threadIdx.x != 0) return;
+  long long run = 0;
+  for (int e = 0; e < local; ++e)
+    for (int p = 0; p < world; ++p) {
+      expert[p * local + e] = run;
+      run += recv_counts[p * local + e];
+    }
+  run = 0;
+  for (int s = 0; s < world * local; ++s) {
+    arrival[s] = run;
+    run += recv_counts[s];
+  }
+  arrival[world * local] = run;
+}
+
+// One block per row of the arrival layout: finds the row's segment (the last one starting at or
+// before it: an empty segment shares its start with the next) and copies the row between the
+// layouts. Any skew is fine: the work is per row, not per segment.
 __global__ void __launch_bounds__(kCopyThreads)
-regroup_rows(uint4* dst, const uint4* src, const int* recv_counts, int world, int local, int vecs, int to_expert) {
-  const int p = blockIdx.x / local, e = blockIdx.x % local;
-  __shared__ long long arrival, expert;
-  if (threadIdx.x == 0) {
-    long long a = 0, x = 0;
-    for (int q = 0; q < world; ++q)
-      for (int f = 0; f < local; ++f) {
-        const int n = recv_counts[q * local + f];
-        if (q < p || (q == p && f < e)) a += n;
-        if (f < e || (f == e && q < p)) x += n;
-      }
-    arrival = a;
-    expert = x;
+regroup_rows(uint4* dst, const uint4* src, const long long* arrival, const long long* expert, int segments,
+             long long row0, int vecs, int to_expert) {
+  const long long row = row0 + blockIdx.x;
+  int lo = 0, hi = segments - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (arrival[mid] <= row) lo = mid;
+    else hi = mid - 1;
   }
-  __syncthreads();
-  const int rows = recv_counts[p * local + e];
-  const long long from = to_expert ? arrival : expert, to = to_expert ? expert : arrival;
-  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
-    const uint4* s = src + (size_t)(from + r) * vecs;
-    uint4* d = dst + (size_t)(to + r) * vecs;
-    for (int v = threadIdx.x; v < vecs; v += blockDim.x) d[v] = s[v];
-  }
+  const long long other = expert[lo] + (row - arrival[lo]);
+  const uint4* s = src + (size_t)(to_expert ? row : other) * vecs;
+  uint4* d = dst + (size_t)(to_expert ? other : row) * vecs;
+  for (int v = threadIdx.x; v < vecs; v += blockDim.x) d[v] = s[v];
 }
 
 // h[r, :] = silu(gate) * up, with h13 rows [gate (I) | up (I)]; bf16 pairs.
@@ -146,6 +155,8 @@ struct Candidate {
   int* pos;              // [T*8] send slot of each (token, choice)
   int* counts;           // [E] rows this rank sends per global expert
   int* recv_counts;      // [W, El] rows this rank receives per (source, local expert)
+  long long* seg_arrival;  // [W*El + 1] where each (source, expert) segment starts in the arrival layout
+  long long* seg_expert;   // [W*El] and in the expert layout
   int* host_counts;      // pinned: counts then recv_counts
   void* send_rows;       // [T*8, H] send layout; the returned results land in comb
   void* comb;            // [T*8, H]
@@ -177,6 +188,8 @@ static int candidate_init(cuco_ctx* ctx, Candidate** out) {
   CUCO_TRY_CUDA(ctx, cudaMalloc(&c->pos, pairs * sizeof(int)));
   CUCO_TRY_CUDA(ctx, cudaMalloc(&c->counts, c->E * sizeof(int)));
   CUCO_TRY_CUDA(ctx, cudaMalloc(&c->recv_counts, c->E * sizeof(int)));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&c->seg_arrival, (c->E + 1) * sizeof(long long)));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&c->seg_expert, c->E * sizeof(long long)));
   CUCO_TRY_CUDA(ctx, cudaMallocHost(&c->host_counts, 2 * c->E * sizeof(int)));
   CUCO_TRY_CUDA(ctx, cudaMalloc(&c->send_rows, pairs * c->H * 2));
   CUCO_TRY_CUDA(ctx, cudaMalloc(&c->comb, pairs * c->H * 2));
@@ -259,8 +272,9 @@ static int candidate_launch(Candidate* c, cudaStream_t stream) {
 
   // 4. Experts: regroup by expert, two GEMMs per expert around silu * up, back to arrival order.
   if (rows > 0) {
-    const dim3 grid(W * El, kRegroupSplit);
-    regroup_rows<<<grid, kCopyThreads, 0, stream>>>((uint4*)c->xe, (const uint4*)recv, c->recv_counts, W, El, vecs, 1);
+    segment_offsets<<<1, 32, 0, stream>>>(c->recv_counts, W, El, c->seg_arrival, c->seg_expert);
+    regroup_rows<<<(unsigned)rows, kCopyThreads, 0, stream>>>((uint4*)c->xe, (const uint4*)recv, c->seg_arrival,
+                                                               c->seg_expert, W * El, 0, vecs, 1);
     CUCO_TRY_CUBLAS(ctx, cublasSetStream(c->blas, stream));
     const char* w13 = (const char*)cuco::input(ctx, "w13")->ptr;
     const char* w2 = (const char*)cuco::input(ctx, "w2")->ptr;
@@ -279,7 +293,8 @@ static int candidate_launch(Candidate* c, cudaStream_t stream) {
       CUCO_TRY(gemm_rows(c, H, (int)c->expert_n[e], I, w2 + (size_t)e * I * H * 2, (const char*)c->h + r0 * I * 2,
                          (char*)c->y + r0 * row));
     }
-    regroup_rows<<<grid, kCopyThreads, 0, stream>>>((uint4*)recv, (const uint4*)c->y, c->recv_counts, W, El, vecs, 0);
+    regroup_rows<<<(unsigned)rows, kCopyThreads, 0, stream>>>((uint4*)recv, (const uint4*)c->y, c->seg_arrival,
+                                                               c->seg_expert, W * El, 0, vecs, 0);
     CUCO_TRY_CUDA(ctx, cudaGetLastError());
   }
 
@@ -302,7 +317,8 @@ static int candidate_launch(Candidate* c, cudaStream_t stream) {
 static int candidate_teardown(Candidate* c) {
   cuco_ctx* ctx = c->ctx;
   CUCO_TRY_CUDA(ctx, cudaDeviceSynchronize());
-  void* buffers[] = {c->pos, c->counts, c->recv_counts, c->send_rows, c->comb, c->recv, c->xe, c->h13, c->h, c->y};
+  void* buffers[] = {c->pos, c->counts, c->recv_counts, c->seg_arrival, c->seg_expert, c->send_rows, c->comb,
+                     c->recv, c->xe, c->h13, c->h, c->y};
   for (void* b : buffers) CUCO_TRY_CUDA(ctx, cudaFree(b));
   CUCO_TRY_CUDA(ctx, cudaFreeHost(c->host_counts));
   CUCO_TRY_CUBLAS(ctx, cublasDestroy(c->blas));
