@@ -48,7 +48,8 @@ typedef struct cuco_wait_slot {
   uint64_t id;                 /* flag, signal or barrier id */
   uint64_t expected;           /* value the wait needs (>=) */
   uint64_t observed;           /* last value seen while waiting */
-  uint64_t completed;          /* waits this slot has finished: progress */
+  uint64_t completed;          /* recorded waits this slot has finished: progress (a flag wait
+                                  satisfied within the grace polls is not recorded) */
 } cuco_wait_slot;
 
 typedef struct cuco_ctx {

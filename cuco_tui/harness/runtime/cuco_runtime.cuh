@@ -207,18 +207,28 @@ __device__ inline volatile cuco_wait_slot* slot_of(Trace t) {
   return t.slots + (block % t.n);
 }
 
-// Called by one thread of the block before it starts waiting.
-__device__ inline void wait_begin(Trace t, int site, int kind, int peer, uint64_t id, uint64_t expected) {
+// Why no __threadfence_system and no host reads on the fast path: the slots are read by the
+// host only after a step overran its limit (seconds), when every posted write has long landed,
+// so ordering between the fields does not matter; but a system fence or a read over PCIe costs
+// 1-2 us each, on the critical path of every pipelined wait (measured: +6.5 % on a 4-chunk IPC
+// pipeline with two fences and a read per wait). A wait therefore touches host memory only once
+// it has spun longer than kWaitGracePolls, and then only with posted writes.
+constexpr uint32_t kWaitGracePolls = 256;
+
+// Called by one thread of the block once it has waited past the grace polls: records the wait
+// and returns the slot's count of finished waits (read now, while the thread waits anyway).
+__device__ inline uint64_t wait_begin(Trace t, int site, int kind, int peer, uint64_t id, uint64_t expected,
+                                      uint64_t observed) {
   volatile cuco_wait_slot* s = slot_of(t);
-  if (!s) return;
+  if (!s) return 0;
   s->site = site;
   s->kind = kind;
   s->peer = peer;
   s->id = id;
   s->expected = expected;
-  s->observed = 0;
-  __threadfence_system();
+  s->observed = observed;
   s->state = CUCO_WAIT_WAITING;
+  return s->completed;
 }
 
 __device__ inline void wait_observe(Trace t, uint64_t observed) {
@@ -226,27 +236,32 @@ __device__ inline void wait_observe(Trace t, uint64_t observed) {
   if (s) s->observed = observed;
 }
 
-__device__ inline void wait_end(Trace t, uint64_t observed) {
+// `completed_before`: what wait_begin returned; written back plus one, so no read here.
+__device__ inline void wait_end(Trace t, uint64_t observed, uint64_t completed_before) {
   volatile cuco_wait_slot* s = slot_of(t);
   if (!s) return;
   s->observed = observed;
-  s->completed = s->completed + 1;
-  __threadfence_system();
+  s->completed = completed_before + 1;
   s->state = CUCO_WAIT_DONE;
 }
 
-// Spin (one thread) until *flag >= expected, with acquire order at system scope;
-// the slot's observed value is refreshed every 1024 polls so a hang shows how far it got.
+// Spin (one thread) until *flag >= expected, with acquire order at system scope. A wait that
+// is satisfied within the grace polls leaves no trace (it cannot be part of a hang); a longer
+// one is recorded, its observed value refreshed every 1024 polls so a hang shows how far it
+// got, and its slot's `completed` counts it when it ends.
 template <typename T>
 __device__ inline T wait_geq(Trace t, int site, int peer, uint64_t id, const T* flag, T expected) {
   cuda::atomic_ref<const T, cuda::thread_scope_system> ref(*flag);
-  wait_begin(t, site, CUCO_WAIT_FLAG, peer, id, (uint64_t)expected);
   T seen = ref.load(cuda::memory_order_acquire);
-  for (uint32_t polls = 1; seen < expected; ++polls) {
+  uint32_t polls = 1;
+  for (; seen < expected && polls < kWaitGracePolls; ++polls) seen = ref.load(cuda::memory_order_acquire);
+  if (seen >= expected) return seen;
+  const uint64_t done = wait_begin(t, site, CUCO_WAIT_FLAG, peer, id, (uint64_t)expected, (uint64_t)seen);
+  for (; seen < expected; ++polls) {
     if ((polls & 1023u) == 0) wait_observe(t, (uint64_t)seen);
     seen = ref.load(cuda::memory_order_acquire);
   }
-  wait_end(t, (uint64_t)seen);
+  wait_end(t, (uint64_t)seen, done);
   return seen;
 }
 
@@ -255,9 +270,11 @@ template <typename Coop>
 __device__ inline void lsa_barrier_sync(Trace t, int site, ncclLsaBarrierSession<Coop>& bar, Coop coop,
                                         uint32_t barrier_index, cuda::memory_order order) {
   const bool leader = coop.thread_rank() == 0;
-  if (leader) wait_begin(t, site, CUCO_WAIT_BARRIER, -1, barrier_index, 0);
+  // The barrier spins inside NCCL, so it is recorded before it starts: posted writes and one
+  // read of the slot's count (about 1 us for the leader thread; the barrier itself takes longer).
+  const uint64_t done = leader ? wait_begin(t, site, CUCO_WAIT_BARRIER, -1, barrier_index, 0, 0) : 0;
   bar.sync(coop, order);
-  if (leader) wait_end(t, 0);
+  if (leader) wait_end(t, 0, done);
 }
 
 #endif  // __CUDACC__
