@@ -84,6 +84,12 @@ def render_result(result: CascadeResult) -> Group:
     return Group(*parts)
 
 
+def _stdout() -> Console:
+    """Rich output for stdout; when it is a file or a pipe (a log of a GPU run), wide enough that
+    tables keep one line per row instead of wrapping into the 80 columns rich assumes."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from cuco_tui.evaluate.cascade import EvalOptions, evaluate
 
@@ -101,7 +107,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
-        Console().print(render_result(result))
+        _stdout().print(render_result(result))
     return 0 if result.status.ok else 1
 
 
@@ -131,7 +137,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         row += [f"{s.peer_gbps:.0f}" if s.peer_gbps else "-", f"{s.overlap_bound_ms:.3f}",
                 f"{s.link_bound_ms:.3f}" if s.link_bound_ms else "-"]
         t.add_row(*row)
-    Console().print(t)
+    _stdout().print(t)
     return 0
 
 
@@ -139,7 +145,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from cuco_tui.doctor import render_checks, run_checks, summary
 
     checks = run_checks()
-    console = Console()
+    console = _stdout()
     console.print(render_checks(checks))
     console.print(summary(checks))
     return 0
@@ -169,7 +175,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         verdict = Text("pass", style="green") if c.ok else Text("FAIL: " + "; ".join(c.problems), style="red")
         diagnosis = (c.report.splitlines()[0] if c.report else c.reason)[:160]
         t.add_row(c.name, c.expected, c.got, det, "yes" if c.healthy_after else "NO", verdict, diagnosis)
-    Console().print(t)
+    _stdout().print(t)
     passed = sum(c.ok for c in checks)
     print(f"{passed} passed, {len(checks) - passed} failed")
     return 0 if passed == len(checks) else 1
