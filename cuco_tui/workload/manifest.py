@@ -72,7 +72,8 @@ class Workload:
         return files
 
 
-def _shapes(data: dict, key: str, dims: tuple[str, ...], path: Path) -> tuple[Shape, ...]:
+def _shapes(data: dict, key: str, dims: tuple[str, ...], path: Path,
+            flags: frozenset[str] = frozenset()) -> tuple[Shape, ...]:
     entries = data.get(key)
     if not entries:
         raise WorkloadError(f"{path}: needs at least one [[{key}]] shape")
@@ -85,7 +86,10 @@ def _shapes(data: dict, key: str, dims: tuple[str, ...], path: Path) -> tuple[Sh
         values = {}
         for d in dims:
             v = entry[d]
-            if not isinstance(v, int) or v <= 0:
+            if d in flags:  # a switch (e.g. CAUSAL): 0 or 1
+                if not isinstance(v, int) or isinstance(v, bool) or v not in (0, 1):
+                    raise WorkloadError(f"{path}: [[{key}]] {name}: {d} is a flag dim and must be 0 or 1, not {v!r}")
+            elif not isinstance(v, int) or v <= 0:
                 raise WorkloadError(f"{path}: [[{key}]] {name}: {d} must be a positive integer, not {v!r}")
             values[d] = v
         shapes.append(Shape(str(name), values))
@@ -112,6 +116,10 @@ def load_workload(name_or_path: str | Path, search: Path = REPO_WORKLOADS) -> Wo
         if key not in data:
             raise WorkloadError(f"{path}: missing required field `{key}`")
     dims = tuple(data["dims"])
+    # Dims listed in `flag_dims` are switches that may be 0 (every other dim is positive).
+    flags = frozenset(data.get("flag_dims", ()))
+    if not flags <= set(dims):
+        raise WorkloadError(f"{path}: flag_dims names {', '.join(sorted(flags - set(dims)))}, which is not in dims")
     files = {}
     for key in ("seed", "reference", "task"):
         rel = data.get(key, f"{key}.md")
@@ -139,8 +147,8 @@ def load_workload(name_or_path: str | Path, search: Path = REPO_WORKLOADS) -> Wo
         rtol=float(tol.get("rtol", 0.02)),
         warmup=warmup,
         repetitions=reps,
-        verify_shapes=_shapes(data, "verify", dims, path),
-        bench_shapes=_shapes(data, "bench", dims, path),
+        verify_shapes=_shapes(data, "verify", dims, path, flags),
+        bench_shapes=_shapes(data, "bench", dims, path, flags),
         seed=files["seed"].resolve(),
         reference=files["reference"].resolve(),
         task=files["task"].resolve(),
