@@ -264,19 +264,68 @@ def tui_main(argv: list[str] | None = None) -> int:
 
         CucoApp(workload_name=opened.workload, open_session=Path(opened.session)).run()
         return 0
-    parser = argparse.ArgumentParser(prog="cuco-tui", description="supervise the co-design of multi-GPU kernels")
+    parser = argparse.ArgumentParser(
+        prog="cuco-tui", description="supervise the co-design of multi-GPU kernels: opens on a new search of the "
+        "workload (its dashboard), on every local GPU; `cuco-tui open SESSION_OR_BUNDLE` browses a session")
     parser.add_argument("--workload", "-w", default="gemm_allgather")
-    parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3")
+    parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: every GPU)")
+    parser.add_argument("--agent", choices=("offline", "claude"),
+                        help="who proposes (default: claude when ANTHROPIC_API_KEY is set, else offline)")
+    parser.add_argument("--model", help="the Claude model (with --agent claude)")
+    parser.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name under sessions/)")
+    parser.add_argument("--generations", "-g", type=int, help="the session's total number of generations (default 10)")
+    parser.add_argument("--review", choices=("auto", "review", "risky"),
+                        help="review mode: auto, hold each proposal (review), or only the risky ones")
+    parser.add_argument("--budget", type=float, help="dollar cap for the agent (claude default $5)")
+    parser.add_argument("--evaluate", action="store_true",
+                        help="open on the evaluate screen (the workload's candidates) instead of a new search")
     args = parser.parse_args(argv)
     try:
-        _workload(args.workload)
-        gpus = _gpus(args.gpus)
+        return _run_tui(args)
     except UsageError as exc:
         print(f"cuco-tui: {exc}", file=sys.stderr)
         return 2
+
+
+def _run_tui(args: argparse.Namespace) -> int:
+    from cuco_tui.agents.factory import default_agent_kind
+    from cuco_tui.search.config import ConfigError, SearchConfig
+
+    gpus = _gpus(args.gpus)
+    agent = args.agent or default_agent_kind()
+    overrides: dict = {}
+    if args.generations is not None:
+        overrides["generations"] = args.generations
+    if gpus:
+        overrides["gpus"] = tuple(gpus)
+    if args.review:
+        overrides["review_mode"] = args.review
+    if args.budget is not None:
+        overrides["budget_usd"] = args.budget
+    elif agent == "claude" and not args.resume:
+        overrides["budget_usd"] = 5.0
+    resume = None
+    workload_name = args.workload
+    if args.resume:
+        from cuco_tui.lineage import SessionError
+        from cuco_tui.search.session import open_session, resolve_session
+
+        try:
+            resume = resolve_session(args.resume)
+            repo, workload, _ = open_session(resume)
+            repo.close()
+        except SessionError as exc:
+            raise UsageError(str(exc)) from exc
+        workload_name = str(workload.root)
+    _workload(workload_name)
+    try:
+        config = SearchConfig(workload=Path(workload_name).name, **{"generations": 10, **overrides})
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
     from cuco_tui.app.app import CucoApp
 
-    CucoApp(workload_name=args.workload, gpus=gpus).run()
+    CucoApp(workload_name=workload_name, gpus=gpus, start_search=not args.evaluate, search_config=config,
+            agent=agent, model=args.model, resume=resume, resume_overrides=overrides).run()
     return 0
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import time
@@ -89,26 +88,6 @@ class ProgressPrinter:
 # ---------------------------------------------------------------------------- cuco search
 
 
-def _make_agent(kind: str, workload, config, model: str | None, budget: float | None):
-    if kind == "offline":
-        from cuco_tui.agents.offline import OfflineAgent
-        from cuco_tui.design.space import Capabilities
-
-        world = config.world or min(workload.world_sizes)
-        try:  # what this machine offers decides which design points are valid
-            from cuco_tui.design.context import capabilities_from, hardware_facts
-
-            caps = capabilities_from(hardware_facts(), world, list(config.gpus) or None)
-        except Exception:
-            caps = Capabilities(world=world)
-        return OfflineAgent(workload, caps, seed=config.seed)
-    try:
-        from cuco_tui.agents.claude import DEFAULT_MODEL, ClaudeAgent
-    except ImportError as exc:
-        raise UsageError(f"the Claude agent is not available here ({exc}); use --agent offline") from exc
-    return ClaudeAgent(model=model or DEFAULT_MODEL, budget_usd=budget)
-
-
 def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.lineage import SessionError
     from cuco_tui.search.config import ConfigError, SearchConfig
@@ -118,7 +97,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.search.session import SESSIONS, create_session, open_session, resolve_session
     from cuco_tui.workload.manifest import WorkloadError
 
-    agent_kind = args.agent or ("claude" if os.environ.get("ANTHROPIC_API_KEY") else "offline")
+    from cuco_tui.agents.factory import AgentUnavailable, default_agent_kind, make_agent
+
+    agent_kind = args.agent or default_agent_kind()
     overrides: dict[str, Any] = {}
     for key in ("generations", "islands", "world", "seed"):
         if getattr(args, key) is not None:
@@ -146,7 +127,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     err = sys.stderr
     bus.subscribe(ProgressPrinter(err))
     try:
-        agent = _make_agent(agent_kind, workload, config, args.model, config.budget_usd)
+        try:
+            agent = make_agent(agent_kind, workload, config, args.model)
+        except AgentUnavailable as exc:
+            raise UsageError(str(exc)) from exc
         engine = SearchEngine(workload, agent, repo, config, events=bus)
         previous = signal.getsignal(signal.SIGINT)
 

@@ -23,3 +23,10 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     cache = tmp_path_factory.getbasetemp() / "cuco-cache"
     monkeypatch.setenv("CUCO_CACHE_DIR", str(cache / "build"))
     yield
+
+
+@pytest.fixture(autouse=True)
+def _no_anthropic_key(monkeypatch):
+    # The agent is chosen from the environment (Claude when a key is set): tests never reach the
+    # real API, and every test sees the same choice whatever the developer's shell holds.
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)

@@ -61,11 +61,15 @@ class CucoApp(App):
 
     The search (`s`, or at once with `start_search`): `search_config` (default: the workload's,
     10 generations), `review_mode` overrides its review mode, `session` the session folder
-    (default: a new one under sessions/), `engine_options` extra SearchEngine keyword arguments."""
+    (default: a new one under sessions/), `engine_options` extra SearchEngine keyword arguments,
+    `agent` "offline" or "claude" (None: claude when ANTHROPIC_API_KEY is set), `resume` a
+    session folder to continue instead of a new one. `b` lists the sessions and the example
+    bundles to browse."""
 
     CSS_PATH = "cuco.tcss"
     TITLE = "cuco"
-    BINDINGS = [Binding("q", "quit", "Quit"), Binding("s", "search", "Search"), Binding("l", "lineage", "Lineage")]
+    BINDINGS = [Binding("q", "quit", "Quit"), Binding("s", "search", "Search"), Binding("l", "lineage", "Lineage"),
+                Binding("b", "browse", "Browse")]
 
     def __init__(
         self,
@@ -80,6 +84,10 @@ class CucoApp(App):
         engine_options: dict[str, Any] | None = None,
         open_session: Path | str | None = None,
         sessions_root: Path | None = None,
+        agent: str | None = None,
+        model: str | None = None,
+        resume: Path | str | None = None,
+        resume_overrides: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.workload = load_workload(workload_name)
@@ -91,7 +99,9 @@ class CucoApp(App):
             config = config.with_(review_mode=review_mode)  # ConfigError names the modes
         self.search_launch = SearchLaunch(self.workload, config, self.evaluate_fn,
                                           Path(session) if session is not None else None,
-                                          tuple((engine_options or {}).items()))
+                                          tuple((engine_options or {}).items()), agent=agent, model=model,
+                                          resume=Path(resume) if resume is not None else None,
+                                          resume_overrides=tuple((resume_overrides or {}).items()))
         self.start_search = start_search
         self.open_session = Path(open_session) if open_session is not None else None
         self.sessions_root = sessions_root  # None: cuco_tui.search.session.SESSIONS
@@ -105,6 +115,16 @@ class CucoApp(App):
     def action_lineage(self) -> None:
         """The lineage of the most recent session under sessions/, else of an example bundle."""
         self._open_lineage(None)
+
+    def action_browse(self) -> None:
+        """Pick a session or an example bundle (sessions/examples/) and open its lineage."""
+        from cuco_tui.app.screens.browse import BrowseScreen
+
+        def chosen(path: Path | None) -> None:
+            if path is not None:
+                self._open_lineage(path)
+
+        self.push_screen(BrowseScreen(self.sessions_root), chosen)
 
     @work(thread=True, exclusive=True, group="open-lineage")
     def _open_lineage(self, path: Path | None) -> None:
@@ -135,6 +155,8 @@ class CucoApp(App):
             return False  # already there: hidden from the footer
         if action == "lineage" and not isinstance(self.screen, EvaluateScreen):
             return False  # offered from the evaluate screen; the lineage screen is a mode of its own
+        if action == "browse" and not isinstance(self.screen, (EvaluateScreen, DashboardScreen)):
+            return False  # the lineage and candidate screens are modes of their own
         return True
 
     def action_search(self) -> None:

@@ -26,6 +26,7 @@ from cuco_tui.app.commands import SearchCommands
 from cuco_tui.app.messages import SearchCrashed, SearchEvent
 from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.search_launch import SearchLaunch
+from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.app.widgets.search.editor import EditError, edit_source
 from cuco_tui.app.widgets.search.in_flight import InFlightTable
 from cuco_tui.app.widgets.search.proposal_queue import PendingProposal, ProposalQueue
@@ -40,6 +41,8 @@ from cuco_tui.search.engine import SearchEngine, id_number
 from cuco_tui.search.events import EventBus
 
 SOURCE = "candidate.cu"
+NO_GPU_SEARCH = ("No GPU on this machine: the search compiles every candidate (L0 + L1, status no_gpu) but "
+                 "cannot verify or time it. Press b to browse the example sessions recorded on GPU hosts.")
 
 
 def unified_diff(parent_id: str, parent_source: str, child_id: str, child_source: str) -> str:
@@ -79,6 +82,7 @@ class DashboardScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
+        yield GpuBanner(NO_GPU_SEARCH, id="no-gpu-banner")
         with Horizontal(id="dashboard-body"):
             with Vertical(id="dashboard-left"):
                 yield StatePanel(id="state-panel")
@@ -90,7 +94,8 @@ class DashboardScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = f"search · {self._launch.workload.name}"
+        what = f"resuming {self._launch.resume.name}" if self._launch.resume else self._launch.workload.name
+        self.sub_title = f"search · {what} · agent {self._launch.agent_kind}"
         self.state = replace(self.state, review_mode=self._launch.config.review_mode,
                              islands=self._launch.config.islands, generations=self._launch.config.generations,
                              budget=self._launch.config.budget_usd)
@@ -133,6 +138,8 @@ class DashboardScreen(Screen):
         queue = self.query_one(ProposalQueue)
         flight = self.query_one(InFlightTable)
         if isinstance(e, ev.SearchStarted):
+            how = f", resumed at generation {e.start_generation}" if e.resumed else ""
+            self.sub_title = f"search · {e.workload} · session {Path(e.session).name}{how} · agent {e.agent}"
             s = replace(s, run="running", islands=e.islands, generations=e.generations, review_mode=e.review_mode,
                         budget=e.budget_usd)
         elif isinstance(e, ev.GenerationStarted):

@@ -28,9 +28,9 @@ from cuco_tui.app.messages import (
     EvaluationProgress,
 )
 from cuco_tui.app.widgets.candidate_list import CandidateList
+from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.app.widgets.result_view import ResultView, Shown
 from cuco_tui.evaluate.result import CascadeResult
-from cuco_tui.harness.gpus import GpuInventory, inventory
 from cuco_tui.workload.manifest import Workload
 
 # evaluate(candidate, workload, options, progress=callback) -> CascadeResult
@@ -72,7 +72,7 @@ class EvaluateScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(NO_GPU_BANNER, id="no-gpu-banner")
+        yield GpuBanner(NO_GPU_BANNER, id="no-gpu-banner")
         with Horizontal(id="evaluate-body"):
             yield CandidateList(self._paths, self._workload.root, id="candidates")
             yield ResultView(id="result")
@@ -80,27 +80,7 @@ class EvaluateScreen(Screen):
 
     def on_mount(self) -> None:
         self.sub_title = f"{self._workload.title} ({self._workload.name})"
-        self._probe_gpus()
         self._show(self._paths[0] if self._paths else None)
-
-    # --- GPUs -------------------------------------------------------------------------------
-
-    @work(thread=True, exclusive=True, group="gpus")
-    def _probe_gpus(self) -> None:
-        try:
-            inv = inventory()
-        except Exception as exc:  # NVML misbehaving must not take the screen down
-            inv = GpuInventory((), problem=f"NVML failed: {exc}")
-        self.app.call_from_thread(self._set_inventory, inv)
-
-    def _set_inventory(self, inv: GpuInventory) -> None:
-        banner = self.query_one("#no-gpu-banner", Static)
-        if inv.count == 0:
-            problem = f" ({inv.problem})" if inv.problem else ""
-            banner.update(NO_GPU_BANNER + problem)
-            banner.add_class("-visible")
-        else:
-            banner.remove_class("-visible")
 
     # --- actions ----------------------------------------------------------------------------
 

@@ -1,0 +1,44 @@
+"""Choosing and building the agent of a search, shared by `cuco search` and `cuco-tui`:
+Claude when ANTHROPIC_API_KEY is set, the offline agent otherwise, unless one is named."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from cuco_tui.agents.base import Agent
+from cuco_tui.search.config import SearchConfig
+from cuco_tui.workload.manifest import Workload
+
+AGENT_KINDS = ("offline", "claude")
+
+
+class AgentUnavailable(RuntimeError):
+    """The named agent cannot be built here; the message says why and what to use instead."""
+
+
+def default_agent_kind(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    return "claude" if env.get("ANTHROPIC_API_KEY") else "offline"
+
+
+def make_agent(kind: str, workload: Workload, config: SearchConfig, model: str | None = None) -> Agent:
+    if kind not in AGENT_KINDS:
+        raise AgentUnavailable(f"no agent {kind!r}; the agents are {', '.join(AGENT_KINDS)}")
+    if kind == "offline":
+        from cuco_tui.agents.offline import OfflineAgent
+        from cuco_tui.design.space import Capabilities
+
+        world = config.world or min(workload.world_sizes)
+        try:  # what this machine offers decides which design points are valid
+            from cuco_tui.design.context import capabilities_from, hardware_facts
+
+            caps = capabilities_from(hardware_facts(), world, list(config.gpus) or None)
+        except Exception:
+            caps = Capabilities(world=world)
+        return OfflineAgent(workload, caps, seed=config.seed)
+    try:
+        from cuco_tui.agents.claude import DEFAULT_MODEL, ClaudeAgent
+    except ImportError as exc:
+        raise AgentUnavailable(f"the Claude agent is not available here ({exc}); use the offline agent") from exc
+    return ClaudeAgent(model=model or DEFAULT_MODEL, budget_usd=config.budget_usd)
