@@ -141,3 +141,36 @@ async def test_without_a_gpu_the_search_compiles_only_under_a_banner(tmp_path, m
         seed = next(r for r in repo.records() if r.kind == "seed")
     assert seed.status == "no_gpu"
     assert seed.result["level"] >= 1  # compiled for real before it stopped
+
+
+@pytest.mark.asyncio
+async def test_q_while_evaluating_stops_commits_what_runs_then_quits(tmp_path):
+    import threading
+
+    release = threading.Event()
+
+    def slow_evaluate(path, workload, options, progress=None):
+        from cuco_tui.evaluate.cascade import Progress
+        from cuco_tui.evaluate.result import Level
+
+        if progress:
+            progress(Progress(Level.VERIFY, "running on GPUs 0,1"))
+        release.wait(30)
+        return fake_evaluate(path, workload, options, progress)
+
+    config = SearchConfig(workload="gemm_allgather", generations=3, islands=2, seed=0, max_concurrent_builds=1)
+    app = CucoApp(start_search=True, search_config=config, session=tmp_path / "s", agent="offline",
+                  evaluate_fn=slow_evaluate,
+                  engine_options={"gpu_pool": GpuPool([GpuGroup(0, (0, 1))]), "compile_ahead": False,
+                                  "design_context": lambda point: ""})
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.state.in_flight >= 1)
+        await pilot.press("q")
+        await pilot.pause(0.3)
+        assert app.is_running and app.screen.state.run == "stopping"
+        assert any("Stopping: 1 evaluation(s) in flight" in str(n.message) for n in app._notifications)
+        release.set()
+        assert await wait_until(pilot, lambda: not app.is_running, timeout_s=30)
+    with SessionRepo.open(tmp_path / "s") as repo:
+        assert [r.id for r in repo.records()] == ["c0000"]  # the seed that was running: committed

@@ -105,6 +105,7 @@ class CucoApp(App):
         self.start_search = start_search
         self.open_session = Path(open_session) if open_session is not None else None
         self.sessions_root = sessions_root  # None: cuco_tui.search.session.SESSIONS
+        self._quit_asked = False
 
     def on_mount(self) -> None:
         if self.start_search:
@@ -115,6 +116,15 @@ class CucoApp(App):
     def action_lineage(self) -> None:
         """The lineage of the most recent session under sessions/, else of an example bundle."""
         self._open_lineage(None)
+
+    async def action_quit(self) -> None:
+        """`q` once while the search evaluates: stop it and quit when what runs is committed;
+        `q` again (or nothing in flight): quit now."""
+        dashboard = self.dashboard
+        if not self._quit_asked and dashboard is not None and dashboard.quit_after_search():
+            self._quit_asked = True
+            return
+        self.exit()
 
     def action_browse(self) -> None:
         """Pick a session or an example bundle (sessions/examples/) and open its lineage."""

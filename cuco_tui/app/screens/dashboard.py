@@ -64,7 +64,7 @@ class DashboardScreen(Screen):
         Binding("dollar_sign", "budget", "Budget", key_display="$"),
         Binding("o", "open_candidate", "Open"),
         Binding("x", "stop", "Stop"),
-        Binding("escape", "back", "Back"),
+        Binding("escape", "back", "Back", show=False),  # hidden: the footer is full at 120 columns
     ]
     COMMANDS = {SearchCommands}
 
@@ -79,6 +79,7 @@ class DashboardScreen(Screen):
         self._sources: dict[str, str] = {}  # committed candidates' sources, for the diffs (and what `o` opens)
         self._points: list[tuple[int, float]] = []
         self._started = False
+        self._quit_when_finished = False  # set by the first `q` while evaluations run
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -181,6 +182,8 @@ class DashboardScreen(Screen):
             s = replace(s, run="running")
         elif isinstance(e, ev.SearchFinished):
             s = replace(s, run=f"finished: {e.reason}")
+            if self._quit_when_finished:
+                self.app.exit()
         elif isinstance(e, ev.EngineError):
             self.notify(e.message, title="search", severity="error")
         self.state = s
@@ -376,6 +379,20 @@ class DashboardScreen(Screen):
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 1:
             self.app.pop_screen()
+
+    def quit_after_search(self) -> bool:
+        """The first `q` while evaluations run: stop the search and quit once the evaluations in
+        flight are committed (nothing is lost). False when there is nothing to wait for."""
+        engine = self.engine
+        if engine is None or not engine.running or self.state.in_flight == 0:
+            return False
+        self._quit_when_finished = True
+        self.state = replace(self.state, run="stopping")
+        self._control("stop", engine.stop)
+        self.notify(f"Stopping: {self.state.in_flight} evaluation(s) in flight finish and are committed, then "
+                    "cuco-tui quits. Press q again to quit now (the process still waits for them to end, "
+                    "each within its time limit).", title="quit", timeout=30)
+        return True
 
 
 def parse_budget(text: str, current: float | None) -> float | None:
