@@ -11,6 +11,6 @@ step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t
 step gpu-tests 170 scripts/gpu-tests.sh -q
 step selftest 210 python3 -m cuco_tui.cli selftest --faults
 python3 benchmarks/render_strategy.py gemm_allgather peer_pipeline /tmp/pp_ipc4.cu mover=ipc chunks=4 own_rows=parallel
-step trace-overhead 120 python3 benchmarks/trace_overhead.py --gpus 0,1 --rounds 2 --out "$OUT/trace_overhead.json" \
+step trace-overhead 120 python3 benchmarks/trace_overhead.py --gpus 0,1 --runs 1 --out "$OUT/trace_overhead.json" \
   workloads/gemm_allgather/candidates/lsa_allgather.cu /tmp/pp_ipc4.cu
 step kv-bench 170 python3 benchmarks/workload_bench.py -w kv_transfer --gpus 0,1 --templates --knob-sweep --out "$OUT/kv"

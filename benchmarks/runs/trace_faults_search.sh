@@ -10,7 +10,7 @@ SEARCH_S=${SEARCH_S:-330}
 step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t0=$SECONDS
   timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "== $name rc=$? in $((SECONDS - t0)) s"; tail -n 14 "$OUT/$name.txt"; }
 python3 benchmarks/render_strategy.py gemm_allgather peer_pipeline /tmp/pp_ipc4.cu mover=ipc chunks=4 own_rows=parallel
-step trace-overhead 100 python3 benchmarks/trace_overhead.py --gpus 0,1 --rounds 3 --out "$OUT/trace_overhead.json" \
+step trace-overhead 100 python3 benchmarks/trace_overhead.py --gpus 0,1 --runs 1 --out "$OUT/trace_overhead.json" \
   workloads/gemm_allgather/candidates/lsa_allgather.cu /tmp/pp_ipc4.cu
 step selftest-hangs 110 python3 -m cuco_tui.cli selftest --faults --only hang,missing_signal,skip_barrier,infinite_loop
 step baseline 60 python3 -m cuco_tui.cli baseline -w gemm_allgather --gpus 0,1 --json

@@ -51,6 +51,7 @@ class EvalOptions:
     bench: bool = True  # False: stop after L2
     shapes: tuple[str, ...] = ()  # restrict L3 to these bench shape names
     trace: bool = True  # wait trace points on (off only to measure what they cost)
+    trace_ab: bool = False  # at bench shapes, also time the candidate with tracing on and off, interleaved
 
 
 ProgressFn = Callable[[Progress], None]
@@ -107,6 +108,7 @@ def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mo
         "first_launch_timeout_s": options.first_launch_timeout_s,
         "nonce": secrets.randbelow(1 << 30),
         "trace_slots": 4096 if options.trace else 0,
+        "trace_ab": bool(options.trace_ab and options.trace),
     }
 
 

@@ -336,9 +336,32 @@ class Rank:
             ref_times, cand_times = self.time_pair(run_reference, launch, self.limit(shape))
             self.check_cuda("after timing")
             self.log.emit("timing", shape=shape["name"], dims=dims, candidate_ms=cand_times, reference_ms=ref_times)
+            if self.plan.get("trace_ab") and self.trace is not None and self.trace.slots:
+                self.time_trace_ab(shape, ctx, launch)
         self.candidate_teardown(state, ctx)
         self.barrier()
         return ok
+
+    def time_trace_ab(self, shape: dict[str, Any], ctx: abi.CContext, launch: Callable[[], None]) -> None:
+        """What the wait trace points cost, in this process: the candidate timed with tracing on
+        and off, interleaved like reference and candidate, by switching the context's trace
+        pointer between launches. Separate processes per setting differ by more (about 4 %) than
+        the effect. Valid for candidates that read cuco::trace_of(ctx) at launch time, as every
+        template does; one that keeps its Trace from cuco_init would time tracing on twice."""
+        slots, pointer = ctx.trace_slots, ctx.trace
+
+        def traced(on: bool) -> Callable[[], None]:
+            def run() -> None:
+                ctx.trace, ctx.trace_slots = (pointer, slots) if on else (None, 0)
+                launch()
+            return run
+
+        try:
+            on_ms, off_ms = self.time_pair(traced(True), traced(False), self.limit(shape),
+                                           ("candidate launch, tracing on", "candidate launch, tracing off"))
+        finally:
+            ctx.trace, ctx.trace_slots = pointer, slots
+        self.log.emit("trace_ab", shape=shape["name"], on_ms=on_ms, off_ms=off_ms)
 
     def limit(self, shape: dict[str, Any]) -> float:
         floor = float(self.plan.get("timeout_floor_s", 5.0))
@@ -390,8 +413,8 @@ class Rank:
         self.wait_stream(f"{what} (warm-up)", limit * int(self.plan["warmup"]))
         return [self.time_once(fn, what, limit) for _ in range(repetitions or int(self.plan["repetitions"]))]
 
-    def time_pair(self, reference: Callable[[], None], candidate: Callable[[], None],
-                  limit: float) -> tuple[list[float], list[float]]:
+    def time_pair(self, reference: Callable[[], None], candidate: Callable[[], None], limit: float,
+                  names: tuple[str, str] = ("the reference", "candidate launch")) -> tuple[list[float], list[float]]:
         """Reference and candidate repetitions interleaved, the first of each pair alternating,
         so that both see the same clocks and temperatures (a GEMM-heavy loop heats the GPU and
         lowers its clocks: whatever is timed second would pay for it)."""
@@ -401,7 +424,7 @@ class Rank:
         self.wait_stream("warm-up", limit * 2 * int(self.plan["warmup"]))
         ref_times, cand_times = [], []
         for i in range(int(self.plan["repetitions"])):
-            order = [(reference, ref_times, "the reference"), (candidate, cand_times, "candidate launch")]
+            order = [(reference, ref_times, names[0]), (candidate, cand_times, names[1])]
             for fn, times, what in order if i % 2 == 0 else order[::-1]:
                 times.append(self.time_once(fn, what, limit))
         return ref_times, cand_times
