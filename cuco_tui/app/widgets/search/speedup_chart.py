@@ -34,8 +34,20 @@ class SpeedupChart(PlotextPlot):
             plt.xlim(lo - 0.5, hi + 0.5)
             step = max(1, (hi - lo) // 8 + 1)
             plt.xticks(list(range(lo, hi + 1, step)))
-            plt.ylim(min(0.9, min(ys) - 0.1), max(1.1, max(ys) + 0.1))
+            low, high = min(0.9, min(ys) - 0.1), max(1.1, max(ys) + 0.1)
+            plt.ylim(low, high)
+            _reference_ticks(plt, low, high)
         else:
             plt.hline(1.0, "gray")
             plt.ylim(0.5, 1.5)
+            _reference_ticks(plt, 0.5, 1.5)
         self.refresh()
+
+
+def _reference_ticks(plt, low: float, high: float) -> None:
+    """Y ticks that always include the reference (1.0x), labelled so: plotext's own ticks skip
+    it, and the grey line alone does not say what it is."""
+    step = (high - low) / 4
+    ticks = [low + i * step for i in range(5) if abs(low + i * step - 1.0) > step / 3] + [1.0]
+    ticks.sort()
+    plt.yticks(ticks, ["1.0 ref" if t == 1.0 else f"{t:.2f}" for t in ticks])
