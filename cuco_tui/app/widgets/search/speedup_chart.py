@@ -48,6 +48,6 @@ def _reference_ticks(plt, low: float, high: float) -> None:
     """Y ticks that always include the reference (1.0x), labelled so: plotext's own ticks skip
     it, and the grey line alone does not say what it is."""
     step = (high - low) / 4
-    ticks = [low + i * step for i in range(5) if abs(low + i * step - 1.0) > step / 3] + [1.0]
+    ticks = [low + i * step for i in range(5) if abs(low + i * step - 1.0) > step / 2] + [1.0]
     ticks.sort()
     plt.yticks(ticks, ["1.0 ref" if t == 1.0 else f"{t:.2f}" for t in ticks])
