@@ -4,9 +4,11 @@ and the real evaluation cascade; measures, per key press, the time until the app
 answer:
 
   focus   `tab`: focus moves to the next widget (the event loop alone)
-  review  `m`:   the review mode cycles; answered when the state panel shows the new mode (a
-                 thread worker calls the engine, whose lock may be held across a git commit);
+  review  `m`:   the review mode cycles; answered when the state panel shows the new mode (at
+                 once; a thread worker then tells the engine, whose lock may be held across a git
+                 commit);
                  pressed three times a round so the search is back in `auto` after each
+  applied        the same presses, until the engine itself runs in the new mode
 
   python benchmarks/tui_latency.py [--evaluations 4] [--presses 30] [--gpus 0-7] [--out FILE.json]
 
@@ -73,7 +75,7 @@ async def measure(args: argparse.Namespace, session: Path) -> dict:
                               max_concurrent_builds=args.evaluations, seed=0)
     app = CucoApp(start_search=True, search_config=config, session=session, agent="offline",
                   engine_options=pool_opts)
-    focus, review, in_flight = [], [], []
+    focus, review, applied, in_flight = [], [], [], []
     async with app.run_test(size=(120, 40)) as pilot:
         started = await _until(pilot, lambda: isinstance(app.screen, DashboardScreen), 30)
         if started is None:
@@ -95,11 +97,15 @@ async def measure(args: argparse.Namespace, session: Path) -> dict:
                 _send_key(app, "m", "m")
                 dt = await _until(pilot, lambda: screen.state.review_mode != mode, 5)
                 review.append(1000 * (time.perf_counter() - t0) if dt is not None else float("inf"))
+                new = screen.state.review_mode
+                dt = await _until(pilot, lambda: screen.engine.review_mode == new, 10)
+                applied.append(1000 * (time.perf_counter() - t0) if dt is not None else float("inf"))
+                await asyncio.sleep(args.interval_s)  # a person presses a few keys a second, not a burst
             await asyncio.sleep(args.interval_s)
         committed = dict(screen.state.statuses)
         if screen.engine is not None:
             screen.engine.stop()
-    return {"focus": _summary(focus), "review": _summary(review),
+    return {"focus": _summary(focus), "review": _summary(review), "applied": _summary(applied),
             "in_flight": {"min": min(in_flight), "median": statistics.median(in_flight), "max": max(in_flight)},
             "committed": committed, "gpus": inv.count, "cpus": os.cpu_count()}
 
@@ -117,7 +123,7 @@ def main() -> int:
         # A fresh build cache: every candidate is compiled for real, the load this measures.
         os.environ["CUCO_CACHE_DIR"] = str(Path(tmp) / "cache")
         result = asyncio.run(measure(args, Path(tmp) / "session"))
-    for k in ("focus", "review"):
+    for k in ("focus", "review", "applied"):
         r = result[k]
         print(f"{k:7s} n={r['n']} median {r['median_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms, max {r['max_ms']:.1f} ms")
     print(f"in flight during presses: {result['in_flight']}; committed: {result['committed']}; "

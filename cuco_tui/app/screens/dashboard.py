@@ -9,6 +9,7 @@ its own handle to the session, with this engine attached (re-benchmark, make par
 from __future__ import annotations
 
 import difflib
+import threading
 import traceback
 from dataclasses import replace
 from pathlib import Path
@@ -80,6 +81,8 @@ class DashboardScreen(Screen):
         self._points: list[tuple[int, float]] = []
         self._started = False
         self._quit_when_finished = False  # set by the first `q` while evaluations run
+        self._mode_lock = threading.Lock()
+        self._wanted_mode = launch.config.review_mode
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -291,17 +294,32 @@ class DashboardScreen(Screen):
         engine = self._ready()
         if engine is None:
             return
-        mode = REVIEW_MODES[(REVIEW_MODES.index(engine.review_mode) + 1) % len(REVIEW_MODES)]
+        previous = self.state.review_mode
+        mode = REVIEW_MODES[(REVIEW_MODES.index(previous) + 1) % len(REVIEW_MODES)]
+        # Shown at once: the engine may hold its lock across a git commit (hundreds of ms on a
+        # loaded machine), and the key must be answered within 100 ms; undone if refused.
+        self.state = replace(self.state, review_mode=mode)
+
+        self._wanted_mode = mode
 
         def switch() -> None:
-            engine.set_review_mode(mode)
-            self.app.call_from_thread(self._mode_set, mode)
+            # Workers of quick presses may reach the engine in any order: whichever applies last
+            # applies the latest mode asked for, read under this lock.
+            with self._mode_lock:
+                wanted = self._wanted_mode
+                try:
+                    engine.set_review_mode(wanted)
+                except Exception:
+                    self.app.call_from_thread(self._mode_set, previous, False)
+                    raise
+            self.app.call_from_thread(self._mode_set, wanted, True)
 
         self._control("review mode", switch)
 
-    def _mode_set(self, mode: str) -> None:
+    def _mode_set(self, mode: str, applied: bool) -> None:
+        # No toast when applied: the state panel shows the mode, and mounting a toast per press
+        # delayed the next key by tens of ms on a loaded machine.
         self.state = replace(self.state, review_mode=mode)
-        self.notify(f"review mode: {mode}")
 
     def action_hint(self) -> None:
         engine = self._ready()
