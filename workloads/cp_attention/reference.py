@@ -22,7 +22,7 @@ Buffers per rank: inputs "q" [S/W, H, D], "k" [S/W, HKV, D], "v" [S/W, HKV, D] b
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -153,6 +153,9 @@ def ring_order(rank: int, world: int, causal: bool) -> list[int]:
 
 
 _SOFTMAX_SRC = r"""
+// NVRTC has no <math.h>: -inf from its bits.
+#define NEG_INF __int_as_float(0xff800000)
+
 __device__ __forceinline__ unsigned short f2bf(float f) {
   unsigned int u = __float_as_uint(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN stays NaN
@@ -163,8 +166,8 @@ __device__ __forceinline__ unsigned short f2bf(float f) {
 // (m, l) of two parts of a row: the max and the sum of exp(x - max).
 __device__ __forceinline__ void merge(float& m, float& l, float m2, float l2) {
   const float mx = fmaxf(m, m2);
-  if (mx == -INFINITY) return;  // both empty
-  l = (m == -INFINITY ? 0.f : l * expf(m - mx)) + (m2 == -INFINITY ? 0.f : l2 * expf(m2 - mx));
+  if (mx == NEG_INF) return;  // both empty
+  l = (m == NEG_INF ? 0.f : l * expf(m - mx)) + (m2 == NEG_INF ? 0.f : l2 * expf(m2 - mx));
   m = mx;
 }
 
@@ -177,7 +180,7 @@ extern "C" __global__ void softmax_rows(const float* scores, unsigned short* pro
   unsigned short* p = probs + row * ld;
   long long visible = causal ? q_pos0 + blockIdx.x + 1 : kn;
   const int n = (int)(visible < kn ? visible : kn);
-  float m = -INFINITY, l = 0.f;
+  float m = NEG_INF, l = 0.f;
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
     const float x = s[j];
     if (x > m) { l = l * expf(m - x) + 1.f; m = x; } else { l += expf(x - m); }
@@ -192,7 +195,7 @@ extern "C" __global__ void softmax_rows(const float* scores, unsigned short* pro
   if (lane == 0) { wm[warp] = m; wl[warp] = l; }
   __syncthreads();
   if (warp == 0) {
-    m = lane < warps ? wm[lane] : -INFINITY;
+    m = lane < warps ? wm[lane] : NEG_INF;
     l = lane < warps ? wl[lane] : 0.f;
     for (int off = 16; off > 0; off >>= 1) {
       const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
@@ -214,6 +217,64 @@ def block_rows(sl: int, seq: int, heads: int, budget: int = SCORE_BUDGET) -> int
     (bf16) within `budget`, a multiple of 16, at most the rank's S/W."""
     rows = budget // (heads * seq * 6)
     return max(16, min(sl, rows - rows % 16))
+
+
+class Gemm(NamedTuple):
+    """One cublasGemmStridedBatchedEx call (column-major, beta = 0): for i < batch,
+    C_i = alpha op(A_i) op(B_i) with op(A_i) m x k, op(B_i) k x n, C_i m x n; each operand a buffer
+    name and an element offset, its leading dimension and its batch stride (elements). alpha is
+    1/sqrt(D) when `scaled`, else 1. Buffers: q, o (the harness's), k_all, v_all, probs (bf16),
+    scores (fp32). (A NamedTuple: the harness loads this module without registering it, which
+    dataclasses need.)"""
+
+    transa: int
+    transb: int
+    m: int
+    n: int
+    k: int
+    scaled: bool
+    a: str
+    a_off: int
+    lda: int
+    stride_a: int
+    b: str
+    b_off: int
+    ldb: int
+    stride_b: int
+    c: str
+    c_off: int
+    ldc: int
+    stride_c: int
+    batch: int
+
+
+def block_plan(dims: dict[str, int], world: int, rank: int, q0: int, rows: int,
+               rows_alloc: int) -> tuple[list[Gemm], dict[str, int], list[Gemm]]:
+    """The reference's (and the seed's) work for query rows [q0, q0 + rows) of `rank`: the score
+    GEMMs, the softmax kernel's arguments, the P V GEMMs. Scores and probabilities of head h sit at
+    h * rows_alloc * S (row i of it at + i * S); query head h = g * G + j reads KV head g, so for
+    each j one call batches the heads g * G + j over g (A: K_g / V_g, stride D; B and C: stride G * D
+    or G * rows_alloc * S)."""
+    S, H, HKV, D = dims["S"], dims["H"], dims["HKV"], dims["D"]
+    sl, G = S // world, H // HKV
+    q_pos0 = rank * sl + q0
+    kn = min(S, q_pos0 + rows) if dims["CAUSAL"] else S  # keys any row of the block can see
+    head = rows_alloc * S
+    # Row-major scores_h [rows, kn] = q_h K_g^T is column-major [kn, rows] = K_g q_h^T:
+    # A = K_g stored as column-major [D, kn] (ld HKV*D), transposed; B = q_h^T [D, rows] (ld H*D).
+    scores = [Gemm(CUBLAS_OP_T, CUBLAS_OP_N, kn, rows, D, True,
+                   "k_all", 0, HKV * D, D,
+                   "q", (q0 * H + j) * D, H * D, G * D,
+                   "scores", j * head, S, G * head, HKV) for j in range(G)]
+    softmax = {"rows": rows, "heads": H, "ld": S, "rows_alloc": rows_alloc, "kn": kn, "q_pos0": q_pos0,
+               "causal": dims["CAUSAL"]}
+    # Row-major o_h [rows, D] = P_h [rows, kn] @ V_g [kn, D] is column-major
+    # o_h^T [D, rows] = V_g^T [D, kn] (ld HKV*D) @ P_h^T [kn, rows] (ld S).
+    pv = [Gemm(CUBLAS_OP_N, CUBLAS_OP_N, D, rows, kn, False,
+               "v_all", 0, HKV * D, D,
+               "probs", j * head, S, G * head,
+               "o", (q0 * H + j) * D, H * D, G * D, HKV) for j in range(G)]
+    return scores, softmax, pv
 
 
 class Reference:
@@ -259,30 +320,31 @@ class Reference:
                 self._block(inputs["q"].data.ptr, outputs["o"].data.ptr, q0, min(self.rows, self.sl - q0))
 
     def _block(self, q: int, o: int, q0: int, rows: int) -> None:
-        cb, H, HKV, D, S, G = self.cublas, self.H, self.HKV, self.D, self.S, self.group
-        q_pos0 = self.env.rank * self.sl + q0
-        kn = min(S, q_pos0 + rows) if self.causal else S  # keys any row of the block can see
-        head = self.rows * S  # elements between two heads' score matrices
-        for j in range(G):  # query heads g*G + j, batched over the KV heads g
-            # Row-major scores_h [rows, kn] = q_h K_g^T is column-major [kn, rows] = K_g q_h^T:
-            # A = K_g stored as column-major [D, kn] (ld HKV*D), transposed; B = q_h^T [D, rows] (ld H*D).
-            cb.gemmStridedBatchedEx(
-                self.handle, CUBLAS_OP_T, CUBLAS_OP_N, kn, rows, D,
-                self.scale.ctypes.data, self.k_all.data.ptr, CUDA_R_16BF, HKV * D, D,
-                q + ((q0 * H + j) * D) * 2, CUDA_R_16BF, H * D, G * D,
-                self.zero.ctypes.data, self.scores.data.ptr + j * head * 4, CUDA_R_32F, S, G * head,
-                HKV, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
-        self.softmax((rows, H), (256,), (self.scores, self.probs, np.int64(S), np.int32(self.rows), np.int32(kn),
-                                         np.int64(q_pos0), np.int32(self.causal)))
-        for j in range(G):
-            # Row-major o_h [rows, D] = P_h [rows, kn] @ V_g [kn, D] is column-major
-            # o_h^T [D, rows] = V_g^T [D, kn] (ld HKV*D) @ P_h^T [kn, rows] (ld S).
-            cb.gemmStridedBatchedEx(
-                self.handle, CUBLAS_OP_N, CUBLAS_OP_N, D, rows, kn,
-                self.one.ctypes.data, self.v_all.data.ptr, CUDA_R_16BF, HKV * D, D,
-                self.probs.data.ptr + j * head * 2, CUDA_R_16BF, S, G * head,
-                self.zero.ctypes.data, o + ((q0 * H + j) * D) * 2, CUDA_R_16BF, H * D, G * D,
-                HKV, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+        scores, softmax, pv = block_plan(self.env.dims, self.env.world, self.env.rank, q0, rows, self.rows)
+        for g in scores:
+            self._gemm(g, q, o)
+        self.softmax((rows, self.H), (256,), (self.scores, self.probs, np.int64(softmax["ld"]),
+                                              np.int32(softmax["rows_alloc"]), np.int32(softmax["kn"]),
+                                              np.int64(softmax["q_pos0"]), np.int32(softmax["causal"])))
+        for g in pv:
+            self._gemm(g, q, o)
+
+    def _gemm(self, g: Gemm, q: int, o: int) -> None:
+        buffers = {"q": (q, 2), "o": (o, 2), "k_all": (self.k_all.data.ptr, 2), "v_all": (self.v_all.data.ptr, 2),
+                   "probs": (self.probs.data.ptr, 2), "scores": (self.scores.data.ptr, 4)}
+
+        def operand(name: str, offset: int) -> tuple[int, int]:
+            ptr, size = buffers[name]
+            return ptr + offset * size, CUDA_R_32F if size == 4 else CUDA_R_16BF
+
+        a, a_type = operand(g.a, g.a_off)
+        b, b_type = operand(g.b, g.b_off)
+        c, c_type = operand(g.c, g.c_off)
+        alpha = self.scale if g.scaled else self.one
+        self.cublas.gemmStridedBatchedEx(
+            self.handle, g.transa, g.transb, g.m, g.n, g.k, alpha.ctypes.data,
+            a, a_type, g.lda, g.stride_a, b, b_type, g.ldb, g.stride_b,
+            self.zero.ctypes.data, c, c_type, g.ldc, g.stride_c, g.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
 
     def run(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         self.allgather(inputs)
