@@ -1,0 +1,71 @@
+"""Strategy templates of cp_attention for the offline agent: each covers a region of the design
+space; its knobs pick the point. Loaded by cuco_tui.agents.offline. The flash templates share the
+blockwise attention kernel of flash_attention.cuh.j2 (included, not a strategy of its own)."""
+
+from cuco_tui.agents.offline.strategy import Strategy, comm_sms
+from cuco_tui.design.space import DesignPoint
+
+
+def _chunk(n: int) -> str:
+    return "shard" if n == 1 else str(n)
+
+
+def _ipc_pull(k: dict) -> DesignPoint:
+    ce = k["mover"] == "copy_engine"
+    return DesignPoint(
+        backend="copy_engine" if ce else "cuda_ipc",
+        placement="interleaved",
+        sync="per_chunk" if k["chunks"] > 1 else "per_peer",
+        issuer="host" if ce else "multi_cta",
+        chunk=_chunk(k["chunks"]),
+        streams="2",
+        comm_sms="0" if ce else comm_sms(k["mover_blocks"]),
+    )
+
+
+def _ipc_pull_normalize(k: dict) -> dict:
+    if k.get("mover") == "copy_engine":
+        k["mover_blocks"] = 16  # the copy engines need no load kernel: its size changes nothing
+    return k
+
+
+STRATEGIES = [
+    Strategy(
+        name="host_sequential",
+        template="host_sequential.cu.j2",
+        description="NCCL all-gathers of K and V, then attention by query blocks with cuBLAS batched GEMMs around "
+                    "a softmax kernel, on one stream (the seed)",
+        knobs={},
+        design=lambda k: DesignPoint("nccl_host", "before", "global", "host", "full", "1", "0"),
+    ),
+    Strategy(
+        name="host_flash",
+        template="host_flash.cu.j2",
+        description="NCCL all-gathers of K and V, then one fused blockwise attention kernel (online softmax, "
+                    "tensor cores) over every visible key: the kernel's gain without overlap",
+        knobs={},
+        design=lambda k: DesignPoint("nccl_host", "before", "global", "host", "full", "1", "0"),
+    ),
+    Strategy(
+        name="ring",
+        template="ring.cu.j2",
+        description="ring attention: K/V blocks passed around the ring by NCCL send/recv on a communication "
+                    "stream, double-buffered, while the blockwise kernel attends to the block already held and "
+                    "merges it with online-softmax statistics; causal ranks skip the blocks after them",
+        knobs={"comm_priority": ("high", "same")},
+        design=lambda k: DesignPoint("nccl_host", "interleaved", "per_peer", "host", "shard", "2", "0"),
+    ),
+    Strategy(
+        name="ipc_pull",
+        template="ipc_pull.cu.j2",
+        description="no NCCL in the iteration: each rank publishes its K/V in CUDA-IPC memory with a flag per "
+                    "reader, the readers pull the blocks they need in chunks (a load kernel or the copy engines) "
+                    "on a second stream while the blockwise kernel attends to the own block, then to each chunk "
+                    "as it lands; causal ranks pull only the blocks before them",
+        knobs={"mover": ("ipc", "copy_engine"), "chunks": (1, 2, 4), "mover_blocks": (16, 8, 32),
+               "comm_priority": ("high", "same")},
+        design=_ipc_pull,
+        normalize=_ipc_pull_normalize,
+        fast_path=True,
+    ),
+]
