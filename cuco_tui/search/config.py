@@ -37,6 +37,11 @@ class SearchConfig:
     max_concurrent_builds: int = field(default_factory=_cpu_count)
     fast_path: bool = True  # ask for a fast-path candidate while no device-initiated one exists
     fast_path_attempts: int = 2
+    # A candidate timed while other evaluations ran on other GPU groups, with a speedup above the
+    # best's or within `confirm_margin` (a fraction) below it, is a finalist: it is re-measured
+    # alone (kind "confirm") and only that figure can make it the best. Never triggers with one group.
+    confirm_alone: bool = True
+    confirm_margin: float = 0.02
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -62,6 +67,8 @@ class SearchConfig:
             raise ConfigError(f"world size must be at least 1, not {self.world}")
         if self.max_concurrent_builds < 1:
             raise ConfigError(f"max_concurrent_builds must be at least 1, not {self.max_concurrent_builds}")
+        if not 0.0 <= self.confirm_margin < 1.0:
+            raise ConfigError(f"confirm_margin is a fraction of the best speedup, in [0, 1), not {self.confirm_margin}")
         if len(set(self.gpus)) != len(self.gpus):
             raise ConfigError(f"the GPU list names a GPU twice: {list(self.gpus)}")
 

@@ -4,8 +4,10 @@ cascade on a GPU group and committed to the session's lineage, progress publishe
 One generation reads top to bottom in `_run_generation`: for each proposal slot, pick the
 island, the phase's mutation kind, the parent(s) and inspirations; ask the agent; filter
 duplicates; hold for the engineer's review when the mode says so; write the candidate, compile
-it ahead on a CPU thread, evaluate it on a free GPU group; commit whatever came of it. The
-engine never imports a UI; the CLI and the TUI watch its events and call its controls
+it ahead on a CPU thread, evaluate it on a free GPU group; commit whatever came of it. A
+candidate timed while other groups ran evaluations (`concurrent` in its extra) whose figure
+would lead or nearly lead is a finalist: it is re-measured alone (`_confirm`), and only that
+figure can make it the best. The engine never imports a UI; the CLI and the TUI watch its events and call its controls
 (pause, resume, stop, review, hints, budget, re-benchmark, preferred parent), which are safe from
 any thread."""
 
@@ -159,6 +161,7 @@ class SearchEngine:
         self._preferred: str | None = None  # prefer_parent(): the next proposal's parent, once
         self._generation = 0  # the generation under way (re-benchmarks are filed under it)
         self._in_flight: dict[str, Future] = {}
+        self._on_gpu: dict[str, set[str]] = {}  # evaluation holding a GPU group -> those that overlapped it
         self._builds: BuildPool | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._seed_source = workload.seed.read_text()
@@ -456,7 +459,7 @@ class SearchEngine:
     def _restore(self, records: list[CandidateRecord]) -> None:
         """Islands, archive, best, ids, spending and hints as the lineage left them."""
         with self._lock:
-            self._population = Population.rebuild(records, self.config)
+            self._population = Population.rebuild([ranking_view(r) for r in records], self.config)
             self._next = max((id_number(r.id) for r in records), default=-1) + 1
             self._spent = sum(r.cost_usd + float(r.extra.get("meta_cost_usd", 0.0)) for r in records)
             self._spent_before = self._spent
@@ -616,8 +619,9 @@ class SearchEngine:
             else:
                 self._launch(replace(record, review="accepted"))
 
-    def _launch(self, record: CandidateRecord) -> None:
-        """Write the candidate, start its compile on a CPU thread, queue its evaluation."""
+    def _launch(self, record: CandidateRecord, exclusive: bool = False) -> None:
+        """Write the candidate, start its compile on a CPU thread, queue its evaluation
+        (`exclusive`: on a GPU group lent while no other is, see GpuPool.acquire_exclusive)."""
         path = self.scratch / f"{record.id}.cu"
         path.write_text(record.source)
         build: Future[BuildResult] | None = None
@@ -626,27 +630,56 @@ class SearchEngine:
             build = self._builds.submit(path)
         assert self._executor is not None
         with self._cond:
-            future = self._executor.submit(self._evaluate_and_commit, record, path, build)
+            future = self._executor.submit(self._evaluate_and_commit, record, path, build, exclusive)
             self._in_flight[record.id] = future
 
-    def _evaluate_and_commit(self, record: CandidateRecord, path: Path, build: Future[BuildResult] | None) -> None:
+    def _evaluate_and_commit(self, record: CandidateRecord, path: Path, build: Future[BuildResult] | None,
+                             exclusive: bool = False) -> None:
         try:
             try:
-                result = self._evaluate_on_gpus(record, path, build)
+                result, beside = self._evaluate_on_gpus(record, path, build, exclusive)
                 done = feedback.evaluated(record, result)
+                if beside is not None and self._gpu_pool is not None and self._gpu_pool.size > 1:
+                    done = replace(done, extra={**done.extra, "concurrent": len(beside),
+                                                "concurrent_with": sorted(beside, key=id_number)})
             except Exception as exc:
                 done = feedback.crashed(record, exc)
                 self._publish(StageFinished(candidate=record.id, level=int(Level.COMPILE), status=done.status))
-            self._commit(done)
+            committed = self._commit(done)
         except Exception as exc:  # the commit itself failed: say so, keep the search going
             self._publish(EngineError(message=f"could not commit {record.id}: {type(exc).__name__}: {exc}",
                                       candidate=record.id))
+        else:
+            if committed.extra.get("finalist"):  # launched before this one leaves _in_flight: a drain waits for it
+                try:
+                    self._confirm(committed)
+                except Exception as exc:  # e.g. the run was interrupted: the finalist stays unconfirmed
+                    self._publish(EngineError(message=f"could not re-measure {record.id} alone: "
+                                                      f"{type(exc).__name__}: {exc}", candidate=record.id))
         finally:
             with self._cond:
                 self._in_flight.pop(record.id, None)
                 self._cond.notify_all()
 
-    def _evaluate_on_gpus(self, record: CandidateRecord, path: Path, build: Future[BuildResult] | None) -> CascadeResult:
+    def _confirm(self, finalist: CandidateRecord) -> None:
+        """Re-measure a finalist alone: the same source, evaluated on a group lent while no other
+        evaluation runs, committed as its child (kind "confirm"). Only that figure can make the
+        code the best (see ranking_view)."""
+        n = int(finalist.extra.get("concurrent", 0))
+        record = self._draft(generation=finalist.generation, island=finalist.island, kind="confirm",
+                             parents=(finalist.id,), source=finalist.source, design=dict(finalist.design),
+                             rationale=f"re-measured alone: {finalist.id} was timed beside {n} other "
+                                       f"evaluation{'' if n == 1 else 's'}",
+                             agent="engine", extra={"confirm_of": finalist.id})
+        self._publish(ProposalReady(candidate=record.id, generation=record.generation, island=record.island,
+                                    kind=record.kind, parents=record.parents, design=record.design,
+                                    rationale=record.rationale, agent=record.agent))
+        self._launch(record, exclusive=True)
+
+    def _evaluate_on_gpus(self, record: CandidateRecord, path: Path, build: Future[BuildResult] | None,
+                          exclusive: bool = False) -> tuple[CascadeResult, set[str] | None]:
+        """The cascade's result, and the evaluations that held another GPU group at some time
+        while this one held its own (None when it needed no GPU)."""
         built_ok = True
         if build is not None:
             t0 = time.monotonic()
@@ -656,9 +689,19 @@ class SearchEngine:
                                         status="" if b.ok else "compile_error", seconds=time.monotonic() - t0))
         assert self._gpu_pool is not None
         if not built_ok:  # the cascade will stop at L1 (from the cache): no GPU needed
-            return self._run_cascade(record, path, ())
-        with self._gpu_pool.lease() as group:
-            return self._run_cascade(record, path, group.gpus)
+            return self._run_cascade(record, path, ()), None
+        with self._gpu_pool.lease(exclusive) as group:
+            with self._cond:
+                others = set(self._on_gpu)
+                for other in others:
+                    self._on_gpu[other].add(record.id)
+                self._on_gpu[record.id] = others
+            try:
+                result = self._run_cascade(record, path, group.gpus)
+            finally:
+                with self._cond:
+                    beside = self._on_gpu.pop(record.id)
+        return result, beside
 
     def _run_cascade(self, record: CandidateRecord, path: Path, gpus: tuple[int, ...]) -> CascadeResult:
         stage: dict[str, Any] = {"level": None, "t": time.monotonic(), "last": None}
@@ -682,15 +725,19 @@ class SearchEngine:
                                     seconds=time.monotonic() - stage["t"]))
         return result
 
-    def _commit(self, record: CandidateRecord) -> None:
-        """Into the lineage, then into the population; island head and best follow."""
+    def _commit(self, record: CandidateRecord) -> CandidateRecord:
+        """Into the lineage, then into the population; island head and best follow. A finalist
+        timed beside other evaluations enters the population without its figure (ranking_view).
+        Returns the record as committed."""
         with self._lock:
             if self._meta_cost:
                 record = replace(record, extra={**record.extra, "meta_cost_usd": round(self._meta_cost, 6)})
                 self._meta_cost = 0.0
             previous = self._population.best
+            if self._is_finalist(record, previous):
+                record = replace(record, extra={**record.extra, "finalist": True})
             sha = self.repo.commit_candidate(record)
-            improved = self._population.add(record)
+            improved = self._population.add(ranking_view(record))
             head = self._population.best_of_island(record.island % self.config.islands)
             if head is not None and head.id == record.id:
                 self.repo.set_island_head(record.island, record.id)
@@ -700,6 +747,17 @@ class SearchEngine:
         if improved:
             self._publish(BestImproved(record=record, previous=previous.id if previous else None,
                                        previous_speedup=previous.speedup if previous else None))
+        return record
+
+    def _is_finalist(self, record: CandidateRecord, best: CandidateRecord | None) -> bool:
+        """Measured while other evaluations ran, and faster than the best or within
+        confirm_margin of it: its figure may owe something to the interference."""
+        if not self.config.confirm_alone or record.status != "measured" or record.speedup is None:
+            return False
+        if not record.extra.get("concurrent"):
+            return False
+        return best is None or best.speedup is None or \
+            record.speedup > best.speedup * (1.0 - self.config.confirm_margin)
 
     def _drain(self, final: bool = False) -> None:
         """Wait until nothing is in flight or held, applying review decisions as they come.
@@ -855,6 +913,16 @@ class SearchEngine:
 
     def _publish(self, event: Event) -> None:
         self.events.publish(event)
+
+
+def ranking_view(record: CandidateRecord) -> CandidateRecord:
+    """The record as the population ranks it: a finalist's figure, timed beside other
+    evaluations, is withheld (speedup None), so neither the best, nor an island's head, nor an
+    archive cell is decided by it; its confirmation, the same source measured alone, ranks
+    instead. The lineage keeps the figure as measured."""
+    if record.extra.get("finalist") and record.speedup is not None:
+        return replace(record, speedup=None)
+    return record
 
 
 def _agent_spent(agent: Agent) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -119,7 +120,9 @@ def _greedy_partition(gpus: tuple[int, ...], world: int, topology: Topology) -> 
 
 class GpuPool:
     """Lends each group to one evaluation at a time; a group is never lent twice at once, and
-    groups are disjoint, so no GPU ever hosts two runs."""
+    groups are disjoint, so no GPU ever hosts two runs. Requests are served first come, first
+    served; an exclusive one (`acquire_exclusive`) takes a group while no other group is lent,
+    and the requests after it wait behind it, so it cannot starve."""
 
     def __init__(self, groups: list[GpuGroup]) -> None:
         if not groups:
@@ -131,6 +134,8 @@ class GpuPool:
             seen |= set(g.gpus)
         self.groups = list(groups)
         self._free = list(groups)
+        self._queue: deque[object] = deque()  # waiting requests, in arrival order
+        self._exclusive: GpuGroup | None = None  # the group lent alone, while it is
         self._cond = threading.Condition()
 
     @classmethod
@@ -146,24 +151,55 @@ class GpuPool:
         with self._cond:
             return len(self.groups) - len(self._free)
 
+    @property
+    def exclusive(self) -> GpuGroup | None:
+        """The group lent by acquire_exclusive(), while it is out."""
+        with self._cond:
+            return self._exclusive
+
     def acquire(self, timeout: float | None = None) -> GpuGroup | None:
         """Wait for a free group (the lowest-numbered one); None when `timeout` passes first."""
+        return self._take(False, timeout)
+
+    def acquire_exclusive(self, timeout: float | None = None) -> GpuGroup | None:
+        """One group (the lowest-numbered), lent while no other group is: waits until every
+        lent group is back; requests made after this one wait until it is released. None when
+        `timeout` passes first."""
+        return self._take(True, timeout)
+
+    def _take(self, exclusive: bool, timeout: float | None) -> GpuGroup | None:
+        ticket = object()
         with self._cond:
-            if not self._cond.wait_for(lambda: self._free, timeout):
-                return None
-            self._free.sort(key=lambda g: g.index)
-            return self._free.pop(0)
+            self._queue.append(ticket)
+
+            def ready() -> bool:
+                if self._queue[0] is not ticket or self._exclusive is not None:
+                    return False
+                return len(self._free) == len(self.groups) if exclusive else bool(self._free)
+
+            granted = self._cond.wait_for(ready, timeout)
+            self._queue.remove(ticket)
+            group = None
+            if granted:
+                self._free.sort(key=lambda g: g.index)
+                group = self._free.pop(0)
+                if exclusive:
+                    self._exclusive = group
+            self._cond.notify_all()  # the next in line may be served now
+            return group
 
     def release(self, group: GpuGroup) -> None:
         with self._cond:
             if group in self._free or group not in self.groups:
                 raise ValueError(f"group {group.label()} is not lent out")
+            if group == self._exclusive:
+                self._exclusive = None
             self._free.append(group)
-            self._cond.notify()
+            self._cond.notify_all()
 
     @contextmanager
-    def lease(self) -> Iterator[GpuGroup]:
-        group = self.acquire()
+    def lease(self, exclusive: bool = False) -> Iterator[GpuGroup]:
+        group = self.acquire_exclusive() if exclusive else self.acquire()
         assert group is not None
         try:
             yield group
