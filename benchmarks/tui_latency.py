@@ -4,6 +4,7 @@ and the real evaluation cascade; measures, per key press, the time until the app
 answer:
 
   focus   `tab`: focus moves to the next widget (the event loop alone)
+  palette `ctrl+p`: the command palette is on screen (a screen pushed and drawn)
   review  `m`:   the review mode cycles; answered when the state panel shows the new mode (at
                  once; a thread worker then tells the engine, whose lock may be held across a git
                  commit);
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 
 from textual import events
+from textual.command import CommandPalette
 
 from cuco_tui.app.app import CucoApp
 from cuco_tui.app.screens.dashboard import DashboardScreen
@@ -75,7 +77,7 @@ async def measure(args: argparse.Namespace, session: Path) -> dict:
                               max_concurrent_builds=args.evaluations, seed=0)
     app = CucoApp(start_search=True, search_config=config, session=session, agent="offline",
                   engine_options=pool_opts)
-    focus, review, applied, in_flight = [], [], [], []
+    focus, palette, review, applied, in_flight = [], [], [], [], []
     async with app.run_test(size=(120, 40)) as pilot:
         started = await _until(pilot, lambda: isinstance(app.screen, DashboardScreen), 30)
         if started is None:
@@ -84,6 +86,7 @@ async def measure(args: argparse.Namespace, session: Path) -> dict:
         busy = await _until(pilot, lambda: screen.state.in_flight >= args.evaluations, args.warmup_s)
         print(f"{screen.state.in_flight} evaluations in flight after "
               f"{'%.1f s' % busy if busy is not None else 'the warm-up (fewer than asked)'}", file=sys.stderr)
+        # Phase 1: keys that leave the search as it is (auto mode throughout).
         for i in range(args.presses):
             in_flight.append(screen.state.in_flight)
             before = app.focused
@@ -91,6 +94,18 @@ async def measure(args: argparse.Namespace, session: Path) -> dict:
             _send_key(app, "tab", "\t")
             dt = await _until(pilot, lambda: app.focused is not before, 5)
             focus.append(1000 * (time.perf_counter() - t0) if dt is not None else float("inf"))
+            await asyncio.sleep(args.interval_s)
+            t0 = time.perf_counter()
+            _send_key(app, "ctrl+p", None)
+            dt = await _until(pilot, lambda: isinstance(app.screen, CommandPalette), 5)
+            palette.append(1000 * (time.perf_counter() - t0) if dt is not None else float("inf"))
+            _send_key(app, "escape", None)
+            await _until(pilot, lambda: app.screen is screen, 5)
+            await asyncio.sleep(args.interval_s)
+        # Phase 2: the review mode cycles; `review` and `risky` hold proposals, whose diffs the
+        # queue then renders: the heaviest drawing the dashboard does.
+        for i in range(args.presses):
+            in_flight.append(screen.state.in_flight)
             for _ in range(3):  # auto -> review -> risky -> auto: held proposals are released again
                 mode = screen.state.review_mode
                 t0 = time.perf_counter()
@@ -100,12 +115,12 @@ async def measure(args: argparse.Namespace, session: Path) -> dict:
                 new = screen.state.review_mode
                 dt = await _until(pilot, lambda: screen.engine.review_mode == new, 10)
                 applied.append(1000 * (time.perf_counter() - t0) if dt is not None else float("inf"))
-                await asyncio.sleep(args.interval_s)  # a person presses a few keys a second, not a burst
-            await asyncio.sleep(args.interval_s)
+                await asyncio.sleep(args.interval_s)
         committed = dict(screen.state.statuses)
         if screen.engine is not None:
             screen.engine.stop()
-    return {"focus": _summary(focus), "review": _summary(review), "applied": _summary(applied),
+    return {"focus": _summary(focus), "palette": _summary(palette), "review": _summary(review),
+            "applied": _summary(applied),
             "in_flight": {"min": min(in_flight), "median": statistics.median(in_flight), "max": max(in_flight)},
             "committed": committed, "gpus": inv.count, "cpus": os.cpu_count()}
 
@@ -123,7 +138,7 @@ def main() -> int:
         # A fresh build cache: every candidate is compiled for real, the load this measures.
         os.environ["CUCO_CACHE_DIR"] = str(Path(tmp) / "cache")
         result = asyncio.run(measure(args, Path(tmp) / "session"))
-    for k in ("focus", "review", "applied"):
+    for k in ("focus", "palette", "review", "applied"):
         r = result[k]
         print(f"{k:7s} n={r['n']} median {r['median_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms, max {r['max_ms']:.1f} ms")
     print(f"in flight during presses: {result['in_flight']}; committed: {result['committed']}; "
