@@ -142,6 +142,24 @@ def test_resume_ranks_finalists_as_the_live_search_did(tmp_path):
     assert finalists and all(engine2.population.records[f].speedup is None for f in finalists)
 
 
+def test_resume_confirms_the_finalists_a_kill_left_unconfirmed(tmp_path):
+    evaluator = InterferenceEvaluator(true={0: 1.0, 1: 0.9, 2: 1.2})
+    engine, repo, bus = make(tmp_path, evaluator=evaluator, groups=2, islands=2, generations=1, fast_path=False)
+    engine.run()
+    finalists = {r.id for r in repo.records() if r.extra.get("finalist")}
+    assert finalists
+    # as if killed after the finalists were committed and before their confirmations ran
+    kept = [r for r in repo.records() if r.kind != "confirm"]
+    engine2, repo2, bus2 = make(tmp_path, agent=ScriptedAgent(offset=100), evaluator=InterferenceEvaluator(delay=0.0),
+                                records=kept, groups=2, islands=2, generations=1, fast_path=False)
+    summary = engine2.run()
+    confirms = [r for r in repo2.records() if r.kind == "confirm"]
+    assert {r.extra["confirm_of"] for r in confirms} == finalists
+    assert all(r.parents == (r.extra["confirm_of"],) for r in confirms)
+    assert summary.best == engine2.population.best.id
+    assert engine2.population.best.kind in ("confirm", "seed")  # never an unconfirmed finalist
+
+
 def test_one_group_never_confirms_and_records_nothing_new(tmp_path):
     evaluator = InterferenceEvaluator(delay=0.0)
     engine, repo, bus = make(tmp_path, evaluator=evaluator, groups=1, generations=2)

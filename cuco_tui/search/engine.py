@@ -359,6 +359,7 @@ class SearchEngine:
                 budget_usd=self._budget))
             if not resumed:
                 self._evaluate_seed()
+            self._confirm_left_over(records)
             self._fast_path()
             for generation in range(start, self.config.generations + 1):
                 self._run_generation(generation)
@@ -660,6 +661,14 @@ class SearchEngine:
             with self._cond:
                 self._in_flight.pop(record.id, None)
                 self._cond.notify_all()
+
+    def _confirm_left_over(self, records: list[CandidateRecord]) -> None:
+        """On resume: the finalists whose confirmation never ran (the search was killed or
+        stopped between the two) are re-measured alone now; until then they do not rank."""
+        confirmed = {r.extra.get("confirm_of") for r in records if r.kind == "confirm"}
+        for r in sorted(records, key=lambda r: id_number(r.id)):
+            if r.extra.get("finalist") and r.id not in confirmed:
+                self._confirm(r)
 
     def _confirm(self, finalist: CandidateRecord) -> None:
         """Re-measure a finalist alone: the same source, evaluated on a group lent while no other
