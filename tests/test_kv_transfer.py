@@ -68,7 +68,7 @@ def test_every_strategy_template_passes_l0_and_compiles(tmp_path):
     from cuco_tui.evaluate.static_checks import check_static, is_rejected
 
     book = StrategyBook.load(W.root, W.seed)
-    assert {s.name for s in book.strategies} >= {"host_sequential", "host_layered", "ce_pull"}
+    assert {s.name for s in book.strategies} >= {"host_sequential", "host_layered", "ce_pull", "ipc_push"}
     for s in book.strategies:
         src = book.render(s, s.default_knobs())
         assert not is_rejected(check_static(src, W.seed.read_text(), "c.cu"))

@@ -1,6 +1,6 @@
 """Strategy templates of kv_transfer for the offline agent."""
 
-from cuco_tui.agents.offline.strategy import Strategy
+from cuco_tui.agents.offline.strategy import Strategy, comm_sms
 from cuco_tui.design.space import DesignPoint
 
 
@@ -30,5 +30,15 @@ STRATEGIES = [
                     "signalled by per-group counters",
         knobs={"groups": (4, 2, 8, 16)},
         design=lambda k: DesignPoint("copy_engine", "interleaved", "per_chunk", "host", _chunk(k["groups"]), "2", "0"),
+    ),
+    Strategy(
+        name="ipc_push",
+        template="ipc_push.cu.j2",
+        description="rank 0 pushes each computed layer group into rank 1's memory with a store kernel (CUDA-IPC "
+                    "peer pointer, NVLink stores from SMs), one arrival count per CTA; rank 1 copies each group "
+                    "out as it lands",
+        knobs={"groups": (4, 2, 8, 16), "mover_blocks": (16, 8, 32, 64)},
+        design=lambda k: DesignPoint("cuda_ipc", "interleaved", "per_chunk" if k["groups"] > 1 else "per_peer",
+                                     "multi_cta", _chunk(k["groups"]), "2", comm_sms(k["mover_blocks"])),
     ),
 ]
