@@ -291,19 +291,13 @@ def _run_tui(args: argparse.Namespace) -> int:
     from cuco_tui.agents.factory import default_agent_kind
     from cuco_tui.search.config import ConfigError, SearchConfig
 
+    from cuco_tui.cli_search import DEFAULT_GENERATIONS, config_overrides
+
     gpus = _gpus(args.gpus)
     agent = args.agent or default_agent_kind()
-    overrides: dict = {}
-    if args.generations is not None:
-        overrides["generations"] = args.generations
-    if gpus:
-        overrides["gpus"] = tuple(gpus)
+    overrides = config_overrides(args, agent, ("generations",))
     if args.review:
         overrides["review_mode"] = args.review
-    if args.budget is not None:
-        overrides["budget_usd"] = args.budget
-    elif agent == "claude" and not args.resume:
-        overrides["budget_usd"] = 5.0
     resume = None
     workload_name = args.workload
     if args.resume:
@@ -319,7 +313,7 @@ def _run_tui(args: argparse.Namespace) -> int:
         workload_name = str(workload.root)
     _workload(workload_name)
     try:
-        config = SearchConfig(workload=Path(workload_name).name, **{"generations": 10, **overrides})
+        config = SearchConfig(workload=Path(workload_name).name, **{"generations": DEFAULT_GENERATIONS, **overrides})
     except ConfigError as exc:
         raise UsageError(str(exc)) from exc
     from cuco_tui.app.app import CucoApp

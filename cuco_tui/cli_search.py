@@ -88,6 +88,19 @@ class ProgressPrinter:
 # ---------------------------------------------------------------------------- cuco search
 
 
+def config_overrides(args: argparse.Namespace, agent_kind: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The SearchConfig fields the command line sets (`keys` given as flags, --gpus, --budget),
+    shared by `cuco search` and `cuco-tui`; a new Claude session gets the default dollar cap."""
+    overrides = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    if args.gpus is not None:
+        overrides["gpus"] = tuple(_gpus(args.gpus) or ())
+    if args.budget is not None:
+        overrides["budget_usd"] = args.budget
+    elif agent_kind == "claude" and not args.resume:
+        overrides["budget_usd"] = DEFAULT_CLAUDE_BUDGET
+    return overrides
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.lineage import SessionError
     from cuco_tui.search.config import ConfigError, SearchConfig
@@ -100,16 +113,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.agents.factory import AgentUnavailable, default_agent_kind, make_agent
 
     agent_kind = args.agent or default_agent_kind()
-    overrides: dict[str, Any] = {}
-    for key in ("generations", "islands", "world", "seed"):
-        if getattr(args, key) is not None:
-            overrides[key] = getattr(args, key)
-    if args.gpus is not None:
-        overrides["gpus"] = tuple(_gpus(args.gpus) or ())
-    if args.budget is not None:
-        overrides["budget_usd"] = args.budget
-    elif agent_kind == "claude" and not args.resume:
-        overrides["budget_usd"] = DEFAULT_CLAUDE_BUDGET
+    overrides = config_overrides(args, agent_kind, ("generations", "islands", "world", "seed"))
 
     try:
         if args.resume:

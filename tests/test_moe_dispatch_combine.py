@@ -15,6 +15,7 @@ from cuco_tui.evaluate.cascade import EvalOptions, evaluate
 from cuco_tui.evaluate.result import Status
 from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.workload.manifest import WorkloadError, load_workload
+from static_helpers import assert_static_ok
 
 W = load_workload("moe_dispatch_combine")
 SEED = W.seed.read_text()
@@ -970,13 +971,7 @@ def test_the_reference_class_runs_eagerly_when_capture_fails(emu, monkeypatch):
 
 
 def _static_ok(src):
-    from cuco_tui.design.classify import check_declaration
-    from cuco_tui.evaluate.static_checks import check_static
-    from cuco_tui.evaluate.sync_checks import check_sync
-
-    assert check_static(src, SEED, "c.cu") == []
-    assert check_declaration(src) == []
-    assert check_sync(src, "c.cu") == []
+    assert_static_ok(src, SEED)
 
 
 def test_seed_passes_the_static_checks_and_declares_what_it_does():

@@ -40,6 +40,12 @@ class Strategy:
         return not violations(self.design(knobs), caps)
 
 
+def chunk(pieces: int, whole: str = "shard") -> str:
+    """The design-space chunk value of a transfer cut into `pieces`: `whole` when it is not cut
+    ("shard": one per peer, "full": everything at once)."""
+    return whole if pieces == 1 else str(pieces)
+
+
 def comm_sms(blocks: int) -> str:
     """The design-space value for a kernel that uses `blocks` CTAs (one SM each, at most)."""
     numeric = [int(v) for v in COMM_SMS if v.isdigit() and int(v) > 0]

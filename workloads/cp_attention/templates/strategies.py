@@ -2,12 +2,8 @@
 space; its knobs pick the point. Loaded by cuco_tui.agents.offline. The flash templates share the
 blockwise attention kernel of flash_attention.cuh.j2 (included, not a strategy of its own)."""
 
-from cuco_tui.agents.offline.strategy import Strategy, comm_sms
+from cuco_tui.agents.offline.strategy import Strategy, chunk, comm_sms
 from cuco_tui.design.space import DesignPoint
-
-
-def _chunk(n: int) -> str:
-    return "shard" if n == 1 else str(n)
 
 
 def _ipc_pull(k: dict) -> DesignPoint:
@@ -17,7 +13,7 @@ def _ipc_pull(k: dict) -> DesignPoint:
         placement="interleaved",
         sync="per_chunk" if k["chunks"] > 1 else "per_peer",
         issuer="host" if ce else "multi_cta",
-        chunk=_chunk(k["chunks"]),
+        chunk=chunk(k["chunks"]),
         streams="2",
         comm_sms="0" if ce else comm_sms(k["mover_blocks"]),
     )

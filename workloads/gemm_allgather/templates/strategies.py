@@ -1,12 +1,8 @@
 """Strategy templates of gemm_allgather for the offline agent: each covers a region of the
 design space; its knobs pick the point. Loaded by cuco_tui.agents.offline."""
 
-from cuco_tui.agents.offline.strategy import Strategy, comm_sms
+from cuco_tui.agents.offline.strategy import Strategy, chunk, comm_sms
 from cuco_tui.design.space import DesignPoint
-
-
-def _chunk(n: int) -> str:
-    return "shard" if n == 1 else str(n)
 
 
 def _peer_pipeline(k: dict) -> DesignPoint:
@@ -16,7 +12,7 @@ def _peer_pipeline(k: dict) -> DesignPoint:
         placement="interleaved",
         sync="per_chunk" if k["chunks"] > 1 else "per_peer",
         issuer="host" if ce else "multi_cta",
-        chunk=_chunk(k["chunks"]),
+        chunk=chunk(k["chunks"]),
         streams="3" if k["own_rows"] == "parallel" else "2",
         comm_sms="0" if ce else comm_sms(k["mover_blocks"]),
     )
@@ -41,7 +37,7 @@ STRATEGIES = [
         template="host_chunked.cu.j2",
         description="chunked NCCL all-gathers on a second stream, a strided-batched GEMM per landed chunk",
         knobs={"chunks": (4, 2, 8)},
-        design=lambda k: DesignPoint("nccl_host", "interleaved", "per_chunk", "host", _chunk(k["chunks"]), "2", "0"),
+        design=lambda k: DesignPoint("nccl_host", "interleaved", "per_chunk", "host", chunk(k["chunks"]), "2", "0"),
     ),
     Strategy(
         name="lsa_gather",

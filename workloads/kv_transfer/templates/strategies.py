@@ -1,11 +1,7 @@
 """Strategy templates of kv_transfer for the offline agent."""
 
-from cuco_tui.agents.offline.strategy import Strategy, comm_sms
+from cuco_tui.agents.offline.strategy import Strategy, chunk, comm_sms
 from cuco_tui.design.space import DesignPoint
-
-
-def _chunk(groups: int) -> str:
-    return "full" if groups == 1 else str(groups)
 
 
 STRATEGIES = [
@@ -21,7 +17,7 @@ STRATEGIES = [
         template="host_layered.cu.j2",
         description="layer groups computed by batched GEMMs; each group sent by NCCL on a second stream once computed",
         knobs={"groups": (4, 2, 8, 16)},
-        design=lambda k: DesignPoint("nccl_host", "interleaved", "per_chunk", "host", _chunk(k["groups"]), "2", "0"),
+        design=lambda k: DesignPoint("nccl_host", "interleaved", "per_chunk", "host", chunk(k["groups"], "full"), "2", "0"),
     ),
     Strategy(
         name="ce_pull",
@@ -29,7 +25,7 @@ STRATEGIES = [
         description="rank 1 pulls each computed layer group from rank 0's memory with the copy engines (CUDA-IPC), "
                     "signalled by per-group counters",
         knobs={"groups": (4, 2, 8, 16)},
-        design=lambda k: DesignPoint("copy_engine", "interleaved", "per_chunk", "host", _chunk(k["groups"]), "2", "0"),
+        design=lambda k: DesignPoint("copy_engine", "interleaved", "per_chunk", "host", chunk(k["groups"], "full"), "2", "0"),
     ),
     Strategy(
         name="ipc_push",
@@ -39,6 +35,6 @@ STRATEGIES = [
                     "out as it lands",
         knobs={"groups": (4, 2, 8, 16), "mover_blocks": (16, 8, 32, 64)},
         design=lambda k: DesignPoint("cuda_ipc", "interleaved", "per_chunk" if k["groups"] > 1 else "per_peer",
-                                     "multi_cta", _chunk(k["groups"]), "2", comm_sms(k["mover_blocks"])),
+                                     "multi_cta", chunk(k["groups"], "full"), "2", comm_sms(k["mover_blocks"])),
     ),
 ]
