@@ -45,7 +45,10 @@ class CandidateTabs(Vertical):
 
     @property
     def active(self) -> str:
-        return self.query_one(TabbedContent).active.removeprefix("tab-")
+        """The shown section's id; "" while the tabs are still being mounted (this widget is in
+        the DOM a moment before its TabbedContent, and `ready` asks in between)."""
+        tabbed = self.query(TabbedContent)
+        return tabbed.first().active.removeprefix("tab-") if tabbed else ""
 
     def show(self, section_id: str) -> bool:
         if section_id not in self.ids:
