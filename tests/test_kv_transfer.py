@@ -77,3 +77,34 @@ def test_every_strategy_template_passes_l0_and_compiles(tmp_path):
         path.write_text(src)
         r = compile_candidate(path, discover(), BuildCache(tmp_path / "cache"))
         assert r.ok, "\n".join(d.render() for d in r.diagnostics)
+
+
+def _gpus():
+    from cuco_tui.harness.gpus import inventory
+
+    return inventory().count
+
+
+# 8 and 16 groups on the 4-layer verify shape exercise the ragged split (empty groups).
+@pytest.mark.gpu
+@pytest.mark.parametrize("strategy, knobs", [
+    ("host_layered", {"groups": 4}),
+    ("ce_pull", {"groups": 4}),
+    ("ce_pull", {"groups": 16}),
+    ("ipc_push", {"groups": 4, "mover_blocks": 16}),
+    ("ipc_push", {"groups": 8, "mover_blocks": 64}),
+])
+def test_template_is_verified_on_two_gpus(tmp_path, strategy, knobs):
+    from cuco_tui.agents.offline import StrategyBook
+    from cuco_tui.evaluate.cascade import EvalOptions
+
+    if _gpus() < 2:
+        pytest.skip("needs 2 GPUs")
+    book = StrategyBook.load(W.root, W.seed)
+    s = book.get(strategy)
+    path = tmp_path / f"{strategy}.cu"
+    path.write_text(book.render(s, {**s.default_knobs(), **knobs}))
+    r = evaluate(path, W, EvalOptions(world=2, bench=False))
+    assert r.status == Status.MEASURED, r.reason + "\n" + r.deadlock_report + "\n".join(
+        d.render() for d in r.diagnostics)
+    assert r.verifications and all(v.ok for v in r.verifications)

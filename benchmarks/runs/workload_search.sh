@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call for one workload (nvidia-h200-x2): its reference and parts (the lower bound
-# max(compute, communication)), the seed and every strategy template at its default knobs, then
-# an offline search in the same call, exported as a bundle. Results under $OUT.
-#   WORKLOAD=kv_transfer SEARCH_S=300 bash benchmarks/runs/workload_search.sh
+# max(compute, communication)) and the seed (with TEMPLATES=1 also every strategy template at its
+# default knobs; the search measures them anyway), then an offline search in the same call,
+# exported as a bundle. Results under $OUT.
+#   WORKLOAD=kv_transfer SEARCH_S=300 [TEMPLATES=1] bash benchmarks/runs/workload_search.sh
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 : "${WORKLOAD:?name the workload}"
@@ -11,7 +12,9 @@ export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAS
 export CUCO_CACHE_DIR=${CUCO_CACHE_DIR:-/tmp/cc/build}
 step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t0=$SECONDS
   timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "== $name rc=$? in $((SECONDS - t0)) s"; tail -n 20 "$OUT/$name.txt"; }
-step "$WORKLOAD-bench" 200 python3 benchmarks/workload_bench.py -w "$WORKLOAD" --gpus 0,1 --templates --out "$OUT/bench"
+step "$WORKLOAD-prebuild" 60 python3 benchmarks/runs/prebuild.py --jobs 14 "$WORKLOAD"
+step "$WORKLOAD-bench" 200 python3 benchmarks/workload_bench.py -w "$WORKLOAD" --gpus 0,1 \
+  ${TEMPLATES:+--templates} --out "$OUT/bench"
 session=/tmp/sess/$WORKLOAD-offline-h200x2
 step "$WORKLOAD-search" "$SEARCH_S" python3 -m cuco_tui.cli search --workload "$WORKLOAD" --generations 30 \
   --agent offline --gpus 0,1 --seed 1 --session "$session"
