@@ -652,10 +652,9 @@ class _FakeGPU:
         gpu = self
 
         class Stream:
-            ptr = 0
-
             def __init__(self):
                 self.recording = None
+                self.ptr = id(self)
 
             def __enter__(self):
                 return self
@@ -711,15 +710,14 @@ class _FakeGPU:
         cupy.cuda.Stream = Stream
         cupy.cuda.device = SimpleNamespace(get_cublas_handle=lambda: 0)
         cupy.cuda.runtime = SimpleNamespace(memcpyAsync=memcpy_async, memcpyDeviceToHost=2)
-        cupy.cuda.cublas = ModuleType("cupy.cuda.cublas")
-        cupy.cuda.cublas.gemmEx = self.gemm_ex
+        # The Reference calls libcublas itself (CuPy's bindings refuse stream capture).
+        self.cublas = SimpleNamespace(cublasGemmEx=self.gemm_ex, cublasSetStream_v2=self.set_stream)
         cupy.cuda.nccl = ModuleType("cupy.cuda.nccl")
         cupy.cuda.nccl.NCCL_BFLOAT16, cupy.cuda.nccl.NCCL_INT32 = self.BF16, self.INT32
         cupy.cuda.nccl.groupStart, cupy.cuda.nccl.groupEnd = self.group_start, self.group_end
         cupyx = ModuleType("cupyx")
         cupyx.empty_pinned = lambda shape, dtype: np.empty(shape, dtype=dtype)
-        self.modules = {"cupy": cupy, "cupy.cuda": cupy.cuda, "cupy.cuda.cublas": cupy.cuda.cublas,
-                        "cupy.cuda.nccl": cupy.cuda.nccl, "cupyx": cupyx}
+        self.modules = {"cupy": cupy, "cupy.cuda": cupy.cuda, "cupy.cuda.nccl": cupy.cuda.nccl, "cupyx": cupyx}
         self.Stream = Stream
         self.counts = [dict() for _ in range(world)]
 
@@ -762,11 +760,18 @@ class _FakeGPU:
             self.enqueue(run)
         return launch
 
+    def set_stream(self, handle, stream_ptr):
+        assert self.tls.stream.recording is None, "cublasSetStream inside a capture"
+        self.tls.blas_stream = stream_ptr
+        return 0
+
     def gemm_ex(self, handle, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, compute, algo):
         import ctypes
 
         from cuco_tui.harness.bf16 import to_bf16_bits
 
+        # cuBLAS launches on the stream its handle was bound to, not on CuPy's current stream.
+        assert getattr(self.tls, "blas_stream", None) == self.tls.stream.ptr, "GEMM on an unbound stream"
         assert (ta, tb, at, bt, ct, lda, ldb, ldc) == (0, 0, 14, 14, 14, m, k, m)
         assert ctypes.c_float.from_address(alpha).value == 1.0 and ctypes.c_float.from_address(beta).value == 0.0
         self.count("gemm")
@@ -778,6 +783,7 @@ class _FakeGPU:
             prod = from_bf16_bits(np, view(b, n, k)) @ from_bf16_bits(np, view(a, k, m))
             view(c, n, m)[...] = to_bf16_bits(np, prod.astype(np.float32))
         self.enqueue(run)
+        return 0  # CUBLAS_STATUS_SUCCESS
 
     def group_start(self):
         assert self.tls.group is None
@@ -852,7 +858,7 @@ def _fake_run(emu, monkeypatch, dims, world, runs, inputs=None, graphs=True):
         env = SimpleNamespace(comm=gpu.comm(rank), stream=gpu.tls.stream, world=world, rank=rank, dims=dims)
         ins = {k: np.ascontiguousarray(v).view(_FakeArray) for k, v in all_inputs[rank].items()}
         out = {"out": np.full((dims["T"], dims["H"]), 0x7FC1, dtype=np.uint16).view(_FakeArray)}
-        ref = REF.Reference(env, graphs=graphs)
+        ref = REF.Reference(env, graphs=graphs, cublas=gpu.cublas)
         runs(rank, ref, ins, out, gpu)
         outs[rank] = np.asarray(out["out"]).copy()
 

@@ -31,6 +31,7 @@ Buffers per rank: inputs "x" [T, H] bf16, "topk_idx" [T, 8] int32, "topk_w" [T, 
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import warnings
@@ -587,19 +588,44 @@ def graphs_wanted() -> bool:
 # ---------------------------------------------------------------------------- the GPU reference
 
 
+def raw_cublas() -> ctypes.CDLL:
+    """The process's libcublas through ctypes. CuPy's cuBLAS bindings refuse to run while a stream
+    captures (NotImplementedError) though cuBLAS itself supports graph capture, so the expert
+    GEMMs call cublasGemmEx directly. The library CuPy loaded is found by its soname, or else by
+    its path in /proc/self/maps."""
+    try:
+        lib = ctypes.CDLL("libcublas.so.13")
+    except OSError:
+        with open("/proc/self/maps") as maps:
+            paths = [line.split()[-1] for line in maps if "libcublas.so" in line and "libcublasLt" not in line]
+        if not paths:
+            raise
+        lib = ctypes.CDLL(paths[0])
+    vp, i32 = ctypes.c_void_p, ctypes.c_int
+    lib.cublasGemmEx.argtypes = [vp, i32, i32, i32, i32, i32, vp, vp, i32, i32, vp, i32, i32, vp, vp, i32, i32,
+                                 i32, i32]
+    lib.cublasGemmEx.restype = i32
+    lib.cublasSetStream_v2.argtypes = [vp, vp]
+    lib.cublasSetStream_v2.restype = i32
+    return lib
+
+
+def _check_cublas(status: int, what: str) -> None:
+    if status != 0:
+        raise RuntimeError(f"{what} returned cuBLAS status {status}")
+
+
 class Reference:
     """Host-driven dispatch, expert GEMMs and combine on the harness's NCCL communicator and
     CuPy's cuBLAS handle, all on env.stream, with one host sync (for the counts) an iteration.
     Every buffer is allocated here, once per shape; an iteration allocates nothing."""
 
-    def __init__(self, env: Any, graphs: bool | None = None) -> None:
+    def __init__(self, env: Any, graphs: bool | None = None, cublas: Any = None) -> None:
         import cupy
         import cupyx
-        from cupy.cuda import cublas
 
         self.env = env
         self.cupy = cupy
-        self.cublas = cublas
         d = env.dims
         check_dims(d, env.world)
         self.T, self.H, self.E, self.I = d["T"], d["H"], d["E"], d["I"]
@@ -632,6 +658,7 @@ class Reference:
                      "silu_mul", "weighted_combine"):
             setattr(self, name, module.get_function(name))
         self.handle = cupy.cuda.device.get_cublas_handle()
+        self.lib = cublas if cublas is not None else raw_cublas()  # tests pass a fake
         self.alpha = np.ones(1, dtype=np.float32)
         self.beta = np.zeros(1, dtype=np.float32)
         self.alpha_ptr, self.beta_ptr = self.alpha.ctypes.data, self.beta.ctypes.data
@@ -675,6 +702,8 @@ class Reference:
         if not plan.rows:
             return
         w13, w2 = inputs["w13"].data.ptr, inputs["w2"].data.ptr
+        # Outside any capture: the GEMMs then launch on (and are captured from) env.stream.
+        _check_cublas(self.lib.cublasSetStream_v2(self.handle, self.env.stream.ptr), "cublasSetStream")
         # One graph launch instead of 2 * E/W + 1 from Python: the shapes depend on the counts only.
         self.graphs.run((plan.key, w13, w2), lambda: self._expert_launches(plan, w13, w2), "the expert GEMMs")
 
@@ -757,13 +786,13 @@ class Reference:
                 self._gemm(H, n, I, w2 + e * I * H * 2, h + r0 * I * 2, y + r0 * H * 2)
 
     def _gemm(self, m: int, n: int, k: int, a: int, b: int, c: int) -> None:
-        """Column-major C[m, n] = A[m, k] B[k, n] on device pointers (bf16, fp32 accumulation).
-        CuPy binds the handle to the current stream on every call: the caller holds env.stream."""
-        self.cublas.gemmEx(
+        """Column-major C[m, n] = A[m, k] B[k, n] on device pointers (bf16, fp32 accumulation), on
+        the stream `experts` bound the handle to."""
+        _check_cublas(self.lib.cublasGemmEx(
             self.handle, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k,
             self.alpha_ptr, a, CUDA_R_16BF, m, b, CUDA_R_16BF, k, self.beta_ptr, c, CUDA_R_16BF, m,
             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT,
-        )
+        ), "cublasGemmEx")
 
     def _capture(self, launches: Callable[[], None]) -> Any:
         """`launches` recorded into a CUDA graph on env.stream (nothing runs). Only rank-local work
