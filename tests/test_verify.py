@@ -75,3 +75,54 @@ def test_reference_formula_matches_float64_matmul():
         assert np.allclose(out[rank]["y"], manual)
     # fresh inputs per seed, different per rank
     assert not np.array_equal(inputs[0]["x"], inputs[1]["x"])
+
+
+def _causal_attention(q, k, v, round_p, shift=0, drop_every=0):
+    """Causal attention in float64 with the probabilities rounded as a bf16 kernel would:
+    `round_p` "normalized" (softmax, then bf16, then P V) or "unnormalized" (exp, then bf16,
+    P V, then / the fp32 row sum), or None (exact). `shift` lets row i see keys up to i + shift
+    (an off-by-one mask); `drop_every` drops every n-th key (a missed chunk)."""
+    n, d = q.shape
+    s = q @ k.T / np.sqrt(d)
+    rows, cols = np.indices(s.shape)
+    mask = cols > rows + shift
+    if drop_every:
+        mask |= (cols % drop_every == 1) & (cols != rows)
+    s = np.where(mask, -np.inf, s)
+    e = np.exp(s - s.max(axis=1, keepdims=True))
+    l = e.sum(axis=1, keepdims=True)
+    bf = lambda a: from_bf16_bits(np, to_bf16_bits(np, a.astype(np.float32))).astype(np.float64)
+    if round_p == "normalized":
+        return bf(e / l) @ v
+    if round_p == "unnormalized":
+        return (bf(e) @ v) / l
+    return (e / l) @ v
+
+
+def test_the_floor_accepts_two_legit_bf16_attention_kernels_and_still_catches_mask_bugs():
+    """Long causal attention: most rows average thousands of values, so the output's rms is
+    tiny, while the first rows average a few values that can cancel. Two correct kernels that
+    round their probabilities to bf16 at different points then differ by a few percent of
+    |want| + rms there (what the GPU showed at 128k tokens: 4-7 %); a floor of a fraction of max|want|
+    in the denominator (cp_attention's manifest), with the relative L2 error as a second test,
+    passes them and fails an off-by-one causal mask and a dropped key chunk."""
+    floor = load_workload("cp_attention").floor
+    assert floor > 0
+    rng = np.random.default_rng(5)
+    n, d = 4096, 16
+    q, k, v = (rng.standard_normal((n, d)) for _ in range(3))
+    want = _bf16(_causal_attention(q, k, v, "normalized"))
+    other = _bf16(_causal_attention(q, k, v, "unnormalized"))
+    assert not compare(np, other, want, "bf16").passed(0.02)  # no floor: a false alarm
+    assert compare(np, other, want, "bf16", floor=floor).passed(0.02)
+    for bug in (dict(shift=1), dict(drop_every=512)):
+        got = _bf16(_causal_attention(q, k, v, "normalized", **bug))
+        c = compare(np, got, want, "bf16", floor=floor)
+        assert not c.passed(0.02), (bug, c.max_rel_error, c.l2_rel_error)
+
+
+def test_without_a_floor_the_l2_error_is_not_required():
+    rng = np.random.default_rng(2)
+    ref = rng.standard_normal((64, 64)).astype(np.float32)
+    c = compare(np, _bf16(ref * 1.015), _bf16(ref), "bf16")
+    assert c.passed(0.02) and c.floor == 0.0

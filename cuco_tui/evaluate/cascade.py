@@ -101,6 +101,7 @@ def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mo
         "library": str(library) if library else None,
         "shapes": shapes,
         "rtol": workload.rtol,
+        "floor": workload.floor,
         "warmup": workload.warmup,
         "repetitions": workload.repetitions,
         "timeout_floor_s": options.timeout_floor_s,
@@ -294,6 +295,9 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> Casc
             what = f"{v.unwritten} of {v.elements} output elements were never written"
         elif v.nonfinite:
             what = f"{v.nonfinite} of {v.elements} output elements are NaN or infinite"
+        elif v.max_rel_error <= v.tolerance:  # the norm test of a workload with a tolerance floor
+            what = (f"relative L2 error {v.rel_fro_error:.3g} exceeds {v.tolerance:g} (every element is within "
+                    f"it; the error is spread over many; largest: {v.worst})")
         else:
             what = f"max relative error {v.max_rel_error:.3g} exceeds {v.tolerance:g} (worst: {v.worst})"
         diags.append(Diagnostic(level=int(level), severity="error", message=f"{v.shape}: {what}", code="verify"))

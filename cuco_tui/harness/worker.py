@@ -393,10 +393,10 @@ class Rank:
 
     def verify(self, shape: dict, check: int, outputs: dict, expected: dict, dtypes: dict[str, str]) -> bool:
         ok = True
-        rtol = float(self.plan["rtol"])
+        rtol, floor = float(self.plan["rtol"]), float(self.plan.get("floor", 0.0))
         with self.stream:
             for name, got in outputs.items():
-                c = compare(self.cupy, got, expected[name], dtypes[name])
+                c = compare(self.cupy, got, expected[name], dtypes[name], floor=floor)
                 passed = c.passed(rtol)
                 ok = ok and passed
                 self.log.emit(
@@ -404,6 +404,7 @@ class Rank:
                     elements=c.elements, unwritten=c.unwritten, nonfinite=c.nonfinite,
                     max_rel_error=c.max_rel_error, sum_sq_diff=c.sum_sq_diff, sum_sq_ref=c.sum_sq_ref,
                     worst_index=list(c.worst_index), worst_got=c.worst_got, worst_want=c.worst_want, rtol=rtol,
+                    floor=floor, l2_rel_error=c.l2_rel_error,
                 )
         return ok
 

@@ -45,6 +45,8 @@ class Workload:
     task: Path
     candidates_dir: Path | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    # Error denominator floor as a fraction of max|want| (0: none); see harness.verify.compare.
+    floor: float = 0.0
 
     def check_world(self, world: int) -> None:
         if world not in self.world_sizes:
@@ -145,6 +147,7 @@ def load_workload(name_or_path: str | Path, search: Path = REPO_WORKLOADS) -> Wo
         dim_names=dims,
         divisible={k: int(v) for k, v in data.get("divisible", {}).items()},
         rtol=float(tol.get("rtol", 0.02)),
+        floor=float(tol.get("floor", 0.0)),
         warmup=warmup,
         repetitions=reps,
         verify_shapes=_shapes(data, "verify", dims, path, flags),
