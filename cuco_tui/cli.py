@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -235,10 +236,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        rc = args.fn(args)
+        sys.stdout.flush()  # inside the try: a reader that left shows here, not at exit
+        return rc
     except UsageError as exc:
         print(f"cuco: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `cuco show ... | head`: the reader left, which is no error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("cuco: interrupted", file=sys.stderr)
         return 130

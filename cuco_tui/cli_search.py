@@ -195,10 +195,13 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def _open(args: argparse.Namespace):
-    from cuco_tui.lineage import SessionError, SessionRepo
+    """The session named or at the path, or a .bundle (imported into a temporary folder)."""
+    from cuco_tui.lineage import SessionError, SessionRepo, open_session_or_bundle
     from cuco_tui.search.session import resolve_session
 
     try:
+        if str(args.session).endswith(".bundle") and Path(args.session).is_file():
+            return open_session_or_bundle(Path(args.session))
         return SessionRepo.open(resolve_session(args.session, _root(args)))
     except SessionError as exc:
         raise UsageError(str(exc)) from exc

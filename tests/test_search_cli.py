@@ -240,3 +240,19 @@ def test_budget_exhaustion_ends_cleanly_with_the_offline_agent(tmp_path, no_gpu)
     assert bus.history()[-1] == bus.history(SearchFinished)[0]
     with repo:
         assert len(repo) == summary.candidates == 3  # seed, fast path, one of generation 1
+
+
+def test_show_reads_a_bundle_and_survives_a_closed_pipe(tmp_path):
+    """`cuco show sessions/examples/X.bundle` as it reads a session; piping it into `head`
+    ends quietly."""
+    bundle = Path(__file__).parent / "data" / "gemm_allgather-52-candidates.bundle"
+    env = dict(os.environ, CUCO_NO_GPU="1", CUCO_CACHE_DIR=str(tmp_path / "cache"))
+    shown = cuco(["show", str(bundle)], env)
+    assert shown.returncode == 0, shown.stderr
+    assert "best" in shown.stdout and "c0000" in shown.stdout and "seed" in shown.stdout
+    # `true` exits at once: every write of cuco's finds the pipe closed.
+    piped = subprocess.run(f"set -o pipefail; {sys.executable} -c {MAIN!r} show {bundle} | true", shell=True,
+                           executable="/bin/bash", env=env, capture_output=True, text=True,
+                           cwd=Path(__file__).resolve().parents[1])
+    assert piped.returncode == 0, piped.stderr
+    assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr

@@ -15,7 +15,7 @@ from cuco_tui.app.screens.evaluate import EvaluateFn, EvaluateScreen
 from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.app.search_launch import SearchLaunch
 from cuco_tui.evaluate.result import CascadeResult
-from cuco_tui.lineage import SessionError, SessionRepo, import_bundle, list_sessions
+from cuco_tui.lineage import SessionError, SessionRepo, list_sessions, open_session_or_bundle
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.workload.manifest import load_workload
 
@@ -25,19 +25,6 @@ def _cascade_evaluate(*args, **kwargs) -> CascadeResult:
     from cuco_tui.evaluate.cascade import evaluate
 
     return evaluate(*args, **kwargs)
-
-
-def open_session_or_bundle(path: Path) -> SessionRepo:
-    """A session folder, opened; a .bundle, imported into a new temporary folder and opened."""
-    path = Path(path)
-    if path.is_file() and path.suffix == ".bundle":
-        import tempfile
-
-        dest = Path(tempfile.mkdtemp(prefix="cuco-lineage-")) / path.stem
-        return import_bundle(path, dest)
-    if not path.exists():
-        raise SessionError(f"no session or bundle at {path}")
-    return SessionRepo.open(path)
 
 
 def latest_session(root: Path | None = None) -> Path | None:

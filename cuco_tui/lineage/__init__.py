@@ -1,7 +1,7 @@
 """The session store: one git commit per candidate (tagged with its id), refs per island, a
 `best` tag, and an SQLite index rebuilt from git (see repo.py)."""
 
-from cuco_tui.lineage.bundle import export_bundle, import_bundle
+from cuco_tui.lineage.bundle import export_bundle, import_bundle, open_session_or_bundle
 from cuco_tui.lineage.errors import SessionError
 from cuco_tui.lineage.index import CandidateSummary
 from cuco_tui.lineage.repo import SessionRepo
@@ -15,5 +15,6 @@ __all__ = [
     "export_bundle",
     "import_bundle",
     "list_sessions",
+    "open_session_or_bundle",
     "new_session_path",
 ]

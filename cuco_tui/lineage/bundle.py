@@ -4,6 +4,7 @@ example (sessions/examples/*.bundle) and opened again with its history whole."""
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import git
@@ -53,3 +54,14 @@ def import_bundle(bundle_path: Path, dest: Path) -> SessionRepo:
             for child in dest.iterdir():
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise
+
+
+def open_session_or_bundle(path: Path) -> SessionRepo:
+    """A session folder, opened; a .bundle, imported into a new temporary folder and opened."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".bundle":
+        dest = Path(tempfile.mkdtemp(prefix="cuco-lineage-")) / path.stem
+        return import_bundle(path, dest)
+    if not path.exists():
+        raise SessionError(f"no session or bundle at {path}")
+    return SessionRepo.open(path)
