@@ -56,9 +56,15 @@ def _f64(bits):
     return from_bf16_bits(np, bits).astype(np.float64)
 
 
-def _passes(got, want, rtol):
-    """The harness's criterion: |y - ref| <= rtol * (|ref| + rms(ref)), every element."""
+def _passes(got, want, rtol, floor=0.0):
+    """The harness's criterion: |y - ref| <= rtol * (|ref| + rms(ref)), every element; with a
+    floor (harness.verify.compare), rms is at least floor * max|ref| and the relative L2 error
+    must be within rtol too."""
     rms = np.sqrt(np.mean(want ** 2))
+    if floor:
+        rms = max(rms, floor * np.abs(want).max())
+        if np.linalg.norm(got - want) > rtol * np.linalg.norm(want):
+            return False
     return bool((np.abs(got - want) <= rtol * (np.abs(want) + rms)).all())
 
 
@@ -847,10 +853,14 @@ def _gpus():
 
 
 @pytest.mark.gpu
-def test_reference_matches_float64_on_one_gpu():
-    """The CuPy reference (NCCL on a one-rank communicator, cuBLAS, the softmax kernel) against
-    float64 at each verify shape; and, as rank 1 of 2 with K_all and V_all filled by hand, with
-    the causal mask offset by the rank's global position and blocks of a few rows."""
+@pytest.mark.parametrize("attention", ["sdpa", "cupy"])
+def test_reference_matches_float64_on_one_gpu(attention):
+    """The reference (NCCL on a one-rank communicator; PyTorch's fused attention, or cuBLAS and
+    the softmax kernel) against float64 at each verify shape; and, as rank 1 of 2 with K_all and
+    V_all filled by hand, with the causal mask offset by the rank's global position (and, for
+    the CuPy passes, blocks of a few rows)."""
+    if attention == "sdpa":
+        pytest.importorskip("torch", reason="the fused reference needs PyTorch")
     import cupy
     from cupy.cuda import nccl
 
@@ -870,13 +880,14 @@ def test_reference_matches_float64_on_one_gpu():
         env.stream = cupy.cuda.Stream(non_blocking=True)
         env.world, env.rank, env.dims = 1, 0, dims
         host, dev, out = buffers(dims, 1, 0, 11)
-        ref = REF.Reference(env)
+        ref = REF.Reference(env, attention)
+        assert ref.mode == attention and ref.warnings == []
         ref.run(dev, {"o": out})
         ref.run(dev, {"o": out})  # twice: nothing left over from the first run may matter
         env.stream.synchronize()
         want = REF.expected([host], dims, 1)[0]["o"]
         got = from_bf16_bits(np, cupy.asnumpy(out)).astype(np.float64)
-        assert _passes(got, want, W.rtol), shape.name
+        assert _passes(got, want, W.rtol, W.floor), shape.name
         assert ref.comm_bytes() == 0
         env.comm.destroy()
 
@@ -884,8 +895,8 @@ def test_reference_matches_float64_on_one_gpu():
     both = [buffers(dims, 2, r, 5) for r in range(2)]
     env = Env()
     env.comm, env.stream, env.world, env.rank, env.dims = None, cupy.cuda.Stream(non_blocking=True), 2, 1, dims
-    ref = REF.Reference(env)
-    ref.rows = 48  # several blocks, the last one short (512 = 10 x 48 + 32)
+    ref = REF.Reference(env, attention)
+    ref.rows = 48  # CuPy passes: several blocks, the last one short (512 = 10 x 48 + 32)
     with env.stream:
         ref.k_all[...] = cupy.concatenate([both[0][1]["k"], both[1][1]["k"]])
         ref.v_all[...] = cupy.concatenate([both[0][1]["v"], both[1][1]["v"]])
@@ -893,7 +904,7 @@ def test_reference_matches_float64_on_one_gpu():
     env.stream.synchronize()
     want = REF.expected([both[0][0], both[1][0]], dims, 2)[1]["o"]
     got = from_bf16_bits(np, cupy.asnumpy(both[1][2])).astype(np.float64)
-    assert _passes(got, want, W.rtol)
+    assert _passes(got, want, W.rtol, W.floor)
 
 
 VERIFY_ONLY = EvalOptions(world=2, bench=False)
