@@ -68,7 +68,7 @@ def test_every_strategy_template_passes_l0_and_compiles(tmp_path):
     from cuco_tui.evaluate.static_checks import check_static, is_rejected
 
     book = StrategyBook.load(W.root, W.seed)
-    assert {s.name for s in book.strategies} >= {"host_sequential", "host_layered", "ce_pull", "ipc_push"}
+    assert {s.name for s in book.strategies} >= {"host_sequential", "host_layered", "ce_pull", "ce_push", "ipc_push"}
     for s in book.strategies:
         src = book.render(s, s.default_knobs())
         assert not is_rejected(check_static(src, W.seed.read_text(), "c.cu"))
@@ -85,12 +85,14 @@ def _gpus():
     return inventory().count
 
 
-# 8 and 16 groups on the 4-layer verify shape exercise the ragged split (empty groups).
+# 16 groups on the 4-layer verify shape: the templates clamp the groups to the layers.
 @pytest.mark.gpu
 @pytest.mark.parametrize("strategy, knobs", [
     ("host_layered", {"groups": 4}),
     ("ce_pull", {"groups": 4}),
     ("ce_pull", {"groups": 16}),
+    ("ce_push", {"groups": 4}),
+    ("ce_push", {"groups": 16}),
     ("ipc_push", {"groups": 4, "mover_blocks": 16}),
     ("ipc_push", {"groups": 8, "mover_blocks": 64}),
 ])

@@ -28,6 +28,15 @@ STRATEGIES = [
         design=lambda k: DesignPoint("copy_engine", "interleaved", "per_chunk", "host", chunk(k["groups"], "full"), "2", "0"),
     ),
     Strategy(
+        name="ce_push",
+        template="ce_push.cu.j2",
+        description="rank 0 pushes each computed layer group into rank 1's memory with the copy engines (CUDA-IPC), "
+                    "issued on a copy stream as soon as the group's GEMMs are done and followed by a counter; "
+                    "rank 1 copies each group out as it lands",
+        knobs={"groups": (4, 2, 8, 16)},
+        design=lambda k: DesignPoint("copy_engine", "interleaved", "per_chunk", "host", chunk(k["groups"], "full"), "2", "0"),
+    ),
+    Strategy(
         name="ipc_push",
         template="ipc_push.cu.j2",
         description="rank 0 pushes each computed layer group into rank 1's memory with a store kernel (CUDA-IPC "
