@@ -12,7 +12,7 @@ PLACEMENTS = ("before", "interleaved", "fused", "after")
 SYNCS = ("global", "per_peer", "per_chunk")
 ISSUERS = ("host", "thread", "warp", "cta", "multi_cta")
 # chunk: "full" (the whole tensor in one go), "shard" (one piece per peer), or pieces per shard.
-CHUNKS = ("full", "shard", "2", "4", "8", "16")
+CHUNKS = ("full", "shard", "2", "4", "8", "16", "32")
 STREAMS = ("1", "2", "3", "4")
 COMM_SMS = ("0", "2", "4", "8", "16", "32", "64", "all")
 
