@@ -1,7 +1,7 @@
 """moe_dispatch_combine: the manifest, the routing generator, the reference's math and index plans
 on the CPU (against an independent float64 computation), the seed and the strategy templates
 through L0 and L1; and, on GPUs (marker `gpu`), the reference against float64 and the seed and
-two templates through verification."""
+three templates through verification."""
 
 import importlib.util
 import itertools
@@ -82,7 +82,8 @@ def test_buffers_are_the_same_on_every_rank():
 def _bytes_per_rank(dims, world):
     """What one rank holds at once in an evaluation: the harness's buffers (outputs twice: the
     candidate's and the reference's), the reference's, the hungriest template's (ipc_dispatch:
-    four buffers of W slots), and fill_inputs' largest temporary."""
+    four buffers of W slots; expert_pipeline: the same, and the intermediates of all W slots' rows),
+    and fill_inputs' largest temporary."""
     T, H, E, I = dims["T"], dims["H"], dims["E"], dims["I"]
     el = E // world
     cap = T * min(8, el)
@@ -91,8 +92,9 @@ def _bytes_per_rank(dims, world):
     reference = 2 * T * 8 * H * 2 + 3 * rows * H * 2 + rows * 3 * I * 2 + T * 8 * 32
     seed = 2 * T * 8 * H * 2 + 3 * rows * H * 2 + rows * 3 * I * 2
     ipc = 4 * rows * H * 2 + cap * 3 * I * 2
+    pipeline = 4 * rows * H * 2 + rows * 3 * I * 2
     fill = H * 2 * I * (8 + 4 + 4)
-    return harness + reference + max(seed, ipc) + fill
+    return harness + reference + max(seed, ipc, pipeline) + fill
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
@@ -1004,7 +1006,7 @@ def _book():
 def test_every_strategy_renders_every_knob_setting_through_l0():
     book = _book()
     assert {s.name for s in book.strategies} >= {"host_sequential", "dispatch_overlap", "chunked_pipeline",
-                                                  "ipc_dispatch"}
+                                                  "ipc_dispatch", "expert_pipeline"}
     assert book.render(book.get("host_sequential"), {}) == SEED
     for s in book.strategies:
         for values in itertools.product(*s.knobs.values()):
@@ -1032,7 +1034,8 @@ def test_strategy_templates_compile(tmp_path):
     variants += [(book.get("dispatch_overlap"), {"comm_priority": "same"}),
                  (book.get("chunked_pipeline"), {"chunks": 8}),
                  (book.get("ipc_dispatch"), {"mover": "copy_engine", "mover_blocks": 16}),
-                 (book.get("ipc_dispatch"), {"mover": "ipc", "mover_blocks": 64})]
+                 (book.get("ipc_dispatch"), {"mover": "ipc", "mover_blocks": 64}),
+                 (book.get("expert_pipeline"), {"mover": "ipc", "groups": 8, "mover_blocks": 64})]
     cache = BuildCache(tmp_path / "cache")
     for s, knobs in variants:
         path = tmp_path / (s.name + "".join(f"-{v}" for v in knobs.values()) + ".cu")
@@ -1159,7 +1162,7 @@ def test_reference_is_not_slower_than_the_seed():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("strategy", ["dispatch_overlap", "ipc_dispatch"])
+@pytest.mark.parametrize("strategy", ["dispatch_overlap", "ipc_dispatch", "expert_pipeline"])
 def test_template_is_verified_on_two_gpus(tmp_path, strategy):
     if _gpus() < 2:
         pytest.skip("needs 2 GPUs")

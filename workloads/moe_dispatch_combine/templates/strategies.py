@@ -1,18 +1,20 @@
 """Strategy templates of moe_dispatch_combine for the offline agent: each covers a region of the
 design space; its knobs pick the point. Loaded by cuco_tui.agents.offline."""
 
-from cuco_tui.agents.offline.strategy import Strategy, comm_sms
+from cuco_tui.agents.offline.strategy import Strategy, chunk, comm_sms
 from cuco_tui.design.space import DesignPoint
 
 
-def _ipc_dispatch(k: dict) -> DesignPoint:
+def _peer_transport(k: dict, sync: str, pieces: str) -> DesignPoint:
+    """The design point of a template that moves rows over CUDA-IPC, by the copy engines or a
+    store kernel of k["mover_blocks"] CTAs."""
     ce = k["mover"] == "copy_engine"
     return DesignPoint(
         backend="copy_engine" if ce else "cuda_ipc",
         placement="interleaved",
-        sync="per_peer",
+        sync=sync,
         issuer="host" if ce else "multi_cta",
-        chunk="shard",
+        chunk=pieces,
         streams="2",
         comm_sms="0" if ce else comm_sms(k["mover_blocks"]),
     )
@@ -56,8 +58,19 @@ STRATEGIES = [
                     "slot over CUDA-IPC (a store kernel or the copy engines) with per-peer counters; own rows computed "
                     "at once, each peer's rows as they land, results pushed back the same way",
         knobs={"mover": ("ipc", "copy_engine"), "mover_blocks": (16, 8, 32, 64)},
-        design=_ipc_dispatch,
+        design=lambda k: _peer_transport(k, "per_peer", "shard"),
         normalize=_ipc_dispatch_normalize,
         fast_path=True,
+    ),
+    Strategy(
+        name="expert_pipeline",
+        template="expert_pipeline.cu.j2",
+        description="ipc_dispatch's transport by groups of experts: each group's rows pushed into every peer's "
+                    "receive slot over CUDA-IPC (the copy engines or a store kernel) with a counter per (peer, group); "
+                    "each group computed once all its rows have landed, every expert in one GEMM pair over its rows "
+                    "from all ranks (its weights read once), its results pushed back while the next group computes",
+        knobs={"mover": ("copy_engine", "ipc"), "groups": (4, 2, 8), "mover_blocks": (16, 64)},
+        design=lambda k: _peer_transport(k, "per_chunk", chunk(k["groups"])),
+        normalize=_ipc_dispatch_normalize,
     ),
 ]
