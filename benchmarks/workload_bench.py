@@ -91,6 +91,7 @@ def main() -> int:
                 iqr = 100 * (t["candidate"]["p75"] - t["candidate"]["p25"]) / t["candidate"]["median"]
                 row.append(f"{t['candidate']['median']:.3f} ({iqr:.1f}) {t['speedup']:.2f}x")
         lines.append("| " + " | ".join(row) + " |")
+    lines += [f"\nWarning, the reference: {m}" for m in base.warnings]
     table = "\n".join(lines)
     (args.out / f"{w.name}.md").write_text(table + "\n")
     print(table)

@@ -139,6 +139,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
                 f"{s.link_bound_ms:.3f}" if s.link_bound_ms else "-"]
         t.add_row(*row)
     _stdout().print(t)
+    for w in base.warnings:
+        print(f"warning: the reference: {w}", file=sys.stderr)
     return 0
 
 

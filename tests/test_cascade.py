@@ -146,3 +146,36 @@ def test_result_round_trips_through_json():
     r = interpret(_recorded("measured", [0, 0]), W, dict(BASE))
     back = CascadeResult.from_dict(json.loads(json.dumps(r.to_dict())))
     assert back == r
+
+
+def test_a_reference_warning_travels_into_the_result_once():
+    """A reference that runs below its strength (a failed graph capture, a slower attention
+    fallback) says so; the result carries it as one warning, however many ranks reported it."""
+    run = _recorded("measured", [0, 0])
+    for o in run.ranks:
+        o.events.insert(1, {"event": "reference_warning", "rank": o.rank, "message": "graphs off"})
+    r = interpret(run, W, dict(BASE))
+    assert r.status == Status.MEASURED
+    warned = [d for d in r.diagnostics if d.code == "reference"]
+    assert len(warned) == 1 and warned[0].severity == "warning" and "graphs off" in warned[0].message
+
+
+def test_the_worker_reports_each_reference_warning_once():
+    from cuco_tui.harness.worker import Rank
+
+    class Log:
+        def __init__(self):
+            self.events = []
+
+        def emit(self, event, **fields):
+            self.events.append((event, fields))
+
+    class Ref:
+        warnings = ["torch missing"]
+
+    rank = Rank.__new__(Rank)  # only the reporting state: no GPU, no group
+    rank.log, rank.reference_notes = Log(), set()
+    rank.report_reference(Ref())
+    rank.report_reference(Ref())
+    rank.report_reference(object())  # a reference without warnings
+    assert rank.log.events == [("reference_warning", {"message": "torch missing"})]

@@ -71,10 +71,11 @@ class Baseline:
     gpus: list[int]
     shapes: list[ShapeBaseline] = field(default_factory=list)
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # the reference's own (worker.report_reference)
 
     def to_dict(self) -> dict[str, Any]:
         return {"workload": self.workload, "gpus": self.gpus, "seconds": self.seconds,
-                "shapes": [s.to_dict() for s in self.shapes]}
+                "shapes": [s.to_dict() for s in self.shapes], "warnings": self.warnings}
 
 
 def _slowest(events: list[dict[str, Any]], key: str) -> Spread | None:
@@ -109,4 +110,5 @@ def measure_baseline(workload: Workload, options: EvalOptions = EvalOptions(), r
             parts={k: v for k, v in parts.items() if v is not None}, comm_bytes=int(events[0].get("comm_bytes", 0)),
             peer_copy=_slowest(events, "peer_copy_ms"), world=len(gpus),
         ))
-    return Baseline(workload.name, gpus, shapes, group.seconds)
+    warnings = list(dict.fromkeys(e.get("message", "") for o in group.ranks for e in o.of("reference_warning")))
+    return Baseline(workload.name, gpus, shapes, group.seconds, [w for w in warnings if w])

@@ -244,6 +244,13 @@ def _timings(outcomes: list[RankOutcome]) -> list[ShapeTiming]:
     return timings
 
 
+def reference_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
+    """One warning per distinct message a rank's reference reported (see worker.report_reference)."""
+    messages = dict.fromkeys(e.get("message", "") for o in outcomes for e in o.of("reference_warning"))
+    return [Diagnostic(level=int(Level.VERIFY), severity="warning", code="reference",
+                       message=f"the reference: {m} (speedups against it overstate)") for m in messages if m]
+
+
 def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> CascadeResult:
     """Turn what the ranks reported into one status, a reason and diagnostics."""
     outcomes = group.ranks
@@ -253,7 +260,7 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> Casc
     for o in outcomes:
         if o.stderr_tail.strip():
             logs[f"rank{o.rank}.stderr"] = o.stderr_tail
-    diags = list(base.pop("diagnostics", []))
+    diags = list(base.pop("diagnostics", [])) + reference_warnings(outcomes)
     common = dict(base, verifications=verifications, run_seconds=group.seconds, logs=logs)
     released = "" if group.gpus_released else " Warning: the GPUs still showed the group's processes 30 s later."
 

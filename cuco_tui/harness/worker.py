@@ -172,6 +172,7 @@ class Rank:
         self.ref_module = load_reference(Path(plan["reference"]))
         self.library = abi.CandidateLibrary(Path(plan["library"])) if plan.get("library") else None
         self.contexts: list[abi.CContext] = []  # kept alive until teardown
+        self.reference_notes: set[str] = set()
 
     # ------------------------------------------------------------------ group plumbing
 
@@ -319,6 +320,7 @@ class Rank:
                     poison(self.cupy, arr, dtypes[name])
             reference.run(inputs, expected)
             self.wait_stream("the reference", 120.0)
+            self.report_reference(reference)
             self.barrier()
             limit = first_limit if check == 0 else self.limit(shape)
             self.log.emit("launch", shape=shape["name"], check=check, limit_s=limit)
@@ -456,10 +458,20 @@ class Rank:
         record["reference_ms"] = self.time(lambda: reference.run(inputs, outputs), "the reference", 120.0)
         for name, part in reference.parts(inputs, outputs).items():
             record[f"{name}_ms"] = self.time(part, name, 120.0)
+        self.report_reference(reference)
         if hasattr(reference, "comm_bytes"):
             record["comm_bytes"] = reference.comm_bytes()
             record["peer_copy_ms"] = self.peer_copy_times(reference.comm_bytes() // max(self.world - 1, 1))
         self.log.emit("baseline", **record)
+
+    def report_reference(self, reference: Any) -> None:
+        """What the reference says makes it weaker than it should be (a failed graph capture, a
+        fallback to a slower attention), once per message: a weak reference inflates speedups,
+        so the result must carry it."""
+        for message in getattr(reference, "warnings", None) or []:
+            if message not in self.reference_notes:
+                self.reference_notes.add(message)
+                self.log.emit("reference_warning", message=str(message))
 
     def peer_copy_times(self, nbytes: int) -> list[float]:
         """Copy-engine ceiling: every rank copies `nbytes` into the next rank's memory at once
