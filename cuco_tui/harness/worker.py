@@ -340,6 +340,9 @@ class Rank:
             self.log.emit("timing", shape=shape["name"], dims=dims, candidate_ms=cand_times, reference_ms=ref_times)
             if self.plan.get("trace_ab") and self.trace is not None and self.trace.slots:
                 self.time_trace_ab(shape, ctx, launch)
+        # Every rank's last launch done before any rank frees: a peer's final signal or copy may
+        # still be on its way into this rank's IPC buffers (seen in a CPU emulation of kv_transfer).
+        self.barrier()
         self.candidate_teardown(state, ctx)
         self.barrier()
         return ok
