@@ -1035,7 +1035,9 @@ def test_strategy_templates_compile(tmp_path):
                  (book.get("chunked_pipeline"), {"chunks": 8}),
                  (book.get("ipc_dispatch"), {"mover": "copy_engine", "mover_blocks": 16}),
                  (book.get("ipc_dispatch"), {"mover": "ipc", "mover_blocks": 64}),
-                 (book.get("expert_pipeline"), {"mover": "ipc", "groups": 8, "mover_blocks": 64})]
+                 (book.get("expert_pipeline"), {"mover": "ipc", "groups": 8, "mover_blocks": 64, "results": "separate"}),
+                 (book.get("expert_pipeline"), {"mover": "copy_engine", "groups": 4, "mover_blocks": 16,
+                                                "results": "separate"})]
     cache = BuildCache(tmp_path / "cache")
     for s, knobs in variants:
         path = tmp_path / (s.name + "".join(f"-{v}" for v in knobs.values()) + ".cu")

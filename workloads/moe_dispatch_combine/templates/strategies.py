@@ -5,7 +5,7 @@ from cuco_tui.agents.offline.strategy import Strategy, chunk, comm_sms
 from cuco_tui.design.space import DesignPoint
 
 
-def _peer_transport(k: dict, sync: str, pieces: str) -> DesignPoint:
+def _peer_transport(k: dict, sync: str, pieces: str, streams: str = "2") -> DesignPoint:
     """The design point of a template that moves rows over CUDA-IPC, by the copy engines or a
     store kernel of k["mover_blocks"] CTAs."""
     ce = k["mover"] == "copy_engine"
@@ -15,7 +15,7 @@ def _peer_transport(k: dict, sync: str, pieces: str) -> DesignPoint:
         sync=sync,
         issuer="host" if ce else "multi_cta",
         chunk=pieces,
-        streams="2",
+        streams=streams,
         comm_sms="0" if ce else comm_sms(k["mover_blocks"]),
     )
 
@@ -68,9 +68,11 @@ STRATEGIES = [
         description="ipc_dispatch's transport by groups of experts: each group's rows pushed into every peer's "
                     "receive slot over CUDA-IPC (the copy engines or a store kernel) with a counter per (peer, group); "
                     "each group computed once all its rows have landed, every expert in one GEMM pair over its rows "
-                    "from all ranks (its weights read once), its results pushed back while the next group computes",
-        knobs={"mover": ("copy_engine", "ipc"), "groups": (4, 2, 8), "mover_blocks": (16, 64)},
-        design=lambda k: _peer_transport(k, "per_chunk", chunk(k["groups"])),
+                    "from all ranks (its weights read once), its results pushed back while the next group computes "
+                    "(on the copy stream, or on a results stream of their own)",
+        knobs={"mover": ("copy_engine", "ipc"), "groups": (4, 2, 8, 16), "mover_blocks": (16, 64),
+               "results": ("shared", "separate")},
+        design=lambda k: _peer_transport(k, "per_chunk", chunk(k["groups"]), "3" if k["results"] == "separate" else "2"),
         normalize=_ipc_dispatch_normalize,
     ),
 ]
