@@ -28,12 +28,7 @@ def render_templates(workload, dest: Path, sweep: bool) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
     files = []
     for s in book.strategies:
-        choices = [s.default_knobs()]
-        if sweep and s.knobs:
-            first = next(iter(s.knobs))
-            for value in s.knobs[first][1:]:
-                choices.append(s.normalized({**s.default_knobs(), first: value}))
-        for knobs in choices:
+        for knobs in s.one_knob_changes(list(s.knobs)[:1] if sweep else []):
             tag = "_".join(str(v) for v in knobs.values())
             path = dest / (f"{s.name}_{tag}.cu" if tag else f"{s.name}.cu")
             path.write_text(book.render(s, knobs))

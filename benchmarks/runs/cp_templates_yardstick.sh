@@ -4,11 +4,8 @@
 # yardstick for the attention kernels, and the MoE reference with its CUDA graphs off (the
 # before of the capture fix). Results under $OUT.
 set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-export CUCO_CACHE_DIR=${CUCO_CACHE_DIR:-/tmp/cc/build}
-step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "== $name rc=$? in $((SECONDS - t0)) s"; tail -n ${TAIL:-14} "$OUT/$name.txt"; }
+STEP_TAIL=14
+source "$(dirname "$0")/common.sh"
 step prebuild 40 python3 benchmarks/runs/prebuild.py --jobs 14 cp_attention
 step cp-yardstick 90 python3 benchmarks/cp_yardstick.py --world 2 --out "$OUT/cp_yardstick.json"
 step moe-ref-eager 60 env CUCO_MOE_REF_GRAPHS=0 python3 benchmarks/workload_bench.py -w moe_dispatch_combine --gpus 0,1 \

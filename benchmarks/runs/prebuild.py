@@ -27,9 +27,7 @@ def sources(name: str) -> dict[str, str]:
     out = {f"{name}/seed": w.seed.read_text()}
     book = StrategyBook.load(w.root, w.seed)
     for s in book.strategies:
-        base = s.default_knobs()
-        variants = [base] + [s.normalized({**base, k: v}) for k, values in s.knobs.items() for v in values[1:]]
-        for knobs in variants:
+        for knobs in s.one_knob_changes():
             tag = "_".join(str(v) for v in knobs.values()) or "default"
             out[f"{name}/{s.name}/{tag}"] = book.render(s, knobs)
     cands = w.root / "candidates"

@@ -3,11 +3,8 @@
 # (in one process, $TRACE_RUNS evaluations per candidate), the dashboard screenshots of a live
 # search, then benchmarks/runs/workload_search.sh for $WORKLOAD. Results under $OUT.
 set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-export CUCO_CACHE_DIR=${CUCO_CACHE_DIR:-/tmp/cc/build}
-step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "== $name rc=$? in $((SECONDS - t0)) s"; tail -n ${TAIL:-12} "$OUT/$name.txt"; }
+STEP_TAIL=12
+source "$(dirname "$0")/common.sh"
 step moe-ref-tests 90 scripts/gpu-tests.sh -q -rA --tb=short tests/test_moe_dispatch_combine.py -k one_gpu
 python3 benchmarks/render_strategy.py gemm_allgather peer_pipeline /tmp/pp_ipc4.cu mover=ipc chunks=4 own_rows=parallel
 step trace-overhead 80 python3 benchmarks/trace_overhead.py --gpus 0,1 --runs "${TRACE_RUNS:-2}" \

@@ -3,12 +3,9 @@
 # the trace-point overhead measured in one process, the dashboard screenshots of a live search
 # and the key-press latency benchmark beside live evaluations. Results under $OUT.
 set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-export CUCO_CACHE_DIR=${CUCO_CACHE_DIR:-/tmp/cc/build}
+STEP_TAIL=25
+source "$(dirname "$0")/common.sh"
 nvidia-smi -L | tee "$OUT/gpus.txt"
-step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "== $name rc=$? in $((SECONDS - t0)) s"; tail -n ${TAIL:-25} "$OUT/$name.txt"; }
 step prebuild 90 python3 benchmarks/runs/prebuild.py --jobs 14
 TAIL=45 step gpu-tests ${TESTS_S:-270} scripts/gpu-tests.sh -q -rA --tb=short
 python3 benchmarks/render_strategy.py gemm_allgather peer_pipeline /tmp/pp_ipc4.cu mover=ipc chunks=4 own_rows=parallel

@@ -3,12 +3,9 @@
 # code changed), then gemm_allgather's baseline, PyTorch async-TP and an offline search, all in
 # the same call, and the session exported as a bundle. Results under $OUT.
 set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-export CUCO_CACHE_DIR=${CUCO_CACHE_DIR:-/tmp/cc/build}
+STEP_TAIL=14
+source "$(dirname "$0")/common.sh"
 SEARCH_S=${SEARCH_S:-330}
-step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "== $name rc=$? in $((SECONDS - t0)) s"; tail -n 14 "$OUT/$name.txt"; }
 python3 benchmarks/render_strategy.py gemm_allgather peer_pipeline /tmp/pp_ipc4.cu mover=ipc chunks=4 own_rows=parallel
 step trace-overhead 100 python3 benchmarks/trace_overhead.py --gpus 0,1 --runs 1 --out "$OUT/trace_overhead.json" \
   workloads/gemm_allgather/candidates/lsa_allgather.cu /tmp/pp_ipc4.cu

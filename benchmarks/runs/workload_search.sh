@@ -5,13 +5,10 @@
 # exported as a bundle. Results under $OUT.
 #   WORKLOAD=kv_transfer SEARCH_S=300 [TEMPLATES=1] bash benchmarks/runs/workload_search.sh
 set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+STEP_TAIL=20
+source "$(dirname "$0")/common.sh"
 : "${WORKLOAD:?name the workload}"
 SEARCH_S=${SEARCH_S:-300}
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-export CUCO_CACHE_DIR=${CUCO_CACHE_DIR:-/tmp/cc/build}
-step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "== $name rc=$? in $((SECONDS - t0)) s"; tail -n 20 "$OUT/$name.txt"; }
 step "$WORKLOAD-prebuild" 60 python3 benchmarks/runs/prebuild.py --jobs 14 "$WORKLOAD"
 step "$WORKLOAD-bench" 200 python3 benchmarks/workload_bench.py -w "$WORKLOAD" --gpus 0,1 \
   ${TEMPLATES:+--templates} --out "$OUT/bench"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cuco_tui.build import BuildCache
-from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus, make_plan, run_deadline, runs_root
+from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus, make_plan, reference_messages, run_deadline, runs_root
 from cuco_tui.evaluate.result import Spread
 from cuco_tui.harness.launcher import run_group
 from cuco_tui.workload.manifest import Workload
@@ -110,5 +110,4 @@ def measure_baseline(workload: Workload, options: EvalOptions = EvalOptions(), r
             parts={k: v for k, v in parts.items() if v is not None}, comm_bytes=int(events[0].get("comm_bytes", 0)),
             peer_copy=_slowest(events, "peer_copy_ms"), world=len(gpus),
         ))
-    warnings = list(dict.fromkeys(e.get("message", "") for o in group.ranks for e in o.of("reference_warning")))
-    return Baseline(workload.name, gpus, shapes, group.seconds, [w for w in warnings if w])
+    return Baseline(workload.name, gpus, shapes, group.seconds, reference_messages(group.ranks))

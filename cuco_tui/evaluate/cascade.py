@@ -244,11 +244,15 @@ def _timings(outcomes: list[RankOutcome]) -> list[ShapeTiming]:
     return timings
 
 
-def reference_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
-    """One warning per distinct message a rank's reference reported (see worker.report_reference)."""
+def reference_messages(outcomes: list[RankOutcome]) -> list[str]:
+    """Each distinct message the ranks' references reported (see worker.report_reference)."""
     messages = dict.fromkeys(e.get("message", "") for o in outcomes for e in o.of("reference_warning"))
+    return [m for m in messages if m]
+
+
+def reference_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
     return [Diagnostic(level=int(Level.VERIFY), severity="warning", code="reference",
-                       message=f"the reference: {m} (speedups against it overstate)") for m in messages if m]
+                       message=f"the reference: {m} (speedups against it overstate)") for m in reference_messages(outcomes)]
 
 
 def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> CascadeResult:

@@ -33,6 +33,13 @@ class Strategy:
     def default_knobs(self) -> Knobs:
         return {k: values[0] for k, values in self.knobs.items()}
 
+    def one_knob_changes(self, names: list[str] | None = None) -> list[Knobs]:
+        """The defaults, then each other value of each knob in `names` (default: all) with the
+        rest at their defaults, normalized: a sweep of one knob at a time."""
+        base = self.default_knobs()
+        names = list(self.knobs) if names is None else names
+        return [base] + [self.normalized({**base, k: v}) for k in names for v in self.knobs[k][1:]]
+
     def point(self, knobs: Knobs) -> DesignPoint:
         return self.design(knobs).with_(knobs={"strategy": self.name, **knobs})
 

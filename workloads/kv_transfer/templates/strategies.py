@@ -4,6 +4,11 @@ from cuco_tui.agents.offline.strategy import Strategy, chunk, comm_sms
 from cuco_tui.design.space import DesignPoint
 
 
+def _copy_engine_groups(k: dict) -> DesignPoint:
+    """ce_pull and ce_push: layer groups moved by the copy engines, issued from the host."""
+    return DesignPoint("copy_engine", "interleaved", "per_chunk", "host", chunk(k["groups"], "full"), "2", "0")
+
+
 STRATEGIES = [
     Strategy(
         name="host_sequential",
@@ -25,7 +30,7 @@ STRATEGIES = [
         description="rank 1 pulls each computed layer group from rank 0's memory with the copy engines (CUDA-IPC), "
                     "signalled by per-group counters",
         knobs={"groups": (4, 2, 8, 16, 32)},
-        design=lambda k: DesignPoint("copy_engine", "interleaved", "per_chunk", "host", chunk(k["groups"], "full"), "2", "0"),
+        design=_copy_engine_groups,
     ),
     Strategy(
         name="ce_push",
@@ -34,7 +39,7 @@ STRATEGIES = [
                     "issued on a copy stream as soon as the group's GEMMs are done and followed by a counter; "
                     "rank 1 copies each group out as it lands",
         knobs={"groups": (4, 2, 8, 16, 32)},
-        design=lambda k: DesignPoint("copy_engine", "interleaved", "per_chunk", "host", chunk(k["groups"], "full"), "2", "0"),
+        design=_copy_engine_groups,
     ),
     Strategy(
         name="ipc_push",

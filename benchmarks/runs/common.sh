@@ -1,0 +1,9 @@
+# Sourced by the device-call scripts here: results under $OUT, NVLink multicast off, a build
+# cache shared by the steps, and `step NAME LIMIT_S CMD...` (output to $OUT/NAME.txt, its tail
+# echoed: $TAIL lines for one step, else $STEP_TAIL).
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+export CUCO_CACHE_DIR=${CUCO_CACHE_DIR:-/tmp/cc/build}
+step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "== $name rc=$? in $((SECONDS - t0)) s"
+  tail -n "${TAIL:-${STEP_TAIL:-20}}" "$OUT/$name.txt"; }
