@@ -96,3 +96,18 @@ def test_missing_seed_file(tmp_path):
     root = _write(tmp_path, BASE.replace('seed = "seed.cu"', 'seed = "gone.cu"'))
     with pytest.raises(WorkloadError, match="gone.cu, which does not exist"):
         load_workload(root)
+
+
+@pytest.mark.parametrize("table, what", [
+    ('floor = "x"', "floor"), ("floor = -0.1", "floor"), ("floor = 1.5", "floor"), ("rtol = 0", "rtol"),
+])
+def test_a_bad_tolerance_names_the_field(tmp_path, table, what):
+    root = _write(tmp_path, BASE + f"[tolerance]\n{table}\n")
+    with pytest.raises(WorkloadError, match=rf"\[tolerance\] {what} must be a number"):
+        load_workload(root)
+
+
+def test_the_tolerance_floor_defaults_to_none(tmp_path):
+    w = load_workload(_write(tmp_path, BASE))
+    assert (w.rtol, w.floor) == (0.02, 0.0)
+    assert load_workload("cp_attention").floor == 0.25

@@ -101,6 +101,19 @@ def _shapes(data: dict, key: str, dims: tuple[str, ...], path: Path,
     return tuple(shapes)
 
 
+def _tolerance(table: dict, path: Path) -> dict[str, float]:
+    """[tolerance]: rtol > 0, and floor (a fraction of max|want|, see harness.verify) in [0, 1)."""
+    out = {}
+    for key, default, low, high in (("rtol", 0.02, 0.0, 1.0), ("floor", 0.0, 0.0, 1.0)):
+        value = table.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                low < value < high if key == "rtol" else low <= value < high):
+            raise WorkloadError(f"{path}: [tolerance] {key} must be a number in "
+                                f"{'(' if key == 'rtol' else '['}{low:g}, {high:g}), not {value!r}")
+        out[key] = float(value)
+    return out
+
+
 def load_workload(name_or_path: str | Path, search: Path = REPO_WORKLOADS) -> Workload:
     """Load a workload by name (a folder under `workloads/`) or by the path of its folder."""
     root = Path(name_or_path)
@@ -129,7 +142,7 @@ def load_workload(name_or_path: str | Path, search: Path = REPO_WORKLOADS) -> Wo
         if not f.exists():
             raise WorkloadError(f"{path}: `{key}` names {rel}, which does not exist in {root}")
         files[key] = f
-    tol = data.get("tolerance", {})
+    tol = _tolerance(data.get("tolerance", {}), path)
     timing = data.get("timing", {})
     warmup = int(timing.get("warmup", 5))
     reps = int(timing.get("repetitions", 30))
@@ -146,8 +159,8 @@ def load_workload(name_or_path: str | Path, search: Path = REPO_WORKLOADS) -> Wo
         dtype=data.get("dtype", "bf16"),
         dim_names=dims,
         divisible={k: int(v) for k, v in data.get("divisible", {}).items()},
-        rtol=float(tol.get("rtol", 0.02)),
-        floor=float(tol.get("floor", 0.0)),
+        rtol=tol["rtol"],
+        floor=tol["floor"],
         warmup=warmup,
         repetitions=reps,
         verify_shapes=_shapes(data, "verify", dims, path, flags),
