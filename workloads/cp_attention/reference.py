@@ -317,8 +317,8 @@ class Reference:
                 # Without torch the weak baseline is all there is: say so where results are read.
                 self.mode = "cupy"
                 self.warnings.append(f"PyTorch is not importable ({exc}): the reference's attention is the "
-                                     "three-pass CuPy one, 4.9-6.9x slower than a fused kernel on H100; speedups against it "
-                                     "overstate")
+                                     "three-pass CuPy one, 4.9-6.9x slower than a fused kernel on H100; "
+                                     "speedups against it overstate")
                 warnings.warn(self.warnings[-1], RuntimeWarning, stacklevel=2)
         self.cupy = cupy
         self.cublas = cublas
