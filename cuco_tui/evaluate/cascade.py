@@ -252,7 +252,8 @@ def reference_messages(outcomes: list[RankOutcome]) -> list[str]:
 
 def reference_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
     return [Diagnostic(level=int(Level.VERIFY), severity="warning", code="reference",
-                       message=f"the reference: {m} (speedups against it overstate)") for m in reference_messages(outcomes)]
+                       message=f"the reference: {m} (speedups against it overstate)")
+            for m in reference_messages(outcomes)]
 
 
 def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> CascadeResult:
