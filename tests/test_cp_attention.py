@@ -16,6 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from cuco_tui.build import BuildCache
 from cuco_tui.build.toolchain import discover
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate
 from cuco_tui.evaluate.result import Status
@@ -852,8 +853,18 @@ def _gpus():
     return inventory().count
 
 
+def _load_attention_library():
+    from cuco_tui.build.attention import ensure_library
+    from cuco_tui.harness import attention as harness_attention
+
+    library = ensure_library(discover(), BuildCache())
+    if not library.ok:
+        pytest.skip(f"no attention library: {library.problem}")
+    assert harness_attention.loaded(library.preload()) is not None
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("attention", ["sdpa", "cupy"])
+@pytest.mark.parametrize("attention", ["cudnn", "sdpa", "cupy"])
 def test_reference_matches_float64_on_one_gpu(attention):
     """The reference (NCCL on a one-rank communicator; PyTorch's fused attention, or cuBLAS and
     the softmax kernel) against float64 at each verify shape; and, as rank 1 of 2 with K_all and
@@ -861,6 +872,8 @@ def test_reference_matches_float64_on_one_gpu(attention):
     the CuPy passes, blocks of a few rows)."""
     if attention == "sdpa":
         pytest.importorskip("torch", reason="the fused reference needs PyTorch")
+    if attention == "cudnn":
+        _load_attention_library()
     import cupy
     from cupy.cuda import nccl
 

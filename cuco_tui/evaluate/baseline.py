@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from cuco_tui.build import BuildCache
-from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus, make_plan, reference_messages, run_deadline, runs_root
+from cuco_tui.build.toolchain import discover
+from cuco_tui.evaluate.cascade import (EvalOptions, choose_gpus, harness_libraries, make_plan, reference_messages,
+                                      run_deadline, runs_root)
 from cuco_tui.evaluate.result import Spread
 from cuco_tui.harness.launcher import run_group
 from cuco_tui.workload.manifest import Workload
@@ -90,8 +92,10 @@ def measure_baseline(workload: Workload, options: EvalOptions = EvalOptions(), r
     if not gpus:
         raise BaselineError(why.removeprefix("no_gpu: "))
     workload.check_world(len(gpus))
-    plan = make_plan(workload, None, options, "baseline")
-    root = run_root or runs_root(options, BuildCache())
+    cache = BuildCache()
+    preload, _ = harness_libraries(workload, None, discover(), cache, lambda p: None)
+    plan = make_plan(workload, None, options, "baseline") | {"preload": preload}
+    root = run_root or runs_root(options, cache)
     rundir = root / f"{time.strftime('%Y%m%d-%H%M%S')}-baseline-{workload.name}"
     group = run_group(plan, gpus, rundir, run_deadline(plan))
     problems = [f"rank {o.rank}: {e['message']}" for o in group.ranks for e in o.of("error") + o.of("timeout")]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cuco_tui.build import BuildCache, compile_candidate
+from cuco_tui.build.attention import ensure_library, uses_attention
 from cuco_tui.build.toolchain import Toolchain, discover
 from cuco_tui.evaluate.result import (
     CascadeResult,
@@ -113,6 +114,22 @@ def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mo
     }
 
 
+def harness_libraries(workload: Workload, source: str | None, toolchain: Toolchain, cache: BuildCache,
+                      say: ProgressFn) -> tuple[list[str], str]:
+    """(libraries the ranks load before the candidate, why a library the candidate needs is
+    missing). The attention library is built when the workload's reference may use it or the
+    candidate includes it; only a candidate that includes it fails without it (a reference falls
+    back, and says so in its warnings)."""
+    needed = source is not None and uses_attention(source)
+    if not needed and "attention" not in workload.libraries:
+        return [], ""
+    say(Progress(Level.COMPILE, "the harness attention library (built once per machine)"))
+    attention = ensure_library(toolchain, cache)
+    if attention.ok:
+        return attention.preload(), ""
+    return [], attention.problem if needed else ""
+
+
 def run_deadline(plan: dict[str, Any]) -> float:
     """The launcher's backstop for the whole run; each launch has its own, tighter limit."""
     return 180.0 + 120.0 * len(plan["shapes"])
@@ -174,9 +191,16 @@ def evaluate(
     except WorkloadError as exc:
         return CascadeResult(**base, status=Status.RUNTIME_ERROR, level=Level.COMPILE, reason=str(exc))
 
+    preload, problem = harness_libraries(workload, source, toolchain, cache, say)
+    if problem:
+        diag = Diagnostic(level=int(Level.COMPILE), severity="error", file=candidate.name, code="toolchain",
+                          message=f"the candidate includes cuco_attn.h, and {problem}")
+        return CascadeResult(**base | {"diagnostics": diags + [diag]}, status=Status.RUNTIME_ERROR,
+                             level=Level.COMPILE, reason=f"cannot run: the harness attention library is missing: {problem}")
+
     # L2 + L3 in one group run: the workers verify at the verify size first and stop there
     # on any failure, so L3 is only entered by a candidate that passed L2.
-    plan = make_plan(workload, build.library, options, "evaluate")
+    plan = make_plan(workload, build.library, options, "evaluate") | {"preload": preload}
     rundir = runs_root(options, cache) / f"{time.strftime('%Y%m%d-%H%M%S')}-{candidate.stem}-{sha[:8]}"
     say(Progress(Level.VERIFY, f"running on GPUs {','.join(map(str, gpus))}"))
 

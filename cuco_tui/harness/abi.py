@@ -107,6 +107,16 @@ class AbiError(RuntimeError):
     """The library does not expose the candidate ABI."""
 
 
+def preload(paths: list[str]) -> None:
+    """Load harness libraries (cuDNN, then cuco_attn) with RTLD_GLOBAL, so that a candidate that
+    calls them finds their symbols when it is loaded."""
+    for path in paths:
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            raise AbiError(f"cannot load the harness library {path}: {exc}") from exc
+
+
 class CandidateLibrary:
     """A compiled candidate, loaded into this (rank worker) process."""
 
@@ -114,6 +124,9 @@ class CandidateLibrary:
         try:
             self.lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
         except OSError as exc:
+            if "undefined symbol: cuco_attn_" in str(exc):
+                raise AbiError(f"cannot load {path.name}: it calls the harness attention library (cuco_attn.h), "
+                               f"which this run did not load: {exc}") from exc
             raise AbiError(f"cannot load {path.name}: {exc}") from exc
         missing = [n for n in ("cuco_init", "cuco_launch", "cuco_teardown") if not hasattr(self.lib, n)]
         if missing:

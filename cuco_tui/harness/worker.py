@@ -170,6 +170,7 @@ class Rank:
         self.watchdog.start()
         self.device = int(plan["gpus"][rank])
         self.ref_module = load_reference(Path(plan["reference"]))
+        abi.preload(list(plan.get("preload") or []))
         self.library = abi.CandidateLibrary(Path(plan["library"])) if plan.get("library") else None
         self.contexts: list[abi.CContext] = []  # kept alive until teardown
         self.reference_notes: set[str] = set()

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
+# What a manifest's `libraries` may name: "attention" is cuco_attn.h (cuDNN's fused attention).
+LIBRARIES = ("attention",)
 
 
 class WorkloadError(ValueError):
@@ -62,6 +64,11 @@ class Workload:
                         f"{self.name}: shape {shape.name} has {dim}={value}, which is not a multiple of {unit} "
                         f"at world size {world}"
                     )
+
+    @property
+    def libraries(self) -> tuple[str, ...]:
+        """Harness libraries the workload's reference and candidates may call (LIBRARIES)."""
+        return tuple(self.extra.get("libraries", ()))  # type: ignore[arg-type]
 
     @property
     def split_dims(self) -> tuple[str, ...]:
@@ -148,6 +155,10 @@ def load_workload(name_or_path: str | Path, search: Path = REPO_WORKLOADS) -> Wo
     reps = int(timing.get("repetitions", 30))
     if reps < 20:
         raise WorkloadError(f"{path}: [timing] repetitions must be at least 20, not {reps}")
+    libraries = data.get("libraries", [])
+    if not isinstance(libraries, list) or any(lib not in LIBRARIES for lib in libraries):
+        raise WorkloadError(f"{path}: `libraries` is a list of harness libraries ({', '.join(LIBRARIES)}), "
+                            f"not {libraries!r}")
     cand = data.get("candidates")
     known_keys = {"name", "title", "world_sizes", "dtype", "dims", "seed", "reference", "task", "candidates",
                   "divisible", "tolerance", "timing", "verify", "bench"}

@@ -290,11 +290,15 @@ def block_plan(dims: dict[str, int], world: int, rank: int, q0: int, rows: int,
     return scores, softmax, pv
 
 
+MODES = ("auto", "cudnn", "sdpa", "cupy")
+
+
 def attention_wanted() -> str:
-    """"sdpa" (PyTorch's fused attention) unless CUCO_CP_REF_ATTENTION says "cupy"."""
-    value = os.environ.get("CUCO_CP_REF_ATTENTION", "sdpa").strip().lower()
-    if value not in ("sdpa", "cupy"):
-        raise ValueError(f"CUCO_CP_REF_ATTENTION={value!r}: use sdpa (PyTorch's fused attention) or cupy")
+    """CUCO_CP_REF_ATTENTION: auto (the default: cudnn where the harness loaded its attention
+    library, else sdpa), cudnn, sdpa or cupy."""
+    value = os.environ.get("CUCO_CP_REF_ATTENTION", "auto").strip().lower()
+    if value not in MODES:
+        raise ValueError(f"CUCO_CP_REF_ATTENTION={value!r}: use one of {', '.join(MODES)}")
     return value
 
 
@@ -310,6 +314,21 @@ class Reference:
         self.warnings: list[str] = []
         self.mode = attention or attention_wanted()
         self.torch: Any = None
+        self.plan: Any = None
+        if self.mode in ("auto", "cudnn"):
+            from cuco_tui.harness import attention as harness_attention
+
+            self.attn = harness_attention.loaded()
+            if self.attn is not None:
+                self.mode = "cudnn"
+            elif self.mode == "cudnn":
+                raise RuntimeError("CUCO_CP_REF_ATTENTION=cudnn, but the harness attention library is not loaded")
+            else:
+                self.mode = "sdpa"
+                self.warnings.append("the harness attention library (cuDNN) is not loaded: the reference's "
+                                     "attention is PyTorch's FlashAttention, slower than cuDNN's on Hopper; "
+                                     "speedups against it overstate (`cuco doctor` says why the library is missing)")
+                warnings.warn(self.warnings[-1], RuntimeWarning, stacklevel=2)
         if self.mode == "sdpa":
             try:
                 self._setup_sdpa(cupy)
@@ -334,6 +353,8 @@ class Reference:
             if self.mode == "cupy":  # up to 2 x SCORE_BUDGET that the fused kernel does not need
                 self.scores = cupy.empty(self.H * self.rows * self.S, dtype=cupy.float32)
                 self.probs = cupy.empty(self.H * self.rows * self.S, dtype=cupy.uint16)
+        if self.mode == "cudnn":
+            self._setup_cudnn()
         self.softmax = cupy.RawKernel(_SOFTMAX_SRC, "softmax_rows")
         self.handle = cupy.cuda.device.get_cublas_handle()
         self.scale = np.full(1, 1.0 / math.sqrt(self.D), dtype=np.float32)
@@ -347,6 +368,14 @@ class Reference:
         for name, dst in (("k", self.k_all), ("v", self.v_all)):
             self.env.comm.allGather(inputs[name].data.ptr, dst.data.ptr, count, nccl.NCCL_BFLOAT16,
                                     self.env.stream.ptr)
+
+    def _setup_cudnn(self) -> None:
+        from cuco_tui.harness import attention as harness_attention
+
+        rank = self.env.rank
+        self.kv_len = (rank + 1) * self.sl if self.causal else self.S
+        mask = harness_attention.CAUSAL_BOTTOM_RIGHT if self.causal else harness_attention.NO_MASK
+        self.plan = harness_attention.Plan.create(self.attn, self.H, self.HKV, self.D, self.sl, self.kv_len, mask=mask)
 
     def _setup_sdpa(self, cupy: Any) -> None:
         import torch
@@ -381,6 +410,10 @@ class Reference:
             self._bf16(outputs["o"], (self.sl, H, D)).copy_(out)
 
     def attention(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+        if self.mode == "cudnn":
+            self.plan.run(inputs["q"].data.ptr, self.k_all.data.ptr, self.v_all.data.ptr, outputs["o"].data.ptr,
+                          self.env.stream.ptr)
+            return
         if self.mode == "sdpa":
             self._attention_sdpa(inputs, outputs)
             return
