@@ -19,6 +19,8 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from cuco_tui.build import attention
+from cuco_tui.build.nvcc import BuildCache
 from cuco_tui.build.toolchain import Library, Toolchain, discover
 from cuco_tui.harness.env import NO_MULTICAST
 from cuco_tui.harness.gpus import GpuInventory, inventory
@@ -58,6 +60,7 @@ def run_checks(env: dict[str, str] | None = None) -> list[Check]:
         _nccl_device_check(toolchain.nccl),
         _cublas_check(toolchain.cublas),
         _runtime_header_check(toolchain),
+        *attention_checks(toolchain, env),
         *_cupy_checks(),
         _driver_check(inv),
         *_gpu_checks(inv),
@@ -156,6 +159,47 @@ def _runtime_header_check(toolchain: Toolchain) -> Check:
                      "compile")
     return Check("runtime header", True, f"{', '.join(RUNTIME_HEADERS)} in {toolchain.runtime_include}",
                  needed_for="compile")
+
+
+# --- the harness attention library (cuco_attn.h) --------------------------------------------
+
+ATTENTION_USERS = ("cp_attention's reference (which falls back to PyTorch FlashAttention without it) "
+                   "and candidates that include cuco_attn.h")
+
+
+def attention_checks(toolchain: Toolchain, env: dict[str, str], cache: BuildCache | None = None) -> list[Check]:
+    """cuDNN and the cudnn-frontend headers, and whether the attention library built from them is
+    in the build cache. Nothing is built here: the cascade builds it once per machine on first use."""
+    try:
+        cudnn = attention.find_cudnn(env)
+    except Exception as exc:  # an unreadable folder: report it, never a traceback
+        return [Check("cuDNN (attention)", False, f"the search failed: {_one_line(exc)}", attention.INSTALL_HINT)]
+    found = [
+        f"cuDNN {cudnn.version or 'version unknown'}: headers {cudnn.include}, library {cudnn.lib}"
+        if cudnn.include is not None and cudnn.lib is not None else "cuDNN not found",
+        f"frontend {cudnn.frontend_version or 'version unknown'} in {cudnn.frontend}"
+        if cudnn.frontend is not None else "cudnn-frontend headers not found",
+    ]
+    if cudnn.problem:
+        return [
+            Check("cuDNN (attention)", False, "; ".join(found), f"{cudnn.problem} (used by {ATTENTION_USERS})"),
+            Check("attention library", False, "cannot be built without cuDNN, the frontend and NVRTC (see above)"),
+        ]
+    checks = [Check("cuDNN (attention)", True, "; ".join(found) + f"; NVRTC {cudnn.nvrtc}")]
+    if toolchain.nvcc is None:
+        return checks + [Check("attention library", False, "cannot be built: no nvcc (see above)")]
+    if cache is None:
+        cache = BuildCache(env.get("CUCO_CACHE_DIR") or None)
+    try:  # the name ensure_library() gives the library it builds
+        path = attention.library_path(cudnn, toolchain, cache)
+    except OSError as exc:  # the library's source is missing from the package
+        return checks + [Check("attention library", False, f"its source cannot be read: {_one_line(exc)}",
+                               "reinstall cuco-tui (`pip install -e .` from the repository)")]
+    if path.is_file():
+        return checks + [Check("attention library", True, f"built: {path}")]
+    return checks + [Check("attention library", True,
+                           f"not built yet: it is built once per machine (about a minute) into {cache.root} "
+                           f"when a workload or candidate first needs it")]
 
 
 # --- Python side of the GPU -------------------------------------------------------------------

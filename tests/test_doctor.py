@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 from rich.console import Console
 
-from cuco_tui.doctor import Check, nccl_version, nvlink_matrix, render_checks, run_checks, summary
+from cuco_tui.build import BuildCache
+from cuco_tui.build import attention as attn
+from cuco_tui.build.toolchain import discover
+from cuco_tui.doctor import Check, attention_checks, nccl_version, nvlink_matrix, render_checks, run_checks, summary
 from cuco_tui.harness.gpus import GpuInfo, GpuInventory
+from test_attention_lib import fake_cudnn
 
 
 def by_name(checks: list[Check]) -> dict[str, Check]:
@@ -71,6 +78,57 @@ def test_render_has_marks_and_fixes(checks):
     assert "✓" in text and "✗" in text
     assert "nvcc" in text and "2.28.9" in text
     assert "compiled only" in text
+
+
+def test_attention_lines_are_there_and_never_essential(checks):
+    names = by_name(checks)
+    cudnn, library = names["cuDNN (attention)"], names["attention library"]
+    assert cudnn.needed_for == "" and library.needed_for == ""
+    if cudnn.ok:  # this machine has cuDNN and the frontend (the `attention` extra)
+        assert "cuDNN 9." in cudnn.detail and "frontend 1." in cudnn.detail
+        assert library.detail.startswith(("built: ", "not built yet: "))
+    else:
+        assert "cuco-tui[attention]" in cudnn.fix or "NVRTC" in cudnn.fix
+
+
+@pytest.fixture
+def no_attention_packages(monkeypatch, tmp_path):
+    monkeypatch.setattr(attn, "_package_dir", lambda name: None)
+    monkeypatch.setattr(attn, "_include_roots", lambda: [])
+    (tmp_path / "cuda").mkdir()
+    return {"CUDA_HOME": str(tmp_path / "cuda")}
+
+
+def test_attention_without_cudnn_says_how_to_install_it(no_attention_packages, tmp_path):
+    cudnn, library = attention_checks(discover(), no_attention_packages, BuildCache(tmp_path / "cache"))
+    assert not cudnn.ok and not library.ok
+    assert "frontend headers not found" in cudnn.detail
+    assert cudnn.fix.startswith(attn.find_cudnn(no_attention_packages).problem)
+    if not Path("/usr/local/cuda/include/cudnn.h").exists():
+        assert "cuDNN not found" in cudnn.detail and "cuco-tui[attention]" in cudnn.fix
+    assert "cannot be built" in library.detail
+    assert not (tmp_path / "cache").exists()  # the doctor builds nothing
+
+
+def test_attention_found_and_whether_it_is_built(no_attention_packages, tmp_path):
+    env = fake_cudnn(tmp_path)
+    toolchain = dataclasses.replace(discover(), nvcc=Path("/fake/nvcc"), nvcc_version="fake 13.0")
+    cache = BuildCache(tmp_path / "cache")
+    cudnn, library = attention_checks(toolchain, env, cache)
+    assert cudnn.ok and "cuDNN 9.3.1" in cudnn.detail and "frontend 1.12.0" in cudnn.detail
+    assert env["CUCO_CUDNN_HOME"] in cudnn.detail and env["CUCO_CUDNN_FRONTEND_INCLUDE"] in cudnn.detail
+    assert library.ok and library.detail.startswith("not built yet: ") and str(cache.root) in library.detail
+    assert not cache.root.exists()
+
+    found = attn.find_cudnn(env)  # the name ensure_library would give it
+    built = cache.root / f"libcuco_attn-{attn._key(found, toolchain, attn.build_flags(found, toolchain))}.so"
+    built.parent.mkdir()
+    built.touch()
+    cudnn, library = attention_checks(toolchain, env, cache)
+    assert library.ok and library.detail == f"built: {built}"
+
+    cudnn, library = attention_checks(dataclasses.replace(toolchain, nvcc=None), env, cache)
+    assert cudnn.ok and not library.ok and "no nvcc" in library.detail
 
 
 def test_missing_nvcc_fails_with_a_fix(monkeypatch, tmp_path):

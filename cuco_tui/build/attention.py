@@ -159,6 +159,11 @@ def build_flags(cudnn: Cudnn, toolchain: Toolchain) -> list[str]:
             f"-L{cudnn.nvrtc.parent}", f"-l:{NVRTC_SONAME}", "-Xlinker", f"-rpath={cudnn.nvrtc.parent}"]
 
 
+def library_path(cudnn: Cudnn, toolchain: Toolchain, cache: BuildCache) -> Path:
+    """Where the library built from this cuDNN and toolchain lives in `cache` (built or not)."""
+    return cache.root / f"libcuco_attn-{_key(cudnn, toolchain, build_flags(cudnn, toolchain))}.so"
+
+
 def ensure_library(toolchain: Toolchain, cache: BuildCache | None = None, env: dict[str, str] | None = None,
                    timeout: float = 900.0) -> AttentionLibrary:
     """The attention library for this machine, built now if the cache lacks it. Never raises for a
@@ -171,15 +176,16 @@ def ensure_library(toolchain: Toolchain, cache: BuildCache | None = None, env: d
         return AttentionLibrary(None, None, problem="nvcc was not found: the attention library is compiled with it")
     flags = build_flags(cudnn, toolchain)
     cache = cache if cache is not None else BuildCache()
-    key = _key(cudnn, toolchain, flags)
-    path = cache.root / f"libcuco_attn-{key}.so"
-    record = cache.root / f"libcuco_attn-{key}.json"
+    path = library_path(cudnn, toolchain, cache)
+    record = path.with_suffix(".json")
+    key = path.stem.removeprefix("libcuco_attn-")
     try:
         cache.root.mkdir(parents=True, exist_ok=True)
         with open(cache.root / "cuco_attn.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if path.is_file():
-                return AttentionLibrary(path, cudnn.lib / CUDNN_SONAME, cudnn.nvrtc, _recorded_seconds(record), True)
+                return AttentionLibrary(path, cudnn.lib / CUDNN_SONAME, cudnn.nvrtc, seconds=_recorded_seconds(record),
+                                        cached=True)
             tmp = cache.temp_library(f"attn-{key}")
             command = [str(toolchain.nvcc), *flags, str(SOURCE), "-o", str(tmp)]
             started = time.monotonic()
