@@ -75,6 +75,13 @@ def _book():
     return StrategyBook.load(W.root, W.seed)
 
 
+def _sequential():
+    """The three-pass host attention (cuBLAS GEMMs around a softmax kernel): the seed before the
+    harness attention library, now the host_sequential template."""
+    book = _book()
+    return book.render(book.get("host_sequential"), {})
+
+
 # ---------------------------------------------------------------------------- manifest and buffers
 
 
@@ -473,7 +480,8 @@ def _candidate_source(src, score_budget=None):
 def _softmax_sources():
     """The reference's softmax kernel (a CuPy RawKernel) and the seed's."""
     ref = REF._SOFTMAX_SRC.replace('extern "C" ', "")
-    seed = SEED[SEED.index("constexpr size_t kScoreBudget"):SEED.index("struct Candidate {")]
+    sequential = _sequential()
+    seed = sequential[sequential.index("constexpr size_t kScoreBudget"):sequential.index("struct Candidate {")]
     head = '#include "cuda_cpu.h"\n'
     return {"ref": head + ref + "#define PROBS_T unsigned short\n" + '#include "softmax_main.inc"\n',
             "seed": head + seed + "#define PROBS_T __nv_bfloat16\n" + '#include "softmax_main.inc"\n'}
@@ -684,6 +692,10 @@ def test_reference_plan_on_the_cpu_matches_float64(emulator, tmp_path, world, di
 
 E2E = [  # (name, strategy, knobs)
     ("seed", None, None),
+    ("sequential", "host_sequential", {}),
+    ("overlap", "attn_overlap", {"comm_priority": "high"}),
+    ("balance-remote", "attn_balance", {"first": "remote", "comm_priority": "high"}),
+    ("balance-local", "attn_balance", {"first": "local", "comm_priority": "same"}),
     ("host_flash", "host_flash", {}),
     ("ring", "ring", {"comm_priority": "high"}),  # stream priorities mean nothing to the emulator
     ("pull-ipc-1", "ipc_pull", {"mover": "ipc", "chunks": 1, "mover_blocks": 16, "comm_priority": "high"}),
@@ -703,7 +715,9 @@ def emulated(tmp_path_factory):
     jobs = {}
     for name, strategy, knobs in E2E:
         if strategy is None:
-            src = _candidate_source(SEED, score_budget=48 * 4 * 512 * 6)  # 48 rows at H=4, 96 at H=2 (S=512)
+            src = _candidate_source(SEED)
+        elif strategy == "host_sequential":
+            src = _candidate_source(_sequential(), score_budget=48 * 4 * 512 * 6)  # 48 rows at H=4, 96 at H=2 (S=512)
         else:
             s = book.get(strategy)
             src = _candidate_source(book.render(s, s.normalized(knobs)))
@@ -788,8 +802,9 @@ def test_every_strategy_renders_every_knob_setting_through_l0():
     from cuco_tui.design.classify import classify
 
     book = _book()
-    assert {s.name for s in book.strategies} == {"host_sequential", "host_flash", "ring", "ipc_pull"}
-    assert book.render(book.get("host_sequential"), {}) == SEED
+    assert {s.name for s in book.strategies} == {"host_sequential", "host_attn", "host_flash", "ring", "attn_overlap",
+                                                 "attn_balance", "ipc_pull"}
+    assert book.render(book.get("host_attn"), {}) == SEED
     rendered = set()
     for s in book.strategies:
         for values in itertools.product(*s.knobs.values()):

@@ -50,3 +50,9 @@ long cuco_attn_cudnn_version(void);
 #ifdef __cplusplus
 }
 #endif
+
+// In a candidate (after cuco_runtime.cuh): fail the harness call with the library's message.
+#define CUCO_TRY_ATTN(ctx, expr)                                                                   \
+  do {                                                                                             \
+    if ((expr) != 0) return ::cuco::fail((ctx), "line %d: %s failed: %s", __LINE__, #expr, cuco_attn_last_error()); \
+  } while (0)

@@ -69,6 +69,7 @@ inline float emu_bf2f(uint32_t bits16) {
   return f;
 }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {emu_f2bf(f)}; }
+inline float __bfloat162float(__nv_bfloat16 b) { return emu_bf2f(b.bits); }
 inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {{emu_f2bf(a)}, {emu_f2bf(b)}}; }
 inline float __int_as_float(int i) {
   float f;

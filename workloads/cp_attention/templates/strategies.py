@@ -30,7 +30,15 @@ STRATEGIES = [
         name="host_sequential",
         template="host_sequential.cu.j2",
         description="NCCL all-gathers of K and V, then attention by query blocks with cuBLAS batched GEMMs around "
-                    "a softmax kernel, on one stream (the seed)",
+                    "a softmax kernel, on one stream (the seed before the harness attention library)",
+        knobs={},
+        design=lambda k: DesignPoint("nccl_host", "before", "global", "host", "full", "1", "0"),
+    ),
+    Strategy(
+        name="host_attn",
+        template="host_attn.cu.j2",
+        description="NCCL all-gathers of K and V, then one call of the harness attention (cuDNN's SDPA) over every "
+                    "visible key, bottom-right causal mask (the seed: the reference in C)",
         knobs={},
         design=lambda k: DesignPoint("nccl_host", "before", "global", "host", "full", "1", "0"),
     ),
@@ -50,6 +58,26 @@ STRATEGIES = [
                     "merges it with online-softmax statistics; causal ranks skip the blocks after them",
         knobs={"comm_priority": ("high", "same")},
         design=lambda k: DesignPoint("nccl_host", "interleaved", "per_peer", "host", "shard", "2", "0"),
+    ),
+    Strategy(
+        name="attn_overlap",
+        template="attn_overlap.cu.j2",
+        description="the harness attention (cuDNN) on the own chunk first while NCCL send/recv on a communication "
+                    "stream brings in only the K/V chunks the rank's queries need (causal: earlier ranks') as one "
+                    "contiguous buffer; a second call over them, and a merge kernel by log-sum-exp",
+        knobs={"comm_priority": ("high", "same")},
+        design=lambda k: DesignPoint("nccl_host", "interleaved", "per_peer", "host", "shard", "2", "0"),
+    ),
+    Strategy(
+        name="attn_balance",
+        template="attn_balance.cu.j2",
+        description="causal load balance: queries cut into 2W half-chunks, rank r computes half-chunks r and "
+                    "2W-1-r (equal work on every rank) with the harness attention (cuDNN) after an all-gather of "
+                    "K/V; queries of half-chunks owned elsewhere travel there and their outputs travel back by "
+                    "NCCL send/recv on a communication stream, the first computed half-chunk's output while the "
+                    "second is computed",
+        knobs={"first": ("remote", "local"), "comm_priority": ("high", "same")},
+        design=lambda k: DesignPoint("nccl_host", "before", "per_peer", "host", "shard", "2", "0"),
     ),
     Strategy(
         name="ipc_pull",
