@@ -831,6 +831,9 @@ def test_fast_path_is_the_ipc_pull():
 
 
 VARIANTS = [
+    ("attn_overlap", {"comm_priority": "high"}),
+    ("attn_balance", {"first": "remote", "comm_priority": "high"}),
+    ("attn_balance", {"first": "local", "comm_priority": "same"}),
     ("host_flash", {}),
     ("ring", {"comm_priority": "high"}),
     ("ring", {"comm_priority": "same"}),

@@ -7,3 +7,6 @@ export CUCO_CACHE_DIR=${CUCO_CACHE_DIR:-/tmp/cc/build}
 step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t0=$SECONDS
   timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "== $name rc=$? in $((SECONDS - t0)) s"
   tail -n "${TAIL:-${STEP_TAIL:-20}}" "$OUT/$name.txt"; }
+# The cudnn-frontend headers for the harness attention library (staged into .whl/ by
+# benchmarks/runs/stage_attention_headers.sh): the image has cuDNN but not the frontend.
+[ -d .whl/cudnn_frontend/include ] && export CUCO_CUDNN_FRONTEND_INCLUDE=$PWD/.whl/cudnn_frontend/include

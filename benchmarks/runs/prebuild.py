@@ -18,6 +18,7 @@ from pathlib import Path
 
 from cuco_tui.agents.offline import StrategyBook
 from cuco_tui.build import BuildCache, compile_candidate
+from cuco_tui.build.attention import ensure_library
 from cuco_tui.build.toolchain import discover
 from cuco_tui.workload.manifest import list_workloads, load_workload
 
@@ -62,9 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     failed = 0
     with ThreadPoolExecutor(args.jobs) as pool:
+        # The attention library (one long single-threaded compile) starts first, beside the candidates.
+        attention = None
+        if any("attention" in load_workload(n).libraries for n in names):
+            attention = pool.submit(ensure_library, toolchain, cache)
         for label, ok, secs in pool.map(build, unique.items()):
             failed += not ok
             print(f"{'ok ' if ok else 'FAIL'} {secs:6.1f} s  {label}", flush=True)
+        if attention is not None:
+            lib = attention.result()
+            failed += not lib.ok
+            print(f"{'ok ' if lib.ok else 'FAIL'} {lib.seconds:6.1f} s  attention library "
+                  f"{'(cached) ' if lib.cached else ''}{lib.path or lib.problem}", flush=True)
     print(f"{len(unique)} sources ({len(srcs)} renders), {failed} failed, {time.monotonic() - t0:.0f} s, cache {cache.root}")
     return 1 if failed else 0
 

@@ -9,7 +9,7 @@ STEP_TAIL=20
 source "$(dirname "$0")/common.sh"
 : "${WORKLOAD:?name the workload}"
 SEARCH_S=${SEARCH_S:-300}
-step "$WORKLOAD-prebuild" 60 python3 benchmarks/runs/prebuild.py --jobs 14 "$WORKLOAD"
+step "$WORKLOAD-prebuild" "${PREBUILD_S:-120}" python3 benchmarks/runs/prebuild.py --jobs 14 "$WORKLOAD"
 step "$WORKLOAD-bench" 200 python3 benchmarks/workload_bench.py -w "$WORKLOAD" --gpus 0,1 \
   ${TEMPLATES:+--templates} --out "$OUT/bench"
 session=/tmp/sess/$WORKLOAD-offline-h200x2
