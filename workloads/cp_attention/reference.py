@@ -2,14 +2,17 @@
 (cupy.cuda.nccl) bring every rank's K and V chunk into the whole sequence's K_all, V_all
 [S, HKV, D]; then attention over the keys the rank's queries can see, computed by:
 
-  sdpa    (the default) PyTorch's fused attention, one torch.nn.functional
-          .scaled_dot_product_attention call on the FlashAttention backend with grouped-query
-          heads and, causal, a bottom-right aligned mask (the rank's queries are the last S/W of
-          the (r+1)*S/W keys they see), run on the harness's stream through DLPack views. What a
-          careful engineer writes; 4.9-6.9x faster than the three passes below on the slowest
-          rank's work of every bench shape (H100, benchmarks/cp_reference_modes.py), the two
-          agreeing to 0.3 % (relative L2).
-  cupy    (CUCO_CP_REF_ATTENTION=cupy, or where torch is missing) three passes, one block of
+  cudnn   (the default where the harness loaded its attention library, cuco_attn.h) one call
+          of cuDNN's fused SDPA over the keys the rank sees, grouped-query heads and, causal, a
+          bottom-right aligned mask (the rank's queries are the last S/W of the (r+1)*S/W keys
+          they see), on the harness's stream. What a careful engineer writes in C; 1.7-1.9x
+          faster than sdpa on the slowest rank's work of every bench shape (H100,
+          benchmarks/attention_lib.py), agreeing with it to 0.26 % (relative L2).
+  sdpa    (the default without the library, with a warning) PyTorch's fused attention, one
+          scaled_dot_product_attention call on the FlashAttention backend, same masks and heads,
+          on the harness's stream through DLPack views; 4.9-6.9x faster than the three passes
+          below (H100, benchmarks/cp_reference_modes.py), agreeing to 0.3 %.
+  cupy    (CUCO_CP_REF_ATTENTION=cupy, or where torch is missing too) three passes, one block of
           query rows at a time (so the score matrix of the block fits, at most SCORE_BUDGET bytes
           of scores and probabilities); a weak baseline, kept to check the fused one and for
           machines without torch: speedups against it are not results.
