@@ -58,20 +58,21 @@ def nothing_installed(monkeypatch, tmp_path):
     return {"CUDA_HOME": str(cuda)}
 
 
-def fake_cudnn(root: Path) -> dict[str, str]:
-    """Folders that look like cuDNN 9.3.1, the frontend 1.12.0 and NVRTC, with empty headers and libraries:
-    find_cudnn is satisfied, nvcc is not. Returns the environment that names them."""
+def fake_cudnn(root: Path, cudnn_version: tuple[int, int, int] = (9, 10, 2),
+               frontend_version: tuple[int, int, int] = (1, 13, 0)) -> dict[str, str]:
+    """Folders that look like cuDNN 9.10.2, the frontend 1.13.0 and NVRTC, with empty headers and
+    libraries: find_cudnn is satisfied, nvcc is not. Returns the environment that names them."""
     home, frontend, cuda = root / "cudnn", root / "frontend", root / "cuda"
     for d in (home / "include", home / "lib", frontend, cuda / "lib64"):
         d.mkdir(parents=True)
     (home / "include" / "cudnn.h").touch()
     (home / "include" / "cudnn_version.h").write_text(
-        "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR 3\n#define CUDNN_PATCHLEVEL 1\n")
+        "#define CUDNN_MAJOR %d\n#define CUDNN_MINOR %d\n#define CUDNN_PATCHLEVEL %d\n" % cudnn_version)
     (home / "lib" / "libcudnn.so.9").touch()
     (frontend / "cudnn_frontend.h").touch()
     (frontend / "cudnn_frontend_version.h").write_text(
-        "#define CUDNN_FRONTEND_MAJOR_VERSION 1\n#define CUDNN_FRONTEND_MINOR_VERSION 12\n"
-        "#define CUDNN_FRONTEND_PATCH_VERSION 0\n")
+        "#define CUDNN_FRONTEND_MAJOR_VERSION %d\n#define CUDNN_FRONTEND_MINOR_VERSION %d\n"
+        "#define CUDNN_FRONTEND_PATCH_VERSION %d\n" % frontend_version)
     (cuda / "lib64" / "libnvrtc.so.13").touch()
     return {"CUCO_CUDNN_HOME": str(home), "CUCO_CUDNN_FRONTEND_INCLUDE": str(frontend), "CUDA_HOME": str(cuda)}
 
@@ -99,7 +100,7 @@ def test_environment_variables_name_cudnn_and_the_frontend(nothing_installed, tm
     assert cudnn.include == Path(env["CUCO_CUDNN_HOME"]) / "include"
     assert cudnn.lib == Path(env["CUCO_CUDNN_HOME"]) / "lib"
     assert cudnn.frontend == Path(env["CUCO_CUDNN_FRONTEND_INCLUDE"])
-    assert (cudnn.version, cudnn.frontend_version) == ("9.3.1", "1.12.0")
+    assert (cudnn.version, cudnn.frontend_version) == ("9.10.2", "1.13.0")
     assert cudnn.nvrtc == Path(env["CUDA_HOME"]) / "lib64" / "libnvrtc.so.13"
     assert cudnn.problem == ""
 
@@ -108,7 +109,7 @@ def test_frontend_missing_is_its_own_problem(nothing_installed, tmp_path):
     env = fake_cudnn(tmp_path)
     del env["CUCO_CUDNN_FRONTEND_INCLUDE"]
     cudnn = find_cudnn(env)
-    assert cudnn.version == "9.3.1" and cudnn.frontend is None
+    assert cudnn.version == "9.10.2" and cudnn.frontend is None
     assert "cudnn_frontend.h" in cudnn.problem and "CUCO_CUDNN_FRONTEND_INCLUDE" in cudnn.problem
     assert EXTRA in cudnn.problem
 
@@ -124,9 +125,18 @@ def test_a_failed_build_is_a_problem_with_the_compiler_output(nothing_installed,
     assert not lib.ok and lib.path is None and lib.preload() == []
     first, _, tail = lib.problem.partition("\n")
     assert first.startswith("building the attention library failed (exit ")
-    assert "cuDNN 9.3.1, frontend 1.12.0" in first
+    assert "cuDNN 9.10.2, frontend 1.13.0" in first
     assert "error" in tail  # the compiler's own words
     assert list(cache.root.glob("*.so")) == [] and list(cache.root.glob("*.tmp")) == []
+    # Remembered: the next evaluation gets the same answer at once, not another build.
+    again = ensure_library(TOOLCHAIN, cache, env=env)
+    assert not again.ok and again.cached and again.problem == lib.problem
+
+
+@pytest.mark.parametrize("cudnn,frontend,named", [((9, 6, 0), (1, 13, 0), "9.7"), ((9, 10, 2), (1, 12, 1), "1.13")])
+def test_too_old_cudnn_or_frontend_is_named(tmp_path, cudnn, frontend, named):
+    found = find_cudnn(fake_cudnn(tmp_path, cudnn, frontend))
+    assert f"older than {named}" in found.problem and EXTRA in found.problem
 
 
 _REAL = find_cudnn()
@@ -256,3 +266,24 @@ def test_a_candidate_including_the_header_stops_at_no_gpu(tmp_path, monkeypatch)
     r = evaluate(attention_candidate(tmp_path), load_workload("gemm_allgather"))
     assert r.status == Status.NO_GPU and r.level == Level.COMPILE, r.reason
     assert not [d for d in r.diagnostics if d.severity == "error"]
+
+
+def test_the_descriptor_is_the_same_in_the_header_the_emulator_and_ctypes():
+    """Three spellings of cuco_attn_desc (the C header, the CPU emulator's stand-in, the ctypes
+    binding): a field added to one and not the others would pass every CPU test and fail on a GPU."""
+    import re
+
+    from cuco_tui.harness.attention import Desc
+
+    root = Path(__file__).resolve().parents[1]
+
+    def fields(path: Path) -> list[str]:
+        body = re.search(r"typedef struct cuco_attn_desc \{(.*?)\} cuco_attn_desc;", path.read_text(), re.S).group(1)
+        names = []
+        for decl in re.sub(r"//[^\n]*", "", body).split(";"):
+            names += [n.strip().split()[-1] for n in decl.split(",") if n.strip()]
+        return names
+
+    header = fields(root / "cuco_tui" / "harness" / "runtime" / "cuco_attn.h")
+    stub = fields(root / "workloads" / "cp_attention" / "emulator" / "stubs" / "cuco_attn.h")
+    assert header == stub == [name for name, _ in Desc._fields_]

@@ -179,3 +179,17 @@ def test_the_worker_reports_each_reference_warning_once():
     rank.report_reference(Ref())
     rank.report_reference(object())  # a reference without warnings
     assert rank.log.events == [("reference_warning", {"message": "torch missing"})]
+
+
+def test_a_failure_of_the_back_to_back_launches_is_named_so():
+    """The workers' last verification at each verify shape runs two launches with the inputs
+    replaced between them in stream order; its failure must say that, not look like check #3."""
+    run = _recorded("wrong_values", [0, 0])
+    for o in run.ranks:
+        for e in o.events:
+            if e.get("event") == "verify":
+                e["label"] = "back to back"
+    r = interpret(run, W, dict(BASE))
+    assert r.status == Status.INCORRECT
+    assert r.verifications[0].shape.endswith(" back to back")
+    assert "back to back" in r.reason

@@ -686,9 +686,11 @@ def test_reference_plan_on_the_cpu_matches_float64(emulator, tmp_path, world, di
 
 # Whole candidates on the CPU: emu_runtime.h models the CUDA runtime (streams as threads with
 # random delays, events, IPC), NCCL (send/recv matching, all-gather) and cuBLAS; every rank is a
-# thread. Two launches back to back on one input set, then a fresh input set with a poisoned
-# output: races, missing joins, stale state and unwritten elements show up as wrong answers, hangs
-# as the watchdog's report, overruns and use after free as crashes.
+# thread. A launch on one input set, then the other input set and a poisoned output in stream order
+# and a second launch with no host wait between them (as the harness's back-to-back check), then
+# the first set again after a host wait: races (within a launch and between launches), missing
+# joins, stale state and unwritten elements show up as wrong answers, hangs as the watchdog's
+# report, overruns and use after free as crashes.
 
 E2E = [  # (name, strategy, knobs)
     ("seed", None, None),
@@ -753,9 +755,11 @@ def _run_candidate(binary, folder, dims, world, seed, launches=2):
 
 E2E_SHAPES = [  # (world, dims, schedule seeds)
     (2, _dims(512, 4, 2, 64, 1), (31, 47)),  # GQA, causal; the seed's blocks: 48 rows, the last of 256 short
+    (2, _dims(256, 2, 1, 64, 0), (59, 61)),   # MQA, not causal
     (4, _dims(512, 2, 2, 128, 0), (37,)),     # the seed: blocks of 96 rows, the last of 128 short
     (4, _dims(512, 4, 1, 64, 1), (41, 53)),   # MQA, causal
     (8, _dims(512, 2, 2, 64, 1), (43,)),      # 64 rows a rank; ipc_pull's 4 chunks of one tile
+    (8, _dims(512, 2, 1, 64, 0), (67,)),      # not causal at W=8
 ]
 
 
@@ -772,8 +776,8 @@ def test_candidate_runs_end_to_end_on_the_cpu(emulated, tmp_path, name, world, d
     for seed in seeds:  # schedules of the random delays
         outs, want = _run_candidate(emulated[name], tmp_path / f"s{seed}", dims, world, seed)
         for rank, (got_a, got_b) in enumerate(outs):
-            _check(got_a, want["A"][rank]["o"], f"{name} rank {rank}, launches back to back")
-            _check(got_b, want["B"][rank]["o"], f"{name} rank {rank}, fresh inputs, poisoned output")
+            _check(got_b, want["B"][rank]["o"], f"{name} rank {rank}, inputs replaced between launches back to back")
+            _check(got_a, want["A"][rank]["o"], f"{name} rank {rank}, fresh inputs, poisoned output")
 
 
 # ---------------------------------------------------------------------------- seed and templates (L0, L1)

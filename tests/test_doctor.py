@@ -115,7 +115,7 @@ def test_attention_found_and_whether_it_is_built(no_attention_packages, tmp_path
     toolchain = dataclasses.replace(discover(), nvcc=Path("/fake/nvcc"), nvcc_version="fake 13.0")
     cache = BuildCache(tmp_path / "cache")
     cudnn, library = attention_checks(toolchain, env, cache)
-    assert cudnn.ok and "cuDNN 9.3.1" in cudnn.detail and "frontend 1.12.0" in cudnn.detail
+    assert cudnn.ok and "cuDNN 9.10.2" in cudnn.detail and "frontend 1.13.0" in cudnn.detail
     assert env["CUCO_CUDNN_HOME"] in cudnn.detail and env["CUCO_CUDNN_FRONTEND_INCLUDE"] in cudnn.detail
     assert library.ok and library.detail.startswith("not built yet: ") and str(cache.root) in library.detail
     assert not cache.root.exists()

@@ -35,6 +35,19 @@ INSTALL_HINT = "pip install 'cuco-tui[attention]' (nvidia-cudnn-cu13 and nvidia-
 _USES = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]cuco_attn\.h[>\"]", re.M)
 
 
+MIN_CUDNN = (9, 7)
+MIN_FRONTEND = (1, 13)
+
+
+def _older(version: str, floor: tuple[int, ...]) -> bool:
+    """Whether a dotted version is below `floor`; an unreadable one is not judged."""
+    try:
+        parts = tuple(int(x) for x in version.split(".")[:len(floor)])
+    except ValueError:
+        return False
+    return bool(parts) and parts < floor
+
+
 def uses_attention(source: str) -> bool:
     """Whether a candidate includes the harness's attention library."""
     return bool(_USES.search(source))
@@ -57,6 +70,12 @@ class Cudnn:
         if self.frontend is None:
             return (f"the cudnn-frontend headers (cudnn_frontend.h) were not found: {INSTALL_HINT}, "
                     f"or set CUCO_CUDNN_FRONTEND_INCLUDE")
+        if _older(self.version, MIN_CUDNN):
+            return (f"cuDNN {self.version} is older than {'.'.join(map(str, MIN_CUDNN))}, the first with SDPA's "
+                    f"bottom-right causal mask: {INSTALL_HINT}")
+        if _older(self.frontend_version, MIN_FRONTEND):
+            return (f"cudnn-frontend {self.frontend_version} is older than {'.'.join(map(str, MIN_FRONTEND))} "
+                    f"(SDPA's set_generate_stats): {INSTALL_HINT}")
         if self.nvrtc is None:
             return f"NVRTC ({NVRTC_SONAME}, part of the CUDA toolkit and of nvidia-cuda-nvrtc) was not found"
         return ""
@@ -153,7 +172,10 @@ def _key(cudnn: Cudnn, toolchain: Toolchain, flags: list[str]) -> str:
 
 def build_flags(cudnn: Cudnn, toolchain: Toolchain) -> list[str]:
     includes = [RUNTIME_INCLUDE, cudnn.frontend, cudnn.include, *cudnn.extra_includes]
-    return ["-x", "c++", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", "-O2",
+    # Hidden by default: the library is loaded RTLD_GLOBAL, and its frontend and JSON template
+    # instances must not bind to (or for) another copy of the frontend in the process (libtorch's).
+    return ["-x", "c++", "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden,-fvisibility-inlines-hidden",
+            "-std=c++17", "-O2",
             *[f"-I{p}" for p in dict.fromkeys(includes) if p is not None],
             f"-L{cudnn.lib}", f"-l:{CUDNN_SONAME}", "-Xlinker", f"-rpath={cudnn.lib}",
             f"-L{cudnn.nvrtc.parent}", f"-l:{NVRTC_SONAME}", "-Xlinker", f"-rpath={cudnn.nvrtc.parent}"]
@@ -186,6 +208,9 @@ def ensure_library(toolchain: Toolchain, cache: BuildCache | None = None, env: d
             if path.is_file():
                 return AttentionLibrary(path, cudnn.lib / CUDNN_SONAME, cudnn.nvrtc, seconds=_recorded_seconds(record),
                                         cached=True)
+            failed = _recorded_failure(record)
+            if failed:  # the same sources, cuDNN and compiler failed before: not a minute again per evaluation
+                return AttentionLibrary(None, None, problem=failed, cached=True)
             tmp = cache.temp_library(f"attn-{key}")
             command = [str(toolchain.nvcc), *flags, str(SOURCE), "-o", str(tmp)]
             started = time.monotonic()
@@ -195,8 +220,11 @@ def ensure_library(toolchain: Toolchain, cache: BuildCache | None = None, env: d
                 _unlink(tmp)
                 why = "timed out" if rc is None else f"failed (exit {rc})"
                 tail = "\n".join(log.strip().splitlines()[-12:])
-                return AttentionLibrary(None, None, problem=f"building the attention library {why} after {seconds:.0f} s "
-                                        f"against cuDNN {cudnn.version}, frontend {cudnn.frontend_version}:\n{tail}")
+                problem = (f"building the attention library {why} after {seconds:.0f} s against cuDNN "
+                           f"{cudnn.version}, frontend {cudnn.frontend_version}:\n{tail}")
+                if rc is not None:  # a timeout may pass on a less busy machine: only a failure is kept
+                    record.write_text(json.dumps({"failed": problem, "command": command[:-1] + [str(path)]}, indent=1))
+                return AttentionLibrary(None, None, problem=problem)
             os.chmod(tmp, 0o755)
             os.replace(tmp, path)
             record.write_text(json.dumps({"seconds": seconds, "command": command[:-1] + [str(path)],
@@ -204,6 +232,13 @@ def ensure_library(toolchain: Toolchain, cache: BuildCache | None = None, env: d
             return AttentionLibrary(path, cudnn.lib / CUDNN_SONAME, cudnn.nvrtc, seconds=seconds)
     except OSError as exc:
         return AttentionLibrary(None, None, problem=f"cannot build the attention library in {cache.root}: {exc.strerror or exc}")
+
+
+def _recorded_failure(record: Path) -> str:
+    try:
+        return str(json.loads(record.read_text()).get("failed") or "")
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def _recorded_seconds(record: Path) -> float:

@@ -236,7 +236,7 @@ def _verifications(outcomes: list[RankOutcome], workload: Workload) -> list[Veri
         ssr = sum(e["sum_sq_ref"] for e in events)
         idx = ", ".join(str(i) for i in worst["worst_index"])
         out.append(Verification(
-            shape=f"{shape} #{check + 1}",
+            shape=f"{shape} {events[0].get('label') or f'#{check + 1}'}",
             ok=all(e["ok"] for e in events),
             max_rel_error=max(e["max_rel_error"] for e in events),
             rel_fro_error=math.sqrt(ssd / ssr) if ssr > 0 else (0.0 if ssd == 0 else math.inf),

@@ -170,10 +170,16 @@ class Rank:
         self.watchdog.start()
         self.device = int(plan["gpus"][rank])
         self.ref_module = load_reference(Path(plan["reference"]))
-        abi.preload(list(plan.get("preload") or []))
+        self.reference_notes: set[str] = set()
+        try:
+            abi.preload(list(plan.get("preload") or []))
+        except abi.AbiError as exc:
+            # Not fatal here: a candidate that needs the library fails to load with a message that
+            # names it, and a reference that can do without it falls back and says so.
+            self.reference_notes.add(str(exc))
+            self.log.emit("reference_warning", message=f"{exc}; the run goes on without it")
         self.library = abi.CandidateLibrary(Path(plan["library"])) if plan.get("library") else None
         self.contexts: list[abi.CContext] = []  # kept alive until teardown
-        self.reference_notes: set[str] = set()
 
     # ------------------------------------------------------------------ group plumbing
 
@@ -332,6 +338,8 @@ class Rank:
             if not self.all_ok(verdict):
                 ok = False
                 break
+        if ok and shape["level"] == "verify":
+            ok = self.back_to_back(shape, launch, reference, inputs, outputs, expected, dtypes)
         if ok and shape["level"] == "bench":
             run_reference = lambda: reference.run(inputs, expected)  # noqa: E731
             warm = self.time(run_reference, "the reference", 120.0, repetitions=3)
@@ -347,6 +355,33 @@ class Rank:
         self.candidate_teardown(state, ctx)
         self.barrier()
         return ok
+
+    def back_to_back(self, shape: dict[str, Any], launch: Callable[[], None], reference: Any, inputs: dict,
+                     outputs: dict, expected: dict, dtypes: dict[str, str]) -> bool:
+        """Two launches with the inputs replaced and the outputs poisoned in stream order between
+        them, and no host wait: as in the timed loop, but with the inputs changing (the contract
+        says they may). A launch that reads its inputs (or a peer's) before its stream gets there,
+        or whose work lands after the stream has moved on, fails here; the checks above, each
+        launch alone after a host wait, cannot see it."""
+        check = int(shape["checks"])
+        seed = int(self.plan["nonce"]) * 1000 + shape["index"] * 10 + 9
+        dims = shape["dims"]
+        with self.stream:
+            self.ref_module.fill_inputs(self.cupy, inputs, dims, self.world, self.rank, seed)
+        self.barrier()
+        self.log.emit("launch", shape=shape["name"], check=check, limit_s=self.limit(shape), back_to_back=True)
+        launch()
+        with self.stream:
+            self.ref_module.fill_inputs(self.cupy, inputs, dims, self.world, self.rank, seed + 1)
+            for name, arr in outputs.items():
+                poison(self.cupy, arr, dtypes[name])
+        launch()
+        self.wait_stream("two candidate launches back to back", 2 * self.limit(shape))
+        self.check_cuda("after two candidate launches back to back")
+        self.barrier()  # every rank's second launch done before the reference's collectives
+        reference.run(inputs, expected)
+        self.wait_stream("the reference", 120.0)
+        return self.all_ok(self.verify(shape, check, outputs, expected, dtypes, label="back to back"))
 
     def time_trace_ab(self, shape: dict[str, Any], ctx: abi.CContext, launch: Callable[[], None]) -> None:
         """What the wait trace points cost, in this process: the candidate timed with tracing on
@@ -397,7 +432,8 @@ class Rank:
             raise CandidateFailed("teardown", f"cuco_teardown returned {rc}: {ctx.error.decode(errors='replace')}")
         self.check_cuda("after cuco_teardown")
 
-    def verify(self, shape: dict, check: int, outputs: dict, expected: dict, dtypes: dict[str, str]) -> bool:
+    def verify(self, shape: dict, check: int, outputs: dict, expected: dict, dtypes: dict[str, str],
+               label: str = "") -> bool:
         ok = True
         rtol, floor = float(self.plan["rtol"]), float(self.plan.get("floor", 0.0))
         with self.stream:
@@ -410,7 +446,7 @@ class Rank:
                     elements=c.elements, unwritten=c.unwritten, nonfinite=c.nonfinite,
                     max_rel_error=c.max_rel_error, sum_sq_diff=c.sum_sq_diff, sum_sq_ref=c.sum_sq_ref,
                     worst_index=list(c.worst_index), worst_got=c.worst_got, worst_want=c.worst_want, rtol=rtol,
-                    floor=floor, l2_rel_error=c.l2_rel_error,
+                    floor=floor, l2_rel_error=c.l2_rel_error, label=label,
                 )
         return ok
 

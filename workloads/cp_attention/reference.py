@@ -315,7 +315,7 @@ class Reference:
 
         self.env = env
         self.warnings: list[str] = []
-        self.mode = attention or attention_wanted()
+        self.mode = requested = attention or attention_wanted()
         self.torch: Any = None
         self.plan: Any = None
         if self.mode in ("auto", "cudnn"):
@@ -357,7 +357,20 @@ class Reference:
                 self.scores = cupy.empty(self.H * self.rows * self.S, dtype=cupy.float32)
                 self.probs = cupy.empty(self.H * self.rows * self.S, dtype=cupy.uint16)
         if self.mode == "cudnn":
-            self._setup_cudnn()
+            from cuco_tui.harness.attention import AttentionError
+
+            try:
+                self._setup_cudnn()
+            except AttentionError as exc:
+                if requested != "auto":
+                    raise
+                # A library that loads but cannot plan (an old cuDNN, an unsupported GPU): fall back.
+                self.mode = "sdpa"
+                self._setup_sdpa(cupy)
+                self.warnings.append(f"the harness attention library cannot plan this shape ({exc}): the "
+                                     "reference's attention is PyTorch's FlashAttention, slower than cuDNN's on "
+                                     "Hopper; speedups against it overstate")
+                warnings.warn(self.warnings[-1], RuntimeWarning, stacklevel=2)
         self.softmax = cupy.RawKernel(_SOFTMAX_SRC, "softmax_rows")
         self.handle = cupy.cuda.device.get_cublas_handle()
         self.scale = np.full(1, 1.0 / math.sqrt(self.D), dtype=np.float32)

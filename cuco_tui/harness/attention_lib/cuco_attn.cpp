@@ -35,14 +35,15 @@ struct cuco_attn {
   int device = -1;
 
   ~cuco_attn() {
+    graph.reset();  // its execution plans refer to the handle: gone before it
     if (workspace) cudaFree(workspace);
     if (handle) cudnnDestroy(handle);
   }
 };
 
-extern "C" const char* cuco_attn_last_error(void) { return g_error.c_str(); }
+extern "C" CUCO_ATTN_API const char* cuco_attn_last_error(void) { return g_error.c_str(); }
 
-extern "C" long cuco_attn_cudnn_version(void) { return static_cast<long>(cudnnGetVersion()); }
+extern "C" CUCO_ATTN_API long cuco_attn_cudnn_version(void) { return static_cast<long>(cudnnGetVersion()); }
 
 static std::string check_desc(const cuco_attn_desc& d) {
   if (d.heads_q <= 0 || d.heads_kv <= 0 || d.heads_q % d.heads_kv)
@@ -63,7 +64,7 @@ static std::string check_desc(const cuco_attn_desc& d) {
   return {};
 }
 
-extern "C" int cuco_attn_create(cuco_attn** out, const cuco_attn_desc* desc) {
+extern "C" CUCO_ATTN_API int cuco_attn_create(cuco_attn** out, const cuco_attn_desc* desc) {
   if (!out || !desc) return fail("cuco_attn_create: null argument");
   *out = nullptr;
   const std::string bad = check_desc(*desc);
@@ -101,7 +102,6 @@ extern "C" int cuco_attn_create(cuco_attn** out, const cuco_attn_desc* desc) {
     auto [O, Stats] = g->sdpa(Q, K, V, opts);
     O->set_output(true).set_uid(kO).set_dim({1, hq, sq, D}).set_stride({sq * d.o_row_stride, D, d.o_row_stride, 1});
     if (d.stats) {
-      O->set_output(true);
       Stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT)
           .set_dim({1, hq, sq, 1}).set_stride({hq * sq, sq, 1, 1});
     }
@@ -123,7 +123,7 @@ extern "C" int cuco_attn_create(cuco_attn** out, const cuco_attn_desc* desc) {
   }
 }
 
-extern "C" int cuco_attn_run(cuco_attn* plan, const void* q, const void* k, const void* v, void* o, float* stats,
+extern "C" CUCO_ATTN_API int cuco_attn_run(cuco_attn* plan, const void* q, const void* k, const void* v, void* o, float* stats,
                              cudaStream_t stream) {
   if (!plan || !q || !k || !v || !o) return fail("cuco_attn_run: null plan or tensor");
   if (plan->desc.stats && !stats) return fail("cuco_attn_run: the plan writes stats but stats is null");
@@ -143,4 +143,4 @@ extern "C" int cuco_attn_run(cuco_attn* plan, const void* q, const void* k, cons
   }
 }
 
-extern "C" void cuco_attn_destroy(cuco_attn* plan) { delete plan; }
+extern "C" CUCO_ATTN_API void cuco_attn_destroy(cuco_attn* plan) { delete plan; }

@@ -14,13 +14,21 @@
 // it see keys 0..i + rows_kv - rows_q (the queries are the last rows_q of the rows_kv positions:
 // a chunk of queries over the prefix of keys up to and including its own).
 //
-// A plan holds one shape and its own workspace; run it as often as needed on any stream. Plans
-// are not thread-safe: one per host thread. Every call returns 0 on success; otherwise
-// cuco_attn_last_error() says why (thread-local, valid until this thread's next call).
+// A plan holds one shape and its own workspace; run it as often as needed, on any stream, but its
+// runs must be stream-ordered (two runs of one plan in flight at once share the workspace: make
+// a plan per concurrent stream). Plans are not thread-safe: one per host thread. Every call but
+// destroy returns 0 on success; otherwise cuco_attn_last_error() says why (thread-local, valid
+// until this thread's next failing call).
 #pragma once
 
 #include <cuda_runtime.h>
 #include <stddef.h>
+
+#if defined(__GNUC__)
+#define CUCO_ATTN_API __attribute__((visibility("default")))
+#else
+#define CUCO_ATTN_API
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,13 +47,13 @@ typedef struct cuco_attn_desc {
 
 typedef struct cuco_attn cuco_attn;
 
-int cuco_attn_create(cuco_attn** plan, const cuco_attn_desc* desc);
-int cuco_attn_run(cuco_attn* plan, const void* q, const void* k, const void* v, void* o, float* stats,
+CUCO_ATTN_API int cuco_attn_create(cuco_attn** plan, const cuco_attn_desc* desc);
+CUCO_ATTN_API int cuco_attn_run(cuco_attn* plan, const void* q, const void* k, const void* v, void* o, float* stats,
                   cudaStream_t stream);
-void cuco_attn_destroy(cuco_attn* plan);
-const char* cuco_attn_last_error(void);
+CUCO_ATTN_API void cuco_attn_destroy(cuco_attn* plan);
+CUCO_ATTN_API const char* cuco_attn_last_error(void);
 // The cuDNN version the library runs on (e.g. 92800), for logs.
-long cuco_attn_cudnn_version(void);
+CUCO_ATTN_API long cuco_attn_cudnn_version(void);
 
 #ifdef __cplusplus
 }

@@ -28,9 +28,18 @@ struct cuco_attn {
 inline thread_local std::string emu_attn_error;
 
 inline int cuco_attn_create(cuco_attn** plan, const cuco_attn_desc* desc) {
+  if (!plan || !desc) {
+    emu_attn_error = "cuco_attn_create: null argument";
+    return 1;
+  }
+  *plan = nullptr;
   const cuco_attn_desc& d = *desc;
-  if (d.heads_q <= 0 || d.heads_kv <= 0 || d.heads_q % d.heads_kv || d.head_dim % 8 || d.rows_q <= 0 ||
-      d.rows_kv <= 0 || d.mask < 0 || d.mask > 2 || (d.mask == CUCO_ATTN_CAUSAL_BOTTOM_RIGHT && d.rows_q > d.rows_kv)) {
+  const long long dense_q = 1LL * d.heads_q * d.head_dim, dense_kv = 1LL * d.heads_kv * d.head_dim;
+  if (d.heads_q <= 0 || d.heads_kv <= 0 || d.heads_q % d.heads_kv || d.head_dim <= 0 || d.head_dim % 8 ||
+      d.head_dim > 256 || d.rows_q <= 0 || d.rows_kv <= 0 || d.mask < 0 || d.mask > 2 ||
+      (d.mask == CUCO_ATTN_CAUSAL_BOTTOM_RIGHT && d.rows_q > d.rows_kv) ||
+      (d.q_row_stride && d.q_row_stride < dense_q) || (d.o_row_stride && d.o_row_stride < dense_q) ||
+      (d.kv_row_stride && d.kv_row_stride < dense_kv)) {
     emu_attn_error = "cuco_attn_create: bad descriptor";
     return 1;
   }
