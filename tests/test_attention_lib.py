@@ -210,13 +210,14 @@ def missing_library(monkeypatch):
 
 def test_a_candidate_that_includes_the_header_needs_the_library(missing_library):
     gemm = load_workload("gemm_allgather")
-    assert harness_libraries(gemm, INCLUDES, TOOLCHAIN, BuildCache(), quiet) == ([], "x missing")
+    assert harness_libraries(gemm, INCLUDES, TOOLCHAIN, BuildCache(), quiet) == ([], "x missing", "")
     assert len(missing_library) == 1
 
 
 def test_a_workload_that_lists_the_library_does_without_it(missing_library):
     cp = load_workload("cp_attention")
-    assert harness_libraries(cp, PLAIN, TOOLCHAIN, BuildCache(), quiet) == ([], "")
+    note = "the harness attention library is missing: x missing"  # carried into the results
+    assert harness_libraries(cp, PLAIN, TOOLCHAIN, BuildCache(), quiet) == ([], "", note)
     assert len(missing_library) == 1  # the reference may use it: it was tried
 
 
@@ -226,16 +227,16 @@ def test_nothing_asks_for_the_library(monkeypatch):
 
     monkeypatch.setattr(cascade, "ensure_library", never)
     gemm = load_workload("gemm_allgather")
-    assert harness_libraries(gemm, PLAIN, TOOLCHAIN, BuildCache(), quiet) == ([], "")
-    assert harness_libraries(gemm, None, TOOLCHAIN, BuildCache(), quiet) == ([], "")
+    assert harness_libraries(gemm, PLAIN, TOOLCHAIN, BuildCache(), quiet) == ([], "", "")
+    assert harness_libraries(gemm, None, TOOLCHAIN, BuildCache(), quiet) == ([], "", "")
 
 
 def test_a_built_library_is_preloaded(monkeypatch, tmp_path):
     ok = AttentionLibrary(tmp_path / "libcuco_attn-x.so", tmp_path / "libcudnn.so.9", tmp_path / "libnvrtc.so.13")
     monkeypatch.setattr(cascade, "ensure_library", lambda toolchain, cache: ok)
     gemm = load_workload("gemm_allgather")
-    preload, problem = harness_libraries(gemm, INCLUDES, TOOLCHAIN, BuildCache(), quiet)
-    assert problem == "" and preload == ok.preload()
+    preload, problem, note = harness_libraries(gemm, INCLUDES, TOOLCHAIN, BuildCache(), quiet)
+    assert problem == note == "" and preload == ok.preload()
     assert preload == [str(tmp_path / n) for n in ("libnvrtc.so.13", "libcudnn.so.9", "libcuco_attn-x.so")]
 
 

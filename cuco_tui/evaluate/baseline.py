@@ -93,8 +93,8 @@ def measure_baseline(workload: Workload, options: EvalOptions = EvalOptions(), r
         raise BaselineError(why.removeprefix("no_gpu: "))
     workload.check_world(len(gpus))
     cache = BuildCache()
-    preload, _ = harness_libraries(workload, None, discover(), cache, lambda p: None)
-    plan = make_plan(workload, None, options, "baseline") | {"preload": preload}
+    preload, _, note = harness_libraries(workload, None, discover(), cache, lambda p: None)
+    plan = make_plan(workload, None, options, "baseline") | {"preload": preload, "notes": [note] if note else []}
     root = run_root or runs_root(options, cache)
     rundir = root / f"{time.strftime('%Y%m%d-%H%M%S')}-baseline-{workload.name}"
     group = run_group(plan, gpus, rundir, run_deadline(plan))

@@ -115,19 +115,21 @@ def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mo
 
 
 def harness_libraries(workload: Workload, source: str | None, toolchain: Toolchain, cache: BuildCache,
-                      say: ProgressFn) -> tuple[list[str], str]:
+                      say: ProgressFn) -> tuple[list[str], str, str]:
     """(libraries the ranks load before the candidate, why a library the candidate needs is
-    missing). The attention library is built when the workload's reference may use it or the
-    candidate includes it; only a candidate that includes it fails without it (a reference falls
-    back, and says so in its warnings)."""
+    missing, why one only the reference wanted is). The attention library is built when the
+    workload's reference may use it or the candidate includes it; only a candidate that includes
+    it fails without it: the reference falls back, and the note goes into the results."""
     needed = source is not None and uses_attention(source)
     if not needed and "attention" not in workload.libraries:
-        return [], ""
+        return [], "", ""
     say(Progress(Level.COMPILE, "the harness attention library (built once per machine)"))
     attention = ensure_library(toolchain, cache)
     if attention.ok:
-        return attention.preload(), ""
-    return [], attention.problem if needed else ""
+        return attention.preload(), "", ""
+    if needed:
+        return [], attention.problem, ""
+    return [], "", f"the harness attention library is missing: {attention.problem}"
 
 
 def run_deadline(plan: dict[str, Any]) -> float:
@@ -191,7 +193,7 @@ def evaluate(
     except WorkloadError as exc:
         return CascadeResult(**base, status=Status.RUNTIME_ERROR, level=Level.COMPILE, reason=str(exc))
 
-    preload, problem = harness_libraries(workload, source, toolchain, cache, say)
+    preload, problem, note = harness_libraries(workload, source, toolchain, cache, say)
     if problem:
         diag = Diagnostic(level=int(Level.COMPILE), severity="error", file=candidate.name, code="toolchain",
                           message=f"the candidate includes cuco_attn.h, and {problem}")
@@ -200,7 +202,7 @@ def evaluate(
 
     # L2 + L3 in one group run: the workers verify at the verify size first and stop there
     # on any failure, so L3 is only entered by a candidate that passed L2.
-    plan = make_plan(workload, build.library, options, "evaluate") | {"preload": preload}
+    plan = make_plan(workload, build.library, options, "evaluate") | {"preload": preload, "notes": [note] if note else []}
     rundir = runs_root(options, cache) / f"{time.strftime('%Y%m%d-%H%M%S')}-{candidate.stem}-{sha[:8]}"
     say(Progress(Level.VERIFY, f"running on GPUs {','.join(map(str, gpus))}"))
 

@@ -178,6 +178,9 @@ class Rank:
             # names it, and a reference that can do without it falls back and says so.
             self.reference_notes.add(str(exc))
             self.log.emit("reference_warning", message=f"{exc}; the run goes on without it")
+        for note in plan.get("notes") or []:  # what the launching side found weakening the reference
+            self.reference_notes.add(str(note))
+            self.log.emit("reference_warning", message=str(note))
         self.library = abi.CandidateLibrary(Path(plan["library"])) if plan.get("library") else None
         self.contexts: list[abi.CContext] = []  # kept alive until teardown
 
