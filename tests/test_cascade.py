@@ -188,8 +188,8 @@ def test_a_failure_of_the_back_to_back_launches_is_named_so():
     for o in run.ranks:
         for e in o.events:
             if e.get("event") == "verify":
-                e["label"] = "back to back"
+                e["label"] = "back to back, 2nd"
     r = interpret(run, W, dict(BASE))
     assert r.status == Status.INCORRECT
-    assert r.verifications[0].shape.endswith(" back to back")
+    assert r.verifications[0].shape.endswith(" back to back, 2nd")
     assert "back to back" in r.reason

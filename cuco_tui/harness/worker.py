@@ -363,28 +363,40 @@ class Rank:
                      outputs: dict, expected: dict, dtypes: dict[str, str]) -> bool:
         """Two launches with the inputs replaced and the outputs poisoned in stream order between
         them, and no host wait: as in the timed loop, but with the inputs changing (the contract
-        says they may). A launch that reads its inputs (or a peer's) before its stream gets there,
+        says they may). Each launch's outputs are copied in stream order right after it and both
+        are checked: a launch that reads its inputs (or a peer's) before its stream gets there,
         or whose work lands after the stream has moved on, fails here; the checks above, each
         launch alone after a host wait, cannot see it."""
         check = int(shape["checks"])
-        seed = int(self.plan["nonce"]) * 1000 + shape["index"] * 10 + 9
+        seed = int(self.plan["nonce"]) * 1000 + shape["index"] * 10 + 8
         dims = shape["dims"]
-        with self.stream:
-            self.ref_module.fill_inputs(self.cupy, inputs, dims, self.world, self.rank, seed)
+
+        def fill(s: int) -> None:
+            with self.stream:
+                self.ref_module.fill_inputs(self.cupy, inputs, dims, self.world, self.rank, s)
+
+        fill(seed)
         self.barrier()
         self.log.emit("launch", shape=shape["name"], check=check, limit_s=self.limit(shape), back_to_back=True)
         launch()
         with self.stream:
-            self.ref_module.fill_inputs(self.cupy, inputs, dims, self.world, self.rank, seed + 1)
+            first = {name: arr.copy() for name, arr in outputs.items()}
+        fill(seed + 1)
+        with self.stream:
             for name, arr in outputs.items():
                 poison(self.cupy, arr, dtypes[name])
         launch()
         self.wait_stream("two candidate launches back to back", 2 * self.limit(shape))
         self.check_cuda("after two candidate launches back to back")
         self.barrier()  # every rank's second launch done before the reference's collectives
-        reference.run(inputs, expected)
-        self.wait_stream("the reference", 120.0)
-        return self.all_ok(self.verify(shape, check, outputs, expected, dtypes, label="back to back"))
+        ok = True
+        for s, got, label in ((seed + 1, outputs, "back to back, 2nd"), (seed, first, "back to back, 1st")):
+            fill(s)
+            reference.run(inputs, expected)
+            self.wait_stream("the reference", 120.0)
+            ok = self.all_ok(self.verify(shape, check, got, expected, dtypes, label=label)) and ok
+            check += 1
+        return ok
 
     def time_trace_ab(self, shape: dict[str, Any], ctx: abi.CContext, launch: Callable[[], None]) -> None:
         """What the wait trace points cost, in this process: the candidate timed with tracing on
