@@ -71,6 +71,7 @@ inline float emu_bf2f(uint32_t bits16) {
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {emu_f2bf(f)}; }
 inline float __bfloat162float(__nv_bfloat16 b) { return emu_bf2f(b.bits); }
 inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {{emu_f2bf(a)}, {emu_f2bf(b)}}; }
+inline float2 __bfloat1622float2(__nv_bfloat162 b) { return {emu_bf2f(b.x.bits), emu_bf2f(b.y.bits)}; }
 inline float __int_as_float(int i) {
   float f;
   memcpy(&f, &i, 4);
@@ -80,6 +81,14 @@ inline unsigned int __float_as_uint(float f) {
   unsigned int u;
   memcpy(&u, &f, 4);
   return u;
+}
+
+// atomicAdd on shared or global memory: the fibers of a CTA share one OS thread, but kernels on
+// other streams (other OS threads) may add to the same global word.
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
 
 inline void emu_check_aligned(const void* p, uintptr_t to, const char* what) {

@@ -12,9 +12,10 @@
 //    run's seed): races show up as wrong answers or crashes.
 //  - Events: a wait enqueued on a stream blocks it until the event's latest record (at the time
 //    of the wait call) has run.
-//  - NCCL: send/recv match in order per (source, destination); an operation (or a group of them)
+//  - NCCL: send/recv match in order per (source, destination), a rank to itself too; an operation (or a group of them)
 //    completes when all its parts are matched; all-gather completes when every rank has joined.
-//  - cuBLAS: cublasGemmStridedBatchedEx in float on the handle's stream (bf16 or fp32 operands).
+//  - cuBLAS: cublasGemmStridedBatchedEx and cublasGemmEx in float on the handle's stream (bf16 or
+//    fp32 operands).
 //  - A watchdog ends the process after EMU_TIMEOUT_S seconds with what each stream waits for.
 #pragma once
 
@@ -110,6 +111,14 @@ inline cudaError_t cudaFree(void* p) {
   return cudaSuccess;
 }
 
+// Pinned host memory: host memory either way here, with the same guard page.
+inline cudaError_t cudaMallocHost(void** out, size_t bytes) { return cudaMalloc(out, bytes); }
+template <class T>
+cudaError_t cudaMallocHost(T** out, size_t bytes) {
+  return cudaMalloc((void**)out, bytes);
+}
+inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+
 // ---------------------------------------------------------------- streams and events
 
 struct EmuOp {
@@ -122,6 +131,10 @@ inline std::mutex emu_streams_mu;
 inline std::vector<EmuStream*> emu_streams;
 inline unsigned emu_seed = 1;
 inline thread_local int emu_device = 0;
+// Optional, per rank: the delay scale of every stream the rank creates from now on, in place of
+// the one drawn from the seed (0, the default: drawn). A driver sets it to make one rank's streams
+// lag far behind the other's, so that a candidate running ahead of its peer shows.
+inline unsigned emu_rank_max_delay_us[64] = {};
 
 struct EmuStream {
   int rank;
@@ -139,6 +152,7 @@ struct EmuStream {
   EmuStream(int r, int i) : rank(r), index(i), rng(emu_seed * 7919u + (unsigned)r * 131u + (unsigned)i) {
     const unsigned scales[3] = {30, 300, 3000};
     max_delay_us = scales[rng() % 3];
+    if (r >= 0 && r < 64 && emu_rank_max_delay_us[r]) max_delay_us = emu_rank_max_delay_us[r];
     th = std::thread([this] { loop(); });
   }
   void loop() {
@@ -440,7 +454,8 @@ inline ncclResult_t ncclGroupEnd() {
 }
 inline ncclResult_t emu_p2p(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
                             cudaStream_t s) {
-  if (peer < 0 || peer >= c->g->world || peer == c->rank) emu_die("NCCL send/recv with a bad peer");
+  // A rank may send to itself (NCCL matches it with its own recv, as any other peer's).
+  if (peer < 0 || peer >= c->g->world) emu_die("NCCL send/recv with a bad peer");
   EmuPending op{c, s, EmuP2P{send, peer, const_cast<void*>(buf), count * emu_nccl_size(t)}};
   if (emu_group_depth > 0) {
     emu_group_ops.push_back(op);
@@ -562,6 +577,14 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
         }
   });
   return CUBLAS_STATUS_SUCCESS;
+}
+
+inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                   const void* alpha, const void* A, cudaDataType at, int lda, const void* B,
+                                   cudaDataType bt, int ldb, const void* beta, void* C, cudaDataType ct, int ldc,
+                                   cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1,
+                                    compute, algo);
 }
 
 // After the harness's stream has finished a launch, every other stream of the rank must be done

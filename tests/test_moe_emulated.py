@@ -1,0 +1,241 @@
+"""moe_dispatch_combine end to end on the CPU: the seed and the strategy templates, rendered at
+several knob settings, run whole (cuco_init, launches, cuco_teardown, every rank at once as threads)
+over the CPU model of the CUDA runtime, NCCL and cuBLAS in workloads/cp_attention/emulator/
+(streams as threads with random delays, CUDA-IPC, NCCL send/recv matching, a watchdog for hangs,
+guard pages for overruns and use after free), driven by workloads/moe_dispatch_combine/emulator/
+moe_main.inc the way the rank worker drives a candidate: one launch alone; launches back to back,
+each with fresh inputs (routing included) and poisoned outputs copied in stream order before it and
+its output copied out in stream order after it (no host wait); a launch after a host wait; a
+barrier, then teardown. Every rank's `out` is checked against the reference's float64 answer with
+the workload's tolerance, as harness.verify.compare does. Races show up as wrong answers, hangs as
+the watchdog's report, overruns and use after free as crashes."""
+
+import importlib.util
+import platform
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from cuco_tui.harness.bf16 import from_bf16_bits
+from cuco_tui.harness.verify import POISON_BF16
+from cuco_tui.workload.manifest import load_workload
+from test_cp_attention import _rewrite_launches  # kernel<<<...>>>(...) -> emu_enqueue_kernel(...)
+
+W = load_workload("moe_dispatch_combine")
+EMU = W.root / "emulator"
+CP_EMU = W.root.parent / "cp_attention" / "emulator"
+RUNTIME = W.root.parents[1] / "cuco_tui" / "harness" / "runtime"
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None or platform.machine() not in ("x86_64", "AMD64"),
+                               reason="runs the candidates on the CPU: needs g++ (C++20) on x86-64")
+KINDS = {"bf16": np.uint16, "i32": np.int32, "f32": np.float32}
+DTYPE_CODES = {"bf16": 1, "f32": 3, "i32": 4}  # cuco_abi.h enum cuco_dtype
+
+
+def _ref():
+    spec = importlib.util.spec_from_file_location("moe_emulated_ref", W.reference)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+REF = _ref()
+
+CANDIDATES = [  # (name, strategy or None for the seed, knobs)
+    ("seed", None, None),
+    ("overlap-high", "dispatch_overlap", {"comm_priority": "high"}),
+    ("overlap-same", "dispatch_overlap", {"comm_priority": "same"}),
+    ("chunked-4", "chunked_pipeline", {"chunks": 4}),
+    ("chunked-2", "chunked_pipeline", {"chunks": 2}),
+    ("ipc-dispatch-ipc-16", "ipc_dispatch", {"mover": "ipc", "mover_blocks": 16}),
+    ("ipc-dispatch-ce", "ipc_dispatch", {"mover": "copy_engine", "mover_blocks": 16}),
+    ("pipe-ce-4-shared", "expert_pipeline", {"mover": "copy_engine", "groups": 4, "mover_blocks": 16,
+                                             "results": "shared"}),
+    ("pipe-ce-2-separate", "expert_pipeline", {"mover": "copy_engine", "groups": 2, "mover_blocks": 16,
+                                               "results": "separate"}),
+    ("pipe-ce-16-separate", "expert_pipeline", {"mover": "copy_engine", "groups": 16, "mover_blocks": 16,
+                                                "results": "separate"}),
+    ("pipe-ipc-4-16-shared", "expert_pipeline", {"mover": "ipc", "groups": 4, "mover_blocks": 16,
+                                                 "results": "shared"}),
+    ("pipe-ipc-8-64-separate", "expert_pipeline", {"mover": "ipc", "groups": 8, "mover_blocks": 64,
+                                                   "results": "separate"}),
+]
+
+
+def _dims(T, H, E, I, HOT):
+    return {"T": T, "H": H, "E": E, "I": I, "HOT": HOT}
+
+
+SHAPES = [  # (world, dims, schedules): H, I multiples of 64, E a multiple of W and >= 8 (the manifest
+    # and the reference). A schedule: the seed of the random delays, and the rank whose streams lag
+    # far behind the others' (-1: every stream's delays drawn from the seed).
+    (2, _dims(16, 64, 8, 64, 25), ((11, -1), (23, 1))),     # 4 experts a rank: 16 groups -> 4
+    (2, _dims(24, 128, 16, 64, 90), ((37, 0), (41, -1))),   # heavy skew, 8 experts a rank
+    (4, _dims(8, 64, 8, 64, 50), ((43, -1), (47, 3))),      # 2 experts a rank
+    (4, _dims(3, 64, 16, 64, 60), ((53, 2), (59, -1))),     # 3 tokens: ranks get nothing from some peers
+]
+
+
+def _book():
+    from cuco_tui.agents.offline import StrategyBook
+
+    return StrategyBook.load(W.root, W.seed)
+
+
+def _source(strategy, knobs, book):
+    if strategy is None:
+        return W.seed.read_text()
+    s = book.get(strategy)
+    return book.render(s, s.normalized(knobs))
+
+
+def emulated_source(src):
+    """A rendered candidate for the emulator: launches rewritten, the MoE driver after it."""
+    return _rewrite_launches(src) + '\n#include "moe_main.inc"\n'
+
+
+def compile_emulated(sources, root):
+    """{name: C++ source} -> {name: binary}, compiled in parallel."""
+    jobs = {}
+    for name, text in sources.items():
+        (root / f"{name}.cpp").write_text(text)
+        cmd = ["g++", "-std=c++20", "-O2", "-pthread", "-fno-strict-aliasing", "-D__CUDACC__",
+               f"-I{CP_EMU / 'stubs'}", f"-I{CP_EMU}", f"-I{EMU}", f"-I{RUNTIME}", str(root / f"{name}.cpp"),
+               "-o", str(root / name)]
+        jobs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for name, job in jobs.items():
+        _, err = job.communicate()
+        assert job.returncode == 0, f"{name}:\n{err[-4000:]}"
+    return {name: root / name for name in jobs}
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory):
+    root = tmp_path_factory.mktemp("moe_e2e")
+    book = _book()
+    return compile_emulated({name: emulated_source(_source(s, k, book)) for name, s, k in CANDIDATES}, root)
+
+
+def _inputs(dims, world, seed):
+    out = []
+    for rank in range(world):
+        spec = REF.io_spec(dims, world, rank)
+        bufs = {n: np.empty(s, dtype=KINDS[d]) for n, s, d in spec["inputs"]}
+        REF.fill_inputs(np, bufs, dims, world, rank, seed)
+        out.append(bufs)
+    return out
+
+
+def _meta(world, dims, launches, seed, timeout, teardown_barrier, lagging):
+    lines = [f"{world} {launches} {seed} {timeout} {int(teardown_barrier)} {lagging}",
+             f"{len(dims)} " + " ".join(f"{k} {v}" for k, v in dims.items())]
+    for rank in range(world):
+        spec = REF.io_spec(dims, world, rank)
+        bufs = [("in", *b) for b in spec["inputs"]] + [("out", *b) for b in spec["outputs"]]
+        lines.append(str(len(bufs)))
+        for kind, name, shape, dtype in bufs:
+            dims4 = list(shape) + [1] * (4 - len(shape))
+            lines.append(f"{kind} {name} {DTYPE_CODES[dtype]} {len(shape)} " + " ".join(map(str, dims4)))
+    return "\n".join(lines) + "\n"
+
+
+def run_candidate(binary, folder, world, dims, seed, lagging=-1, launches=3, teardown_barrier=True, timeout=90):
+    """Runs the emulated candidate (input set i from seed + i); returns [(what, rank, out as bf16 bits,
+    the float64 answer)] for every launch it checks and every rank."""
+    folder.mkdir(parents=True)
+    want = []
+    for i in range(launches + 1):
+        inputs = _inputs(dims, world, seed + i)
+        for rank, bufs in enumerate(inputs):
+            for name, arr in bufs.items():
+                arr.tofile(folder / f"r{rank}-{name}{i}.bin")
+        want.append(REF.expected(inputs, dims, world))
+    (folder / "meta.txt").write_text(_meta(world, dims, launches, seed, timeout, teardown_barrier, lagging))
+    r = subprocess.run([str(binary), str(folder)], capture_output=True, text=True, timeout=timeout + 60)
+    assert r.returncode == 0, f"exit {r.returncode}:\n{r.stderr[-4000:]}"
+    shape = (dims["T"], dims["H"])
+    checks = [("first launch alone", "first", 0)]
+    checks += [(f"launch {i} of {launches} back to back, inputs replaced and output poisoned in stream order",
+                f"b2b{i}", i) for i in range(1, launches + 1)]
+    checks += [("a launch after a host wait, fresh inputs", "last", 0)]
+    return [(what, rank, np.fromfile(folder / f"r{rank}-out-{tag}.bin", dtype=np.uint16).reshape(shape),
+             want[i][rank]["out"]) for what, tag, i in checks for rank in range(world)]
+
+
+def check(got_bits, want, what, rtol=None):
+    """harness.verify.compare's criterion against the float64 answer, with the worst element named."""
+    rtol = W.rtol if rtol is None else rtol
+    unwritten = int((got_bits == POISON_BF16).sum())
+    got = from_bf16_bits(np, got_bits).astype(np.float64)
+    finite = np.isfinite(got)
+    rms = float(np.sqrt(np.mean(want * want)))
+    rel = np.where(finite, np.abs(np.where(finite, got, 0.0) - want) / (np.abs(want) + rms), np.inf)
+    worst = np.unravel_index(int(np.argmax(rel)), rel.shape)
+    bad = rel > rtol
+    assert unwritten == 0 and finite.all() and not bad.any(), (
+        f"{what}: {unwritten} unwritten, {int((~finite).sum())} non-finite, {int(bad.sum())} of {rel.size} beyond "
+        f"rtol {rtol}; worst at (token, column) {tuple(int(i) for i in worst)}: got {got[worst]:.4g}, want "
+        f"{want[worst]:.4g}, rel {float(rel[worst]):.3g}; bad tokens {sorted(set(np.nonzero(bad)[0].tolist()))}")
+
+
+def _shape_id(v):
+    if isinstance(v, dict):
+        return "-".join(f"{k}{x}" for k, x in v.items())
+    if isinstance(v, int):
+        return f"W{v}"
+    return "seeds" + "-".join(f"{s}" + (f"lag{lag}" if lag >= 0 else "") for s, lag in v)
+
+
+def test_the_seed_is_the_host_sequential_template():
+    book = _book()
+    assert book.render(book.get("host_sequential"), {}) == W.seed.read_text()
+
+
+def test_every_template_runs_on_the_cpu():
+    assert {s for _, s, _ in CANDIDATES if s} | {"host_sequential"} == {s.name for s in _book().strategies}
+
+
+@needs_gxx
+@pytest.mark.parametrize("world,dims,schedules", SHAPES, ids=_shape_id)
+@pytest.mark.parametrize("name", [c[0] for c in CANDIDATES])
+def test_candidate_runs_end_to_end_on_the_cpu(emulated, tmp_path, name, world, dims, schedules):
+    for seed, lagging in schedules:
+        for what, rank, got, want in run_candidate(emulated[name], tmp_path / f"s{seed}", world, dims, seed, lagging):
+            check(got, want, f"{name}, schedule seed {seed}, lagging rank {lagging}, rank {rank}, {what}")
+
+
+MUTANTS = {  # name: (strategy, knobs, a wait the candidate needs, what dropping it does)
+    "pipeline-no-rows-wait": (
+        "expert_pipeline", {"mover": "copy_engine", "groups": 4, "mover_blocks": 16, "results": "separate"},
+        "if (rows_from.bits[0]) wait_groups<<<dim3(W, 1), 1, 0, stream>>>(mine, kRows, g, rows_from, pushed, trace);",
+        "each group is gathered and computed before the peers' rows of the group have landed"),
+    "pipeline-no-computed-wait": (
+        "expert_pipeline", {"mover": "ipc", "groups": 2, "mover_blocks": 16, "results": "shared"},
+        "CUCO_TRY_CUDA(ctx, cudaStreamWaitEvent(c->result_stream, c->computed[g], 0));",
+        "each group's results are pushed back before they are computed"),
+}
+
+
+@needs_gxx
+def test_a_missing_wait_fails(tmp_path):
+    """The test can fail: each mutant (a template with one wait dropped) gets a wrong answer."""
+    book = _book()
+    sources = {}
+    for name, (strategy, knobs, wait, _) in MUTANTS.items():
+        src = _source(strategy, knobs, book)
+        assert wait in src, name
+        sources[name] = emulated_source(src.replace(wait, ""))
+    binaries = compile_emulated(sources, tmp_path)
+    world, dims, _ = SHAPES[0]
+    for name, (_, _, _, why) in MUTANTS.items():
+        failures = 0
+        for seed, lagging in ((11, -1), (23, 1), (29, 0)):
+            for what, rank, got, want in run_candidate(binaries[name], tmp_path / f"{name}-runs" / f"s{seed}", world,
+                                                       dims, seed, lagging):
+                try:
+                    check(got, want, what)
+                except AssertionError:
+                    failures += 1
+                    break
+        assert failures > 0, f"{name} went unnoticed: {why}"
