@@ -4,5 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+# The cudnn-frontend headers for the harness attention library, where they were staged for a GPU
+# image that lacks them (benchmarks/runs/stage_attention_headers.sh).
+if [ -d .whl/cudnn_frontend/include ] && [ -z "${CUCO_CUDNN_FRONTEND_INCLUDE:-}" ]; then
+  export CUCO_CUDNN_FRONTEND_INCLUDE=$PWD/.whl/cudnn_frontend/include
+fi
 nvidia-smi -L
 exec python3 -m pytest -m gpu -v -p no:cacheprovider "$@"
