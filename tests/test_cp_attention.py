@@ -734,7 +734,8 @@ def emulated(tmp_path_factory):
 
 
 def _run_candidate(binary, folder, dims, world, seed, launches=2):
-    """Both input sets through the emulated candidate; returns [(o_A, o_B) per rank] as float64."""
+    """Both input sets through the emulated candidate; returns [(o_A, o_B, o_A1) per rank] as float64
+    (o_A1: the first set's output of the launch before the back-to-back one, copied in stream order)."""
     sl, H, D = dims["S"] // world, dims["H"], dims["D"]
     folder.mkdir()
     sets = {"A": _inputs(dims, world, seed=seed), "B": _inputs(dims, world, seed=seed + 1)}
@@ -749,7 +750,7 @@ def _run_candidate(binary, folder, dims, world, seed, launches=2):
     outs = []
     for rank in range(world):
         outs.append(tuple(_f64(np.fromfile(folder / f"r{rank}-o{tag}.bin", dtype=np.uint16).reshape(sl, H, D))
-                          for tag in "AB"))
+                          for tag in ("A", "B", "A1")))
     return outs, {tag: REF.expected(inputs, dims, world) for tag, inputs in sets.items()}
 
 
@@ -775,7 +776,8 @@ def _shape_id(v):
 def test_candidate_runs_end_to_end_on_the_cpu(emulated, tmp_path, name, world, dims, seeds):
     for seed in seeds:  # schedules of the random delays
         outs, want = _run_candidate(emulated[name], tmp_path / f"s{seed}", dims, world, seed)
-        for rank, (got_a, got_b) in enumerate(outs):
+        for rank, (got_a, got_b, got_a1) in enumerate(outs):
+            _check(got_a1, want["A"][rank]["o"], f"{name} rank {rank}, the launch before the back-to-back one")
             _check(got_b, want["B"][rank]["o"], f"{name} rank {rank}, inputs replaced between launches back to back")
             _check(got_a, want["A"][rank]["o"], f"{name} rank {rank}, fresh inputs, poisoned output")
 
