@@ -31,26 +31,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from cuco_tui.build import BuildCache  # noqa: E402
 from cuco_tui.build.attention import ensure_library  # noqa: E402
 from cuco_tui.build.toolchain import discover  # noqa: E402
 from cuco_tui.harness import attention as attn  # noqa: E402
 from cuco_tui.workload.manifest import load_workload  # noqa: E402
-
-
-def time_ms(torch, fn, reps: int) -> list[float]:
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b))
-    return out
+from cp_yardstick import time_ms  # noqa: E402
 
 
 def stats_row(ts: list[float]) -> dict:
@@ -173,7 +161,8 @@ def bench(torch, lib, dims: dict, world: int, reps: int) -> list[dict]:
             chunks = (r, 2 * world - 1 - r)
             fn = lambda chunks=chunks: [half_chunk(c).run(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),  # noqa: E731
                                                           stream) for c in chunks]
-            worst.append((statistics.median(time_ms(torch, fn, reps)), r, time_ms(torch, fn, reps)))
+            ts = time_ms(torch, fn, reps)
+            worst.append((statistics.median(ts), r, ts))
         out["balanced"] = max(worst)[2]
         for p in plans.values():
             p.close()

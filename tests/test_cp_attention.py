@@ -9,8 +9,6 @@ against float64 and the seed and the templates through verification."""
 import importlib.util
 import itertools
 import math
-import platform
-import shutil
 import subprocess
 
 import numpy as np
@@ -22,6 +20,7 @@ from cuco_tui.evaluate.cascade import EvalOptions, evaluate
 from cuco_tui.evaluate.result import Status
 from cuco_tui.harness.bf16 import from_bf16_bits, to_bf16_bits
 from cuco_tui.workload.manifest import WorkloadError, load_workload
+from emulator_helpers import compile_emulated, needs_gxx, rewrite_launches
 from static_helpers import assert_static_ok
 
 W = load_workload("cp_attention")
@@ -367,8 +366,6 @@ def test_reference_softmax_compiles_with_nvrtc():
 # cublasGemmStridedBatchedEx.
 
 EMU = W.root / "emulator"
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None or platform.machine() not in ("x86_64", "AMD64"),
-                               reason="runs the kernels on the CPU: needs g++ (C++20) on x86-64")
 
 _SHIMS = """
 inline void cp_async16(void* smem, const void* gmem) { emu_cp_async16(smem, gmem); }
@@ -400,72 +397,6 @@ def _attention_source():
     return '#include "cuda_cpu.h"\n' + text + '#include "attention_main.inc"\n'
 
 
-def _match(text, at):
-    """Offset of the bracket closing the one at `at`."""
-    pairs = {"(": ")", "[": "]", "{": "}", "<": ">"}
-    want = [pairs[text[at]]]
-    for k in range(at + 1, len(text)):
-        ch = text[k]
-        if want[-1] == ">" and ch == ">":
-            want.pop()
-        elif ch in "([{" or (ch == "<" and want[-1] == ">"):
-            want.append(pairs[ch])
-        elif ch in ")]}" and ch == want[-1]:
-            want.pop()
-        if not want:
-            return k
-    raise ValueError(f"no bracket closes offset {at}")
-
-
-def _split_top(text):
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        depth += ch in "([{"
-        depth -= ch in ")]}"
-        if ch == "," and depth == 0:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    return parts + [cur.strip()]
-
-
-def _rewrite_launches(text):
-    """kernel<<<grid, block, smem, stream>>>(args) -> emu_enqueue_kernel("kernel", stream, grid, block,
-    kernel, args): the emulator runs it on that stream's thread."""
-    out, pos = [], 0
-    while (at := text.find("<<<", pos)) >= 0:
-        j = at
-        while text[j - 1].isspace():
-            j -= 1
-        if text[j - 1] == ">":  # template arguments
-            depth, j = 0, j - 1
-            while True:
-                depth += text[j] == ">"
-                depth -= text[j] == "<"
-                if depth == 0:
-                    break
-                j -= 1
-        start = j
-        while text[start - 1].isalnum() or text[start - 1] in "_:":
-            start -= 1
-        kernel = text[start:at].strip()
-        close = text.index(">>>", at)
-        config = _split_top(text[at + 3:close])
-        paren = close + 3
-        while text[paren].isspace():
-            paren += 1
-        assert text[paren] == "(", kernel
-        end = _match(text, paren)
-        args = text[paren + 1:end].strip()
-        stream = config[3] if len(config) > 3 else "nullptr"
-        call = (f'emu_enqueue_kernel("{kernel}", {stream}, dim3({config[0]}), dim3({config[1]}), {kernel}'
-                + (f", {args}" if args else "") + ")")
-        out.append(text[pos:start] + call)
-        pos = end + 1
-    return "".join(out) + text[pos:]
-
-
 def _candidate_source(src, score_budget=None):
     """A rendered candidate for the emulator: PTX wrappers swapped, launches rewritten, and the driver."""
     if "cp_async16(" in src:
@@ -474,7 +405,7 @@ def _candidate_source(src, score_budget=None):
         old = "constexpr size_t kScoreBudget = 3ull << 30;"
         assert old in src
         src = src.replace(old, f"constexpr size_t kScoreBudget = {score_budget};")
-    return _rewrite_launches(src) + '\n#include "candidate_main.inc"\n'
+    return rewrite_launches(src) + '\n#include "candidate_main.inc"\n'
 
 
 def _softmax_sources():
@@ -713,24 +644,16 @@ def emulated(tmp_path_factory):
     its query-block loop takes several blocks, the last one short."""
     root = tmp_path_factory.mktemp("cp_e2e")
     book = _book()
-    runtime = W.root.parents[1] / "cuco_tui" / "harness" / "runtime"
-    jobs = {}
+    sources = {}
     for name, strategy, knobs in E2E:
         if strategy is None:
-            src = _candidate_source(SEED)
+            sources[name] = _candidate_source(SEED)
         elif strategy == "host_sequential":
-            src = _candidate_source(_sequential(), score_budget=48 * 4 * 512 * 6)  # 48 rows at H=4, 96 at H=2 (S=512)
+            sources[name] = _candidate_source(_sequential(), score_budget=48 * 4 * 512 * 6)  # 48 rows at H=4, 96 at H=2
         else:
             s = book.get(strategy)
-            src = _candidate_source(book.render(s, s.normalized(knobs)))
-        (root / f"{name}.cpp").write_text(src)
-        cmd = ["g++", "-std=c++20", "-O2", "-pthread", "-fno-strict-aliasing", "-D__CUDACC__", f"-I{EMU / 'stubs'}",
-               f"-I{EMU}", f"-I{runtime}", str(root / f"{name}.cpp"), "-o", str(root / name)]
-        jobs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for name, job in jobs.items():
-        _, err = job.communicate()
-        assert job.returncode == 0, f"{name}:\n{err[-4000:]}"
-    return {name: root / name for name in jobs}
+            sources[name] = _candidate_source(book.render(s, s.normalized(knobs)))
+    return compile_emulated(sources, root)
 
 
 def _run_candidate(binary, folder, dims, world, seed, launches=2):

@@ -11,9 +11,6 @@ tolerance, as harness.verify.compare does (no element unwritten or non-finite, e
 rtol of |ref| + rms(ref)). Some schedules make one rank's streams lag far behind the other's. Races
 show up as wrong answers, hangs as the watchdog's report, overruns and use after free as crashes."""
 
-import importlib.util
-import platform
-import shutil
 import subprocess
 
 import numpy as np
@@ -21,25 +18,13 @@ import pytest
 
 from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.verify import POISON_BF16
+from cuco_tui.harness.worker import load_reference
 from cuco_tui.workload.manifest import load_workload
-from test_cp_attention import _rewrite_launches  # kernel<<<...>>>(...) -> emu_enqueue_kernel(...)
+from emulator_helpers import compile_emulated, needs_gxx, rewrite_launches
 
 W = load_workload("kv_transfer")
 EMU = W.root / "emulator"
-CP_EMU = W.root.parent / "cp_attention" / "emulator"
-RUNTIME = W.root.parents[1] / "cuco_tui" / "harness" / "runtime"
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None or platform.machine() not in ("x86_64", "AMD64"),
-                               reason="runs the candidates on the CPU: needs g++ (C++20) on x86-64")
-
-
-def _ref():
-    spec = importlib.util.spec_from_file_location("kv_transfer_ref", W.reference)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-REF = _ref()
+REF = load_reference(W.reference)
 
 CANDIDATES = [  # (name, strategy or None for the seed, knobs)
     ("seed", None, None),
@@ -81,29 +66,16 @@ def _source(name, strategy, knobs, book):
 
 def emulated_source(src):
     """A rendered candidate for the emulator: launches rewritten, the kv driver after it."""
-    return _rewrite_launches(src) + '\n#include "kv_main.inc"\n'
+    return rewrite_launches(src) + '\n#include "kv_main.inc"\n'
 
 
-def compile_emulated(sources, root):
-    """{name: C++ source} -> {name: binary}, compiled in parallel."""
-    jobs = {}
-    for name, text in sources.items():
-        (root / f"{name}.cpp").write_text(text)
-        cmd = ["g++", "-std=c++20", "-O2", "-pthread", "-fno-strict-aliasing", "-D__CUDACC__",
-               f"-I{CP_EMU / 'stubs'}", f"-I{CP_EMU}", f"-I{EMU}", f"-I{RUNTIME}", str(root / f"{name}.cpp"),
-               "-o", str(root / name)]
-        jobs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for name, job in jobs.items():
-        _, err = job.communicate()
-        assert job.returncode == 0, f"{name}:\n{err[-4000:]}"
-    return {name: root / name for name in jobs}
 
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
     root = tmp_path_factory.mktemp("kv_e2e")
     book = _book()
-    return compile_emulated({name: emulated_source(_source(name, s, k, book)) for name, s, k in CANDIDATES}, root)
+    return compile_emulated({name: emulated_source(_source(name, s, k, book)) for name, s, k in CANDIDATES}, root, (EMU,))
 
 
 def _inputs(dims, seed):
@@ -221,7 +193,7 @@ def test_a_missing_wait_fails(tmp_path):
         src = _source(name, strategy, knobs, book)
         assert wait in src, name
         sources[name] = emulated_source(src.replace(wait, ""))
-    binaries = compile_emulated(sources, tmp_path)
+    binaries = compile_emulated(sources, tmp_path, (EMU,))
     for name, (_, _, _, why) in MUTANTS.items():
         assert _failures(binaries[name], tmp_path / f"{name}-runs", SHAPES[0][0], (37, 41, 43), lagging=1) > 0, (
             f"{name} went unnoticed: {why}")

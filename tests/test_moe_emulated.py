@@ -10,9 +10,6 @@ barrier, then teardown. Every rank's `out` is checked against the reference's fl
 the workload's tolerance, as harness.verify.compare does. Races show up as wrong answers, hangs as
 the watchdog's report, overruns and use after free as crashes."""
 
-import importlib.util
-import platform
-import shutil
 import subprocess
 
 import numpy as np
@@ -20,27 +17,17 @@ import pytest
 
 from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.verify import POISON_BF16
+from cuco_tui.harness.worker import load_reference
 from cuco_tui.workload.manifest import load_workload
-from test_cp_attention import _rewrite_launches  # kernel<<<...>>>(...) -> emu_enqueue_kernel(...)
+from emulator_helpers import compile_emulated, needs_gxx, rewrite_launches
 
 W = load_workload("moe_dispatch_combine")
 EMU = W.root / "emulator"
-CP_EMU = W.root.parent / "cp_attention" / "emulator"
-RUNTIME = W.root.parents[1] / "cuco_tui" / "harness" / "runtime"
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None or platform.machine() not in ("x86_64", "AMD64"),
-                               reason="runs the candidates on the CPU: needs g++ (C++20) on x86-64")
 KINDS = {"bf16": np.uint16, "i32": np.int32, "f32": np.float32}
 DTYPE_CODES = {"bf16": 1, "f32": 3, "i32": 4}  # cuco_abi.h enum cuco_dtype
 
 
-def _ref():
-    spec = importlib.util.spec_from_file_location("moe_emulated_ref", W.reference)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-REF = _ref()
+REF = load_reference(W.reference)
 
 CANDIDATES = [  # (name, strategy or None for the seed, knobs)
     ("seed", None, None),
@@ -92,29 +79,16 @@ def _source(strategy, knobs, book):
 
 def emulated_source(src):
     """A rendered candidate for the emulator: launches rewritten, the MoE driver after it."""
-    return _rewrite_launches(src) + '\n#include "moe_main.inc"\n'
+    return rewrite_launches(src) + '\n#include "moe_main.inc"\n'
 
 
-def compile_emulated(sources, root):
-    """{name: C++ source} -> {name: binary}, compiled in parallel."""
-    jobs = {}
-    for name, text in sources.items():
-        (root / f"{name}.cpp").write_text(text)
-        cmd = ["g++", "-std=c++20", "-O2", "-pthread", "-fno-strict-aliasing", "-D__CUDACC__",
-               f"-I{CP_EMU / 'stubs'}", f"-I{CP_EMU}", f"-I{EMU}", f"-I{RUNTIME}", str(root / f"{name}.cpp"),
-               "-o", str(root / name)]
-        jobs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for name, job in jobs.items():
-        _, err = job.communicate()
-        assert job.returncode == 0, f"{name}:\n{err[-4000:]}"
-    return {name: root / name for name in jobs}
 
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
     root = tmp_path_factory.mktemp("moe_e2e")
     book = _book()
-    return compile_emulated({name: emulated_source(_source(s, k, book)) for name, s, k in CANDIDATES}, root)
+    return compile_emulated({name: emulated_source(_source(s, k, book)) for name, s, k in CANDIDATES}, root, (EMU,))
 
 
 def _inputs(dims, world, seed):
@@ -226,7 +200,7 @@ def test_a_missing_wait_fails(tmp_path):
         src = _source(strategy, knobs, book)
         assert wait in src, name
         sources[name] = emulated_source(src.replace(wait, ""))
-    binaries = compile_emulated(sources, tmp_path)
+    binaries = compile_emulated(sources, tmp_path, (EMU,))
     world, dims, _ = SHAPES[0]
     for name, (_, _, _, why) in MUTANTS.items():
         failures = 0

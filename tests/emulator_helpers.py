@@ -1,0 +1,99 @@
+"""Running rendered candidates on the CPU emulator (workloads/cp_attention/emulator): the launch
+rewrite, the compile, and the marker for machines that cannot. Shared by the emulated tests of
+every workload; each workload brings its own driver (an .inc included after the candidate)."""
+
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CP_EMU = ROOT / "workloads" / "cp_attention" / "emulator"
+RUNTIME = ROOT / "cuco_tui" / "harness" / "runtime"
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None or platform.machine() not in ("x86_64", "AMD64"),
+                               reason="runs CUDA code on the CPU: needs g++ (C++20) on x86-64")
+
+
+def _match(text, at):
+    """Offset of the bracket closing the one at `at`."""
+    pairs = {"(": ")", "[": "]", "{": "}", "<": ">"}
+    want = [pairs[text[at]]]
+    for k in range(at + 1, len(text)):
+        ch = text[k]
+        if want[-1] == ">" and ch == ">":
+            want.pop()
+        elif ch in "([{" or (ch == "<" and want[-1] == ">"):
+            want.append(pairs[ch])
+        elif ch in ")]}" and ch == want[-1]:
+            want.pop()
+        if not want:
+            return k
+    raise ValueError(f"no bracket closes offset {at}")
+
+
+def _split_top(text):
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return parts + [cur.strip()]
+
+
+def rewrite_launches(text):
+    """kernel<<<grid, block, smem, stream>>>(args) -> emu_enqueue_kernel("kernel", stream, grid, block,
+    kernel, args): the emulator runs it on that stream's thread."""
+    out, pos = [], 0
+    while (at := text.find("<<<", pos)) >= 0:
+        j = at
+        while text[j - 1].isspace():
+            j -= 1
+        if text[j - 1] == ">":  # template arguments
+            depth, j = 0, j - 1
+            while True:
+                depth += text[j] == ">"
+                depth -= text[j] == "<"
+                if depth == 0:
+                    break
+                j -= 1
+        start = j
+        while text[start - 1].isalnum() or text[start - 1] in "_:":
+            start -= 1
+        kernel = text[start:at].strip()
+        close = text.index(">>>", at)
+        config = _split_top(text[at + 3:close])
+        paren = close + 3
+        while text[paren].isspace():
+            paren += 1
+        assert text[paren] == "(", kernel
+        end = _match(text, paren)
+        args = text[paren + 1:end].strip()
+        stream = config[3] if len(config) > 3 else "nullptr"
+        call = (f'emu_enqueue_kernel("{kernel}", {stream}, dim3({config[0]}), dim3({config[1]}), {kernel}'
+                + (f", {args}" if args else "") + ")")
+        out.append(text[pos:start] + call)
+        pos = end + 1
+    return "".join(out) + text[pos:]
+
+
+def compile_emulated(sources: dict[str, str], root: Path, includes: tuple[Path, ...] = ()) -> dict[str, Path]:
+    """{name: C++ source} -> {name: binary}, compiled in parallel against the emulator's stubs,
+    the emulator, `includes` (a workload's driver folder) and the harness runtime headers."""
+    jobs = {}
+    for name, text in sources.items():
+        (root / f"{name}.cpp").write_text(text)
+        cmd = ["g++", "-std=c++20", "-O2", "-pthread", "-fno-strict-aliasing", "-D__CUDACC__",
+               f"-I{CP_EMU / 'stubs'}", f"-I{CP_EMU}", *[f"-I{p}" for p in includes], f"-I{RUNTIME}",
+               str(root / f"{name}.cpp"), "-o", str(root / name)]
+        jobs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for name, job in jobs.items():
+        _, err = job.communicate()
+        assert job.returncode == 0, f"{name}:\n{err[-4000:]}"
+    return {name: root / name for name in jobs}
