@@ -42,6 +42,16 @@ def _gpus(text: str | None) -> list[int] | None:
         raise UsageError(str(exc)) from exc
 
 
+def _share_gpu(args: argparse.Namespace) -> bool:
+    if not args.share_gpu:
+        return False
+    if args.gpus and len(_gpus(args.gpus) or []) > 1:
+        raise UsageError("--share-gpu puts every rank on one GPU: name one with --gpus, e.g. --gpus 0")
+    if getattr(args, "shapes", None):
+        raise UsageError("--share-gpu checks correctness only and times nothing: drop --shapes")
+    return True
+
+
 def _workload(name: str):
     try:
         return load_workload(name)
@@ -100,7 +110,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     workload = _workload(args.workload)
     options = EvalOptions(
         gpus=_gpus(args.gpus), world=args.world, bench=not args.no_bench,
-        shapes=tuple(s for s in (args.shapes or "").split(",") if s),
+        shapes=tuple(s for s in (args.shapes or "").split(",") if s), share_gpu=_share_gpu(args),
     )
     err = Console(stderr=True)
     progress = None if args.json else (lambda p: err.print(f"[dim]L{int(p.level)}[/dim] {p.message}"))
@@ -163,10 +173,10 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         raise UsageError("say what to test: --faults")
     workload = _workload(args.workload)
     inv = inventory()
-    if inv.count < min(workload.world_sizes):
+    if inv.count < (1 if args.share_gpu else min(workload.world_sizes)):
         raise UsageError(f"the fault suite runs candidates on GPUs; this machine has {inv.count} ({inv.problem})")
     options = EvalOptions(gpus=_gpus(args.gpus), world=args.world,
-                          first_launch_timeout_s=args.launch_timeout)
+                          first_launch_timeout_s=args.launch_timeout, share_gpu=_share_gpu(args))
     err = Console(stderr=True)
     only = tuple(s for s in (args.only or "").split(",") if s)
     checks = run_fault_suite(workload, options, only, say=lambda s: err.print(f"[dim]{s}[/dim]"))
@@ -204,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--shapes", help="comma-separated bench shape names to measure (default: all)")
     e.add_argument("--no-bench", action="store_true", help="stop after verification (L2)")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
+    e.add_argument("--share-gpu", action="store_true",
+                    help="run every rank on one GPU (the one --gpus names, else 0): checks correctness "
+                         "on a machine with fewer GPUs than ranks; times nothing")
     e.set_defaults(fn=cmd_eval)
 
     b = sub.add_parser("baseline", help="measure the workload's reference and its ceilings")
@@ -222,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--gpus")
     st.add_argument("--world", type=int)
     st.add_argument("--only", help="comma-separated fault names")
+    st.add_argument("--share-gpu", action="store_true",
+                    help="run every rank on one GPU (the one --gpus names, else 0): checks correctness "
+                         "on a machine with fewer GPUs than ranks; times nothing")
     st.add_argument("--launch-timeout", type=float, default=10.0,
                     help="time limit of a candidate's first launch, in seconds (default 10)")
     st.set_defaults(fn=cmd_selftest)

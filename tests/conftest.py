@@ -19,9 +19,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    # Tests share one build cache per session (compiles are slow) but never the user's.
+    # Tests share one build cache per session (compiles are slow) but never the user's, unless
+    # CUCO_TEST_CACHE_DIR names one (scripts/gpu-tests.sh: a cache a device call warmed in parallel).
     cache = tmp_path_factory.getbasetemp() / "cuco-cache"
-    monkeypatch.setenv("CUCO_CACHE_DIR", str(cache / "build"))
+    monkeypatch.setenv("CUCO_CACHE_DIR", os.environ.get("CUCO_TEST_CACHE_DIR") or str(cache / "build"))
     yield
 
 

@@ -193,3 +193,58 @@ def test_a_failure_of_the_back_to_back_launches_is_named_so():
     assert r.status == Status.INCORRECT
     assert r.verifications[0].shape.endswith(" back to back, 2nd")
     assert "back to back" in r.reason
+
+
+def _one_gpu(monkeypatch):
+    from cuco_tui.evaluate import cascade
+    from cuco_tui.harness.gpus import GpuInfo, GpuInventory
+
+    monkeypatch.setattr(cascade, "inventory", lambda: GpuInventory((GpuInfo(0, "NVIDIA H100", 81559, 132),)))
+
+
+def test_a_one_gpu_machine_cannot_run_two_ranks_unless_asked_to_share(monkeypatch):
+    from cuco_tui.evaluate.cascade import choose_gpus
+
+    _one_gpu(monkeypatch)
+    gpus, why = choose_gpus(W, EvalOptions(world=2))
+    assert gpus == [] and "needs 2 GPUs" in why
+    assert choose_gpus(W, EvalOptions(share_gpu=True)) == ([0, 0], "")  # the workload's smallest world
+    assert choose_gpus(W, EvalOptions(world=4, share_gpu=True)) == ([0, 0, 0, 0], "")
+    gpus, why = choose_gpus(W, EvalOptions(gpus=[3], world=2, share_gpu=True))
+    assert gpus == [] and "GPU 3 does not exist" in why
+
+
+def test_a_shared_gpu_run_verifies_and_never_times():
+    from cuco_tui.evaluate.cascade import make_plan
+
+    own = make_plan(W, None, EvalOptions(world=2), "evaluate")
+    shared = make_plan(W, None, EvalOptions(world=2, share_gpu=True), "evaluate")
+    assert any(s["level"] == "bench" for s in own["shapes"])
+    assert shared["shapes"] and all(s["level"] == "verify" for s in shared["shapes"])
+    assert shared["shared_gpu"] and not own["shared_gpu"]
+
+
+def test_a_shared_gpu_result_says_so():
+    run = _recorded("measured", [0, 0])
+    for o in run.ranks:  # the verification part of a real run, without its timings
+        o.events = [e for e in o.events if e.get("event") != "timing" and e.get("level") != "bench"]
+    r = interpret(run, W, dict(BASE, gpus=[0, 0]))
+    assert r.status == Status.MEASURED and r.level == Level.VERIFY
+    assert "every rank on one GPU: nothing timed" in r.reason
+
+
+@needs_nvcc
+def test_eval_share_gpu_on_a_machine_without_gpus_stops_at_no_gpu(no_gpu, capsys):
+    from cuco_tui.cli import main
+
+    assert main(["eval", str(W.seed), "--share-gpu", "--no-bench"]) == 0
+    assert "no_gpu" in capsys.readouterr().out.lower().replace(" ", "_")
+
+
+def test_share_gpu_takes_one_gpu_and_no_shapes(capsys):
+    from cuco_tui.cli import main
+
+    assert main(["eval", str(W.seed), "--share-gpu", "--gpus", "0,1"]) != 0
+    assert "one GPU" in capsys.readouterr().err
+    assert main(["eval", str(W.seed), "--share-gpu", "--shapes", "short-seq"]) != 0
+    assert "times nothing" in capsys.readouterr().err

@@ -32,3 +32,19 @@ def test_fault_compiles_unless_it_is_the_compile_error(path, tmp_path_factory):
     cache = BuildCache(tmp_path_factory.getbasetemp() / "fault-cache")
     r = compile_candidate(path, discover(), cache)
     assert r.ok == (path.stem != "compile_error"), "\n".join(d.render() for d in r.diagnostics)
+
+
+def test_a_fault_that_needs_more_ranks_is_skipped_and_said_so(monkeypatch):
+    from cuco_tui.evaluate import selftest
+    from cuco_tui.evaluate.cascade import EvalOptions
+
+    assert load_expectations(W)["cycle_of_three"]["min_world"] == 3
+    monkeypatch.setattr(selftest, "choose_gpus", lambda workload, options: ([0, 1], ""))
+
+    def never(*args, **kwargs):
+        raise AssertionError("a fault that needs 3 ranks was evaluated on 2")
+
+    monkeypatch.setattr(selftest, "evaluate", never)
+    said = []
+    checks = selftest.run_fault_suite(W, EvalOptions(world=2), only=("cycle_of_three",), say=said.append)
+    assert checks == [] and said == ["cycle_of_three: skipped, it needs 3 ranks at least and this run has 2"]

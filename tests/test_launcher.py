@@ -90,3 +90,31 @@ def test_children_get_the_multicast_off_environment(tmp_path):
     env = run.ranks[0].last("env")
     assert env == {"event": "env", "NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1",
                    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+
+
+def _dump_env_script(tmp_path: Path) -> Path:
+    script = tmp_path / "hostid.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "rank = int(sys.argv[4])\n"
+        "rundir = json.load(open(sys.argv[2]))['rundir']\n"
+        "open(os.path.join(rundir, f'rank{rank}.jsonl'), 'w').write("
+        "json.dumps({'event': 'env', 'hostid': os.environ.get('NCCL_HOSTID')}) + '\\n')\n"
+    )
+    return script
+
+
+def test_ranks_sharing_a_gpu_are_separate_hosts_to_nccl(tmp_path, monkeypatch):
+    # NCCL refuses two ranks on one GPU of one host: each rank gets a host id of its own.
+    monkeypatch.delenv("NCCL_HOSTID", raising=False)
+    argv = [sys.executable, str(_dump_env_script(tmp_path))]
+    run = run_group({"nonce": 7}, [0, 0, 0], tmp_path / "shared", deadline_s=30, worker_argv=argv)
+    ids = [r.last("env")["hostid"] for r in run.ranks]
+    assert all(ids) and len(set(ids)) == 3, ids
+
+
+def test_ranks_on_their_own_gpus_keep_one_host(tmp_path, monkeypatch):
+    monkeypatch.delenv("NCCL_HOSTID", raising=False)
+    argv = [sys.executable, str(_dump_env_script(tmp_path))]
+    run = run_group({"nonce": 7}, [0, 1], tmp_path / "own", deadline_s=30, worker_argv=argv)
+    assert [r.last("env")["hostid"] for r in run.ranks] == [None, None]

@@ -53,6 +53,9 @@ class EvalOptions:
     shapes: tuple[str, ...] = ()  # restrict L3 to these bench shape names
     trace: bool = True  # wait trace points on (off only to measure what they cost)
     trace_ab: bool = False  # at bench shapes, also time the candidate with tracing on and off, interleaved
+    # Every rank on one GPU (the first of `gpus`, else GPU 0): checks correctness on a machine
+    # with fewer GPUs than ranks. It never times (ranks sharing one GPU time-slice it).
+    share_gpu: bool = False
 
 
 ProgressFn = Callable[[Progress], None]
@@ -68,6 +71,11 @@ def choose_gpus(workload: Workload, options: EvalOptions) -> tuple[list[int], st
     inv = inventory()
     if inv.count == 0:
         return [], f"no_gpu: {inv.problem or 'no GPU found'}"
+    if options.share_gpu:
+        gpu = options.gpus[0] if options.gpus else 0
+        if gpu >= inv.count:
+            return [], f"GPU {gpu} does not exist: this machine has {inv.count} (0-{inv.count - 1})"
+        return [gpu] * (options.world or min(workload.world_sizes)), ""
     if options.gpus:
         missing = [g for g in options.gpus if g >= inv.count]
         if missing:
@@ -85,12 +93,22 @@ def choose_gpus(workload: Workload, options: EvalOptions) -> tuple[list[int], st
     return gpus, ""
 
 
+def shared_gpu_note(gpus: list[int]) -> Diagnostic:
+    where = ", ".join(sorted({str(g) for g in gpus}))
+    return Diagnostic(
+        level=int(Level.VERIFY), severity="note", code="shared_gpu",
+        message=(f"{len(gpus)} ranks shared GPU {where}: a correctness check only. NCCL treats the ranks as "
+                 "separate hosts and moves their data through host sockets, so nothing was timed, and "
+                 "device-initiated communication (NCCL LSA or GIN, NVSHMEM) cannot reach a peer: a candidate "
+                 "that relies on it fails here and needs one GPU per rank."))
+
+
 def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mode: str) -> dict[str, Any]:
     shapes: list[dict[str, Any]] = []
     if mode == "evaluate":
         for i, s in enumerate(workload.verify_shapes):
             shapes.append({"name": s.name, "dims": s.dims, "level": "verify", "checks": options.verify_checks, "index": i})
-    if mode == "baseline" or options.bench:
+    if mode == "baseline" or (options.bench and not options.share_gpu):
         for i, s in enumerate(workload.bench_shapes):
             if options.shapes and s.name not in options.shapes:
                 continue
@@ -111,6 +129,7 @@ def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mo
         "nonce": secrets.randbelow(1 << 30),
         "trace_slots": 4096 if options.trace else 0,
         "trace_ab": bool(options.trace_ab and options.trace),
+        "shared_gpu": options.share_gpu,
     }
 
 
@@ -199,6 +218,10 @@ def evaluate(
                           message=f"the candidate includes cuco_attn.h, and {problem}")
         return CascadeResult(**base | {"diagnostics": diags + [diag]}, status=Status.RUNTIME_ERROR,
                              level=Level.COMPILE, reason=f"cannot run: the harness attention library is missing: {problem}")
+
+    if len(set(gpus)) < len(gpus):
+        diags = diags + [shared_gpu_note(gpus)]
+        base["diagnostics"] = diags
 
     # L2 + L3 in one group run: the workers verify at the verify size first and stop there
     # on any failure, so L3 is only entered by a candidate that passed L2.
@@ -353,8 +376,10 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> Casc
         return CascadeResult(**common, status=Status.RUNTIME_ERROR, level=level, diagnostics=diags,
                              reason="the run ended before every shape was measured" + released)
     if not timings:
+        gpus = list(base.get("gpus", []))
+        why = ("every rank on one GPU: nothing timed" if len(set(gpus)) < len(gpus) else "benchmark not requested")
         return CascadeResult(**common, status=Status.MEASURED, level=Level.VERIFY, diagnostics=diags,
-                             reason="verified (benchmark not requested)" + released)
+                             reason=f"verified ({why})" + released)
     geo = math.prod(t.speedup for t in timings) ** (1 / len(timings))
     return CascadeResult(**common, status=Status.MEASURED, level=Level.BENCHMARK, diagnostics=diags,
                          timings=timings,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from cuco_tui.evaluate.cascade import EvalOptions, evaluate
+from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus, evaluate
 from cuco_tui.evaluate.result import CascadeResult, Status
 from cuco_tui.workload.manifest import Workload
 
@@ -55,8 +55,12 @@ def run_fault_suite(workload: Workload, options: EvalOptions, only: tuple[str, .
     expectations = load_expectations(workload)
     checks = []
     verify_only = EvalOptions(**{**options.__dict__, "bench": False})
+    world = len(choose_gpus(workload, options)[0])
     for name, want in expectations.items():
         if only and name not in only:
+            continue
+        if world and world < int(want.get("min_world", 1)):
+            say(f"{name}: skipped, it needs {want['min_world']} ranks at least and this run has {world}")
             continue
         path = workload.root / "faults" / f"{name}.cu"
         say(f"{name}: evaluating")

@@ -132,14 +132,18 @@ def run_group(
     outcomes: list[RankOutcome] = []
     tails = []
     start = time.monotonic()
+    shared = len(set(gpus)) < len(gpus)
     try:
         for rank, gpu in enumerate(gpus):
+            # NCCL refuses two ranks on one GPU of one host; a host id of their own per rank makes
+            # them separate hosts to it, joined through sockets (a correctness check, see --share-gpu).
+            extra = {"NCCL_HOSTID": f"cuco-{plan.get('nonce', 0)}-rank{rank}"} if shared else None
             out = open(rundir / f"rank{rank}.stdout", "wb")
             err = open(rundir / f"rank{rank}.stderr", "wb")
             proc = subprocess.Popen(
                 argv + ["--plan", str(plan_path), "--rank", str(rank)],
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                env=child_env(), start_new_session=True,
+                env=child_env(extra), start_new_session=True,
             )
             out.close()
             err.close()

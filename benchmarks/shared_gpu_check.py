@@ -1,0 +1,156 @@
+"""Correctness of every workload's seed and strategy templates with all ranks on one GPU
+(`--share-gpu`): verification at each verify shape, the back-to-back launches included, at
+world sizes 2 and 4 (8 with --worlds), on a machine with a single GPU. Nothing is timed.
+
+Communication between ranks that share a GPU goes through NCCL's socket transport and CUDA
+IPC mappings of one device, so this finds wrong indexing, missing stream ordering within a
+rank, init and teardown errors and reference mismatches before a multi-GPU host is at hand;
+it cannot see races that need two GPUs' real concurrency, and device-initiated NCCL (LSA, GIN)
+or NVSHMEM code is skipped (it needs one GPU per rank).
+
+  python benchmarks/shared_gpu_check.py --out DIR [--jobs 2] [--worlds 2,4] [--sweep] [WORKLOAD ...]
+
+Evaluations run `--jobs` at a time on the GPU; a candidate that fails is evaluated once more
+alone, so that a failure caused by sharing the GPU with another group is told apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuco_tui.agents.offline import StrategyBook
+from cuco_tui.build import BuildCache, compile_candidate
+from cuco_tui.build.attention import ensure_library
+from cuco_tui.build.toolchain import discover
+from cuco_tui.evaluate.cascade import EvalOptions, evaluate
+from cuco_tui.evaluate.result import CascadeResult, Status
+from cuco_tui.workload.manifest import list_workloads, load_workload
+
+DEVICE_INITIATED = re.compile(r"\bncclDevComm\b|ncclGetLsaPointer|ncclGetPeerPointer|\bnvshmem")
+
+
+@dataclass
+class Job:
+    workload: str
+    world: int
+    label: str
+    path: Path
+
+
+def sources(name: str, dest: Path, sweep: bool) -> list[tuple[str, Path]]:
+    """The seed, the hand-written candidates and every strategy at its default knobs (with
+    `sweep`, also at each value of each knob, one at a time), identical renders once."""
+    w = load_workload(name)
+    out: dict[str, str] = {"seed": w.seed.read_text()}
+    cands = w.root / "candidates"
+    if cands.is_dir():
+        for p in sorted(cands.glob("*.cu")):
+            out[p.stem] = p.read_text()
+    book = StrategyBook.load(w.root, w.seed)
+    for s in book.strategies:
+        for knobs in (s.one_knob_changes() if sweep else [s.default_knobs()]):
+            tag = "_".join(str(v) for v in knobs.values())
+            out[f"{s.name}[{tag}]" if sweep and tag else s.name] = book.render(s, knobs)
+    seen: set[str] = set()
+    files = []
+    dest.mkdir(parents=True, exist_ok=True)
+    for label, text in out.items():
+        if text in seen:
+            continue
+        seen.add(text)
+        path = dest / (re.sub(r"[^A-Za-z0-9_.-]+", "_", label) + ".cu")
+        path.write_text(text)
+        files.append((label, path))
+    return files
+
+
+def summary(r: CascadeResult, seconds: float, alone: bool) -> dict:
+    labels = [v.shape for v in r.verifications]
+    return {
+        "status": r.status.value, "level": int(r.level), "ok": r.status == Status.MEASURED, "reason": r.reason,
+        "checks": len(labels), "back_to_back_checks": sum("back to back" in s for s in labels),
+        "worst_rel_error": max((v.max_rel_error for v in r.verifications), default=None),
+        "errors": [d.render() for d in r.diagnostics if d.severity == "error"][:5],
+        "deadlock_report": r.deadlock_report[:3000], "seconds": round(seconds, 1), "alone": alone,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("workloads", nargs="*", help="default: every workload")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--worlds", default="2,4", help="world sizes to check, those the workload allows (default 2,4)")
+    ap.add_argument("--jobs", type=int, default=2, help="evaluations at a time on the GPU (default 2)")
+    ap.add_argument("--sweep", action="store_true", help="every value of every knob, one at a time")
+    ap.add_argument("--gpu", type=int, default=0)
+    ap.add_argument("--build-jobs", type=int, default=12, help="parallel nvcc runs before the checks (default 12)")
+    args = ap.parse_args(argv)
+    worlds = [int(x) for x in args.worlds.split(",") if x]
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    jobs: list[Job] = []
+    skipped: list[dict] = []
+    for name in args.workloads or list_workloads():
+        w = load_workload(name)
+        for label, path in sources(name, args.out / "rendered" / name, args.sweep):
+            if DEVICE_INITIATED.search(path.read_text()):
+                skipped.append({"workload": name, "label": label, "why": "device-initiated: needs one GPU per rank"})
+                continue
+            for world in worlds:
+                if world in w.world_sizes:
+                    jobs.append(Job(name, world, label, path))
+
+    # Compile everything first, in parallel: the evaluations then find their builds in the cache.
+    toolchain, cache = discover(), BuildCache()
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max(1, args.build_jobs)) as pool:
+        library = pool.submit(ensure_library, toolchain, cache)
+        paths = list(dict.fromkeys(j.path for j in jobs))
+        built = list(pool.map(lambda p: compile_candidate(p, toolchain, cache).ok, paths))
+        lib = library.result()
+    print(f"built {sum(built)} of {len(paths)} sources in {time.monotonic() - t0:.0f} s; attention library: "
+          f"{lib.path if lib.ok else lib.problem}", flush=True)
+
+    def run(job: Job, alone: bool = False) -> dict:
+        t0 = time.monotonic()
+        opts = EvalOptions(gpus=[args.gpu], world=job.world, share_gpu=True, bench=False)
+        r = evaluate(job.path, load_workload(job.workload), opts)
+        return summary(r, time.monotonic() - t0, alone)
+
+    results: dict[tuple[str, int, str], dict] = {}
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        for job, res in zip(jobs, pool.map(run, jobs)):
+            results[(job.workload, job.world, job.label)] = res
+            print(f"{'ok  ' if res['ok'] else 'FAIL'} {res['seconds']:5.1f} s  {job.workload} W={job.world} "
+                  f"{job.label}: {res['reason'][:160]}", flush=True)
+    for job in jobs:  # a failure beside another group: once more, alone
+        key = (job.workload, job.world, job.label)
+        if not results[key]["ok"] and args.jobs > 1:
+            res = run(job, alone=True)
+            res["first_try"] = results[key]
+            results[key] = res
+            print(f"{'ok  ' if res['ok'] else 'FAIL'} {res['seconds']:5.1f} s  {job.workload} W={job.world} "
+                  f"{job.label} (alone): {res['reason'][:160]}", flush=True)
+
+    rows = [{"workload": k[0], "world": k[1], "label": k[2], **v} for k, v in results.items()]
+    failed = [r for r in rows if not r["ok"]]
+    (args.out / "shared_gpu_check.json").write_text(json.dumps(
+        {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv, "seconds": round(time.monotonic() - t0, 1),
+         "results": rows, "skipped": skipped}, indent=1))
+    for s in skipped:
+        print(f"skip {s['workload']} {s['label']}: {s['why']}")
+    print(f"{len(rows) - len(failed)} of {len(rows)} verified with every rank on GPU {args.gpu}, "
+          f"{len(skipped)} skipped, {time.monotonic() - t0:.0f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""GPU tests that need one GPU only: every rank of a group on the same GPU (`--share-gpu`).
+
+What they check is the product's single-GPU path: each workload's seed verifies against its
+reference with two and four ranks sharing the GPU, the back-to-back launches included, and
+the result says that nothing was timed and why a device-initiated candidate cannot pass there."""
+
+import pytest
+
+from cuco_tui.evaluate.cascade import EvalOptions, evaluate
+from cuco_tui.evaluate.result import Level, Status
+from cuco_tui.workload.manifest import list_workloads, load_workload
+
+pytestmark = pytest.mark.gpu
+
+
+def _explain(r) -> str:
+    return "\n".join([r.reason, r.deadlock_report] + [d.render() for d in r.diagnostics])
+
+
+def _shared(world: int) -> EvalOptions:
+    return EvalOptions(gpus=[0], world=world, share_gpu=True)
+
+
+@pytest.mark.parametrize("name", list_workloads())
+def test_the_seed_verifies_with_two_ranks_on_one_gpu(name):
+    w = load_workload(name)
+    r = evaluate(w.seed, w, _shared(2))
+    assert r.status == Status.MEASURED and r.level == Level.VERIFY, _explain(r)
+    assert "nothing timed" in r.reason and not r.timings
+    assert r.gpus == [0, 0]
+    labels = [v.shape for v in r.verifications]
+    assert all(v.ok for v in r.verifications)
+    assert sum("back to back" in s for s in labels) >= 2 * len(w.verify_shapes), labels
+    assert any(d.code == "shared_gpu" for d in r.diagnostics)
+
+
+@pytest.mark.parametrize("name", [n for n in list_workloads() if 4 in load_workload(n).world_sizes])
+def test_the_seed_verifies_with_four_ranks_on_one_gpu(name):
+    w = load_workload(name)
+    r = evaluate(w.seed, w, _shared(4))
+    assert r.status == Status.MEASURED and r.level == Level.VERIFY, _explain(r)
+    assert r.world == 4 and all(v.ok for v in r.verifications)
+
+
+def test_a_device_initiated_candidate_fails_there_with_the_reason():
+    w = load_workload("gemm_allgather")
+    r = evaluate(w.root / "candidates" / "lsa_allgather.cu", w,
+                 EvalOptions(gpus=[0], world=2, share_gpu=True, first_launch_timeout_s=10.0))
+    assert not r.status.ok
+    note = next(d for d in r.diagnostics if d.code == "shared_gpu")
+    assert "device-initiated" in note.message and "one GPU per rank" in note.message
