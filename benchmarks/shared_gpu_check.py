@@ -79,6 +79,8 @@ def summary(r: CascadeResult, seconds: float, alone: bool) -> dict:
         "worst_rel_error": max((v.max_rel_error for v in r.verifications), default=None),
         "errors": [d.render() for d in r.diagnostics if d.severity == "error"][:5],
         "deadlock_report": r.deadlock_report[:3000], "seconds": round(seconds, 1), "alone": alone,
+        "stderr": {} if r.status == Status.MEASURED else
+                  {k: v[-1500:] for k, v in r.logs.items() if k.startswith("rank")},
     }
 
 
@@ -126,9 +128,18 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict[tuple[str, int, str], dict] = {}
     t0 = time.monotonic()
+
+    def dump() -> list[dict]:  # after every result: a step cut off at its time limit keeps what it had
+        rows = [{"workload": k[0], "world": k[1], "label": k[2], **v} for k, v in results.items()]
+        (args.out / "shared_gpu_check.json").write_text(json.dumps(
+            {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv, "seconds": round(time.monotonic() - t0, 1),
+             "results": rows, "skipped": skipped}, indent=1))
+        return rows
+
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         for job, res in zip(jobs, pool.map(run, jobs)):
             results[(job.workload, job.world, job.label)] = res
+            dump()
             print(f"{'ok  ' if res['ok'] else 'FAIL'} {res['seconds']:5.1f} s  {job.workload} W={job.world} "
                   f"{job.label}: {res['reason'][:160]}", flush=True)
     for job in jobs:  # a failure beside another group: once more, alone
@@ -137,14 +148,12 @@ def main(argv: list[str] | None = None) -> int:
             res = run(job, alone=True)
             res["first_try"] = results[key]
             results[key] = res
+            dump()
             print(f"{'ok  ' if res['ok'] else 'FAIL'} {res['seconds']:5.1f} s  {job.workload} W={job.world} "
                   f"{job.label} (alone): {res['reason'][:160]}", flush=True)
 
-    rows = [{"workload": k[0], "world": k[1], "label": k[2], **v} for k, v in results.items()]
+    rows = dump()
     failed = [r for r in rows if not r["ok"]]
-    (args.out / "shared_gpu_check.json").write_text(json.dumps(
-        {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv, "seconds": round(time.monotonic() - t0, 1),
-         "results": rows, "skipped": skipped}, indent=1))
     for s in skipped:
         print(f"skip {s['workload']} {s['label']}: {s['why']}")
     print(f"{len(rows) - len(failed)} of {len(rows)} verified with every rank on GPU {args.gpu}, "
