@@ -2,6 +2,7 @@
 from event files recorded on the 2 x H200 host (tests/data/runs/*, 2026-11-23)."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -248,3 +249,13 @@ def test_share_gpu_takes_one_gpu_and_no_shapes(capsys):
     assert "one GPU" in capsys.readouterr().err
     assert main(["eval", str(W.seed), "--share-gpu", "--shapes", "short-seq"]) != 0
     assert "times nothing" in capsys.readouterr().err
+
+
+def test_two_runs_of_one_source_started_in_the_same_second_get_their_own_folders(tmp_path):
+    from cuco_tui.evaluate.cascade import new_rundir
+
+    # The same candidate at two world sizes at once once shared a folder: one group read the
+    # other's half-written plan and joined its NCCL group.
+    a, b = new_rundir(tmp_path, "seed-0123abcd"), new_rundir(tmp_path, "seed-0123abcd")
+    assert a != b and a.is_dir() and b.is_dir() and a.parent == b.parent == tmp_path
+    assert a.name.startswith(time.strftime("%Y%m%d-")) and "-seed-0123abcd-" in a.name

@@ -5,15 +5,14 @@ perfect overlap approaches: max(T_compute, T_comm) and max(T_compute, bytes / pe
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cuco_tui.build import BuildCache
 from cuco_tui.build.toolchain import discover
-from cuco_tui.evaluate.cascade import (EvalOptions, choose_gpus, harness_libraries, make_plan, reference_messages,
-                                      run_deadline, runs_root)
+from cuco_tui.evaluate.cascade import (EvalOptions, choose_gpus, harness_libraries, make_plan, new_rundir,
+                                      reference_messages, run_deadline, runs_root)
 from cuco_tui.evaluate.result import Spread
 from cuco_tui.harness.launcher import run_group
 from cuco_tui.workload.manifest import Workload
@@ -96,7 +95,7 @@ def measure_baseline(workload: Workload, options: EvalOptions = EvalOptions(), r
     preload, _, note = harness_libraries(workload, None, discover(), cache, lambda p: None)
     plan = make_plan(workload, None, options, "baseline") | {"preload": preload, "notes": [note] if note else []}
     root = run_root or runs_root(options, cache)
-    rundir = root / f"{time.strftime('%Y%m%d-%H%M%S')}-baseline-{workload.name}"
+    rundir = new_rundir(root, f"baseline-{workload.name}")
     group = run_group(plan, gpus, rundir, run_deadline(plan))
     problems = [f"rank {o.rank}: {e['message']}" for o in group.ranks for e in o.of("error") + o.of("timeout")]
     if problems or not all(o.last("done") for o in group.ranks):

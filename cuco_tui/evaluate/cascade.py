@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,14 @@ def choose_gpus(workload: Workload, options: EvalOptions) -> tuple[list[int], st
             return [], f"world size {world} needs {world} GPUs; this machine has {inv.count}"
         gpus = list(range(world))
     return gpus, ""
+
+
+def new_rundir(root: Path, name: str) -> Path:
+    """A run folder of its own: two groups started in the same second on the same source (the
+    same candidate at two world sizes, or re-measured beside itself) must not share plan,
+    NCCL id and event files."""
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-{name}-", dir=root))
 
 
 def shared_gpu_note(gpus: list[int]) -> Diagnostic:
@@ -226,7 +235,7 @@ def evaluate(
     # L2 + L3 in one group run: the workers verify at the verify size first and stop there
     # on any failure, so L3 is only entered by a candidate that passed L2.
     plan = make_plan(workload, build.library, options, "evaluate") | {"preload": preload, "notes": [note] if note else []}
-    rundir = runs_root(options, cache) / f"{time.strftime('%Y%m%d-%H%M%S')}-{candidate.stem}-{sha[:8]}"
+    rundir = new_rundir(runs_root(options, cache), f"{candidate.stem}-{sha[:8]}")
     say(Progress(Level.VERIFY, f"running on GPUs {','.join(map(str, gpus))}"))
 
     def on_event(e: dict[str, Any]) -> None:
