@@ -85,7 +85,8 @@ def run_fault_suite(workload: Workload, options: EvalOptions, only: tuple[str, .
             healthy = after.status == Status.MEASURED
             if not healthy:
                 problems.append(f"the seed failed on the same GPUs right after: {after.reason}")
-        say(f"{name}: {result.status.value} in {time.monotonic() - t0:.1f} s" + ("" if not problems else " PROBLEM"))
+        verdict = "" if not problems else " PROBLEM: " + "; ".join(problems)
+        say(f"{name}: {result.status.value} in {time.monotonic() - t0:.1f} s{verdict}")
         checks.append(FaultCheck(name, want["status"], result.status.value, tuple(want.get("says", [])),
                                  result.reason, result.deadlock_report, detection, limit, healthy, tuple(problems)))
     return checks

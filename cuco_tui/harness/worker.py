@@ -307,8 +307,18 @@ class Rank:
                 continue
             if not self.candidate_shape(shape):
                 break
+        self.close_group()
         self.log.emit("done")
         return EXIT_OK
+
+    def close_group(self) -> None:
+        # Where a transport hands a send to a proxy thread (sockets, as when ranks share a GPU;
+        # the network between hosts), the last barrier can complete here before a peer has our
+        # part: exiting at once would leave that peer waiting forever. Destroying the
+        # communicator flushes what is in flight first.
+        self.watchdog.arm(30.0, "closing the harness's NCCL group")
+        self.comm.destroy()
+        self.watchdog.disarm()
 
     def candidate_shape(self, shape: dict[str, Any]) -> bool:
         """Verify (and for bench shapes, time) the candidate at one shape. False: stop the run."""
