@@ -208,7 +208,7 @@ def test_a_one_gpu_machine_cannot_run_two_ranks_unless_asked_to_share(monkeypatc
 
     _one_gpu(monkeypatch)
     gpus, why = choose_gpus(W, EvalOptions(world=2))
-    assert gpus == [] and "needs 2 GPUs" in why
+    assert gpus == [] and "needs 2 GPUs" in why and "--share-gpu" in why
     assert choose_gpus(W, EvalOptions(share_gpu=True)) == ([0, 0], "")  # the workload's smallest world
     assert choose_gpus(W, EvalOptions(world=4, share_gpu=True)) == ([0, 0, 0, 0], "")
     gpus, why = choose_gpus(W, EvalOptions(gpus=[3], world=2, share_gpu=True))

@@ -67,6 +67,9 @@ def runs_root(options: EvalOptions, cache: BuildCache) -> Path:
     return options.run_root or cache.root.parent / "runs"
 
 
+SHARE_HINT = " (--share-gpu checks correctness with every rank on one GPU, without timing)"
+
+
 def choose_gpus(workload: Workload, options: EvalOptions) -> tuple[list[int], str]:
     """The GPU group to run on, or ([], reason) when this machine cannot run the workload."""
     inv = inventory()
@@ -87,9 +90,9 @@ def choose_gpus(workload: Workload, options: EvalOptions) -> tuple[list[int], st
         world = options.world or (max(fitting) if fitting else 0)
         if world == 0:
             return [], (f"{workload.name} needs {min(workload.world_sizes)} GPUs at least; "
-                        f"this machine has {inv.count}")
+                        f"this machine has {inv.count}{SHARE_HINT}")
         if world > inv.count:
-            return [], f"world size {world} needs {world} GPUs; this machine has {inv.count}"
+            return [], f"world size {world} needs {world} GPUs; this machine has {inv.count}{SHARE_HINT}"
         gpus = list(range(world))
     return gpus, ""
 
