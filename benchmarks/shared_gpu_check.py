@@ -31,9 +31,9 @@ from cuco_tui.build.attention import ensure_library
 from cuco_tui.build.toolchain import discover
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate
 from cuco_tui.evaluate.result import CascadeResult, Status
+from cuco_tui.evaluate.shared_gpu import device_initiated
 from cuco_tui.workload.manifest import list_workloads, load_workload
 
-DEVICE_INITIATED = re.compile(r"\bncclDevComm\b|ncclGetLsaPointer|ncclGetPeerPointer|\bnvshmem")
 
 
 @dataclass
@@ -65,7 +65,11 @@ def sources(name: str, dest: Path, sweep: bool) -> list[tuple[str, Path]]:
         if text in seen:
             continue
         seen.add(text)
-        path = dest / (re.sub(r"[^A-Za-z0-9_.-]+", "_", label) + ".cu")
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+        path = dest / f"{stem}.cu"
+        while path in (p for _, p in files):  # two labels that clean up to one name
+            stem += "_"
+            path = dest / f"{stem}.cu"
         path.write_text(text)
         files.append((label, path))
     return files
@@ -105,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, path in sources(name, args.out / "rendered" / name, args.sweep):
             if args.only and label not in args.only.split(","):
                 continue
-            if DEVICE_INITIATED.search(path.read_text()):
+            if device_initiated(path.read_text()):
                 skipped.append({"workload": name, "label": label, "why": "device-initiated: needs one GPU per rank"})
                 continue
             for world in worlds:

@@ -45,11 +45,26 @@ def _gpus(text: str | None) -> list[int] | None:
 def _share_gpu(args: argparse.Namespace) -> bool:
     if not args.share_gpu:
         return False
-    if args.gpus and len(_gpus(args.gpus) or []) > 1:
+    if args.gpus and len(_gpus(args.gpus)) > 1:
         raise UsageError("--share-gpu puts every rank on one GPU: name one with --gpus, e.g. --gpus 0")
     if getattr(args, "shapes", None):
         raise UsageError("--share-gpu checks correctness only and times nothing: drop --shapes")
     return True
+
+
+SHARE_GPU_HELP = ("run every rank on one GPU (the one --gpus names, else 0; --world ranks, else the workload's "
+                  "smallest world): checks correctness on a machine with fewer GPUs than ranks; times nothing")
+SHARE_GPU_HINT = "with fewer GPUs, --share-gpu checks correctness with every rank on one GPU (nothing timed)"
+
+
+def _share_hint(workload, options) -> str:
+    """The --share-gpu hint, where this machine has GPUs but fewer than the group asked for."""
+    from cuco_tui.harness.gpus import inventory
+
+    if options.share_gpu:
+        return ""
+    needed = len(options.gpus) if options.gpus else (options.world or min(workload.world_sizes))
+    return SHARE_GPU_HINT if 0 < inventory().count < needed else ""
 
 
 def _workload(name: str):
@@ -119,6 +134,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=1))
     else:
         _stdout().print(render_result(result))
+    hint = "" if result.status.ok else _share_hint(workload, options)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
     return 0 if result.status.ok else 1
 
 
@@ -165,18 +183,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    from cuco_tui.evaluate.cascade import EvalOptions
+    from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus
     from cuco_tui.evaluate.selftest import run_fault_suite
-    from cuco_tui.harness.gpus import inventory
 
     if not args.faults:
         raise UsageError("say what to test: --faults")
     workload = _workload(args.workload)
-    inv = inventory()
-    if inv.count < (1 if args.share_gpu else min(workload.world_sizes)):
-        raise UsageError(f"the fault suite runs candidates on GPUs; this machine has {inv.count} ({inv.problem})")
     options = EvalOptions(gpus=_gpus(args.gpus), world=args.world,
                           first_launch_timeout_s=args.launch_timeout, share_gpu=_share_gpu(args))
+    gpus, why = choose_gpus(workload, options)
+    if not gpus:
+        hint = _share_hint(workload, options)
+        raise UsageError(f"the fault suite runs candidates on GPUs: {why.removeprefix('no_gpu: ')}"
+                         + (f"; {hint}" if hint else ""))
     err = Console(stderr=True)
     only = tuple(s for s in (args.only or "").split(",") if s)
     checks = run_fault_suite(workload, options, only, say=lambda s: err.print(f"[dim]{s}[/dim]"))
@@ -185,13 +204,15 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         t.add_column(col)
     for c in checks:
         det = f"{c.detection_s:.1f} s (limit {c.limit_s:.0f} s)" if c.detection_s is not None else "-"
-        verdict = Text("pass", style="green") if c.ok else Text("FAIL: " + "; ".join(c.problems), style="red")
+        verdict = (Text("skipped", style="dim") if c.skipped else Text("pass", style="green") if c.ok
+                   else Text("FAIL: " + "; ".join(c.problems), style="red"))
         diagnosis = (c.report.splitlines()[0] if c.report else c.reason)[:160]
         t.add_row(c.name, c.expected, c.got, det, "yes" if c.healthy_after else "NO", verdict, diagnosis)
     _stdout().print(t)
-    passed = sum(c.ok for c in checks)
-    print(f"{passed} passed, {len(checks) - passed} failed")
-    return 0 if passed == len(checks) else 1
+    run = [c for c in checks if not c.skipped]
+    passed = sum(c.ok for c in run)
+    print(f"{passed} passed, {len(run) - passed} failed, {len(checks) - len(run)} skipped")
+    return 0 if passed == len(run) else 1
 
 
 def cmd_workloads(args: argparse.Namespace) -> int:
@@ -210,13 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("file", help="the candidate .cu")
     e.add_argument("--workload", "-w", default="gemm_allgather")
     e.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: the first GPUs the workload can use)")
-    e.add_argument("--world", type=int, help="number of ranks when --gpus is not given")
+    e.add_argument("--world", type=int, help="number of ranks when --gpus is not given, or with --share-gpu")
     e.add_argument("--shapes", help="comma-separated bench shape names to measure (default: all)")
     e.add_argument("--no-bench", action="store_true", help="stop after verification (L2)")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
-    e.add_argument("--share-gpu", action="store_true",
-                    help="run every rank on one GPU (the one --gpus names, else 0): checks correctness "
-                         "on a machine with fewer GPUs than ranks; times nothing")
+    e.add_argument("--share-gpu", action="store_true", help=SHARE_GPU_HELP)
     e.set_defaults(fn=cmd_eval)
 
     b = sub.add_parser("baseline", help="measure the workload's reference and its ceilings")
@@ -235,9 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--gpus")
     st.add_argument("--world", type=int)
     st.add_argument("--only", help="comma-separated fault names")
-    st.add_argument("--share-gpu", action="store_true",
-                    help="run every rank on one GPU (the one --gpus names, else 0): checks correctness "
-                         "on a machine with fewer GPUs than ranks; times nothing")
+    st.add_argument("--share-gpu", action="store_true", help=SHARE_GPU_HELP)
     st.add_argument("--launch-timeout", type=float, default=10.0,
                     help="time limit of a candidate's first launch, in seconds (default 10)")
     st.set_defaults(fn=cmd_selftest)

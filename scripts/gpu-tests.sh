@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the GPU tests (marker `gpu`) on a machine with NVIDIA GPUs: with one GPU, those that need one
 # (references against float64, the attention library, ranks sharing the GPU); the rest need 2 or more.
-# Usage: scripts/gpu-tests.sh [pytest args]
+# Usage: [CUCO_TEST_CACHE_DIR=a build cache to share] scripts/gpu-tests.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
@@ -9,10 +9,6 @@ export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAS
 # image that lacks them (benchmarks/runs/stage_attention_headers.sh).
 if [ -d .whl/cudnn_frontend/include ] && [ -z "${CUCO_CUDNN_FRONTEND_INCLUDE:-}" ]; then
   export CUCO_CUDNN_FRONTEND_INCLUDE=$PWD/.whl/cudnn_frontend/include
-fi
-# A build cache warmed before (benchmarks/runs/*.sh compile in parallel) serves the tests too.
-if [ -n "${CUCO_CACHE_DIR:-}" ] && [ -z "${CUCO_TEST_CACHE_DIR:-}" ]; then
-  export CUCO_TEST_CACHE_DIR=$CUCO_CACHE_DIR
 fi
 nvidia-smi -L
 exec python3 -m pytest -m gpu -v -p no:cacheprovider "$@"

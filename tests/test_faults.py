@@ -47,4 +47,22 @@ def test_a_fault_that_needs_more_ranks_is_skipped_and_said_so(monkeypatch):
     monkeypatch.setattr(selftest, "evaluate", never)
     said = []
     checks = selftest.run_fault_suite(W, EvalOptions(world=2), only=("cycle_of_three",), say=said.append)
-    assert checks == [] and said == ["cycle_of_three: skipped, it needs 3 ranks at least and this run has 2"]
+    assert said == ["cycle_of_three: skipped, it needs 3 ranks at least and this run has 2"]
+    assert [(c.name, c.got, c.skipped) for c in checks] == [
+        ("cycle_of_three", "skipped", "it needs 3 ranks at least and this run has 2")]
+
+
+def test_a_fault_that_needs_more_ranks_runs_when_there_are_enough(monkeypatch):
+    from cuco_tui.evaluate import selftest
+    from cuco_tui.evaluate.cascade import EvalOptions
+
+    class Evaluated(Exception):
+        pass
+
+    def evaluate(path, *args, **kwargs):
+        raise Evaluated(path.name)
+
+    monkeypatch.setattr(selftest, "choose_gpus", lambda workload, options: ([0, 0, 0, 0], ""))
+    monkeypatch.setattr(selftest, "evaluate", evaluate)
+    with pytest.raises(Evaluated, match="cycle_of_three.cu"):
+        selftest.run_fault_suite(W, EvalOptions(world=4, share_gpu=True), only=("cycle_of_three",))

@@ -4,6 +4,8 @@
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 export CUCO_CACHE_DIR=${CUCO_CACHE_DIR:-/tmp/cc/build}
+# The GPU tests use the same cache (their own otherwise): what a step compiled, they find.
+export CUCO_TEST_CACHE_DIR=$CUCO_CACHE_DIR
 step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t0=$SECONDS
   timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "== $name rc=$? in $((SECONDS - t0)) s"
   tail -n "${TAIL:-${STEP_TAIL:-20}}" "$OUT/$name.txt"; }

@@ -9,13 +9,14 @@ import math
 import secrets
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from cuco_tui.build import BuildCache, compile_candidate
 from cuco_tui.build.attention import ensure_library, uses_attention
 from cuco_tui.build.toolchain import Toolchain, discover
+from cuco_tui.evaluate import shared_gpu
 from cuco_tui.evaluate.result import (
     CascadeResult,
     Diagnostic,
@@ -67,19 +68,17 @@ def runs_root(options: EvalOptions, cache: BuildCache) -> Path:
     return options.run_root or cache.root.parent / "runs"
 
 
-SHARE_HINT = " (--share-gpu checks correctness with every rank on one GPU, without timing)"
-
-
 def choose_gpus(workload: Workload, options: EvalOptions) -> tuple[list[int], str]:
     """The GPU group to run on, or ([], reason) when this machine cannot run the workload."""
     inv = inventory()
     if inv.count == 0:
         return [], f"no_gpu: {inv.problem or 'no GPU found'}"
     if options.share_gpu:
-        gpu = options.gpus[0] if options.gpus else 0
-        if gpu >= inv.count:
-            return [], f"GPU {gpu} does not exist: this machine has {inv.count} (0-{inv.count - 1})"
-        return [gpu] * (options.world or min(workload.world_sizes)), ""
+        return shared_gpu.shared_group(workload, options.gpus[0] if options.gpus else 0, options.world, inv.count)
+    if options.world is not None and options.world < 1:
+        return [], f"a group needs at least one rank, not {options.world}"
+    if options.gpus and shared_gpu.is_shared(options.gpus):
+        return [], f"GPUs {options.gpus} name one GPU twice: ranks share a GPU only when asked to (share_gpu)"
     if options.gpus:
         missing = [g for g in options.gpus if g >= inv.count]
         if missing:
@@ -90,9 +89,9 @@ def choose_gpus(workload: Workload, options: EvalOptions) -> tuple[list[int], st
         world = options.world or (max(fitting) if fitting else 0)
         if world == 0:
             return [], (f"{workload.name} needs {min(workload.world_sizes)} GPUs at least; "
-                        f"this machine has {inv.count}{SHARE_HINT}")
+                        f"this machine has {inv.count}")
         if world > inv.count:
-            return [], f"world size {world} needs {world} GPUs; this machine has {inv.count}{SHARE_HINT}"
+            return [], f"world size {world} needs {world} GPUs; this machine has {inv.count}"
         gpus = list(range(world))
     return gpus, ""
 
@@ -103,16 +102,6 @@ def new_rundir(root: Path, name: str) -> Path:
     NCCL id and event files."""
     root.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-{name}-", dir=root))
-
-
-def shared_gpu_note(gpus: list[int]) -> Diagnostic:
-    where = ", ".join(sorted({str(g) for g in gpus}))
-    return Diagnostic(
-        level=int(Level.VERIFY), severity="note", code="shared_gpu",
-        message=(f"{len(gpus)} ranks shared GPU {where}: a correctness check only. NCCL treats the ranks as "
-                 "separate hosts and moves their data through host sockets, so nothing was timed, and "
-                 "device-initiated communication (NCCL LSA or GIN, NVSHMEM) cannot reach a peer: a candidate "
-                 "that relies on it fails here and needs one GPU per rank."))
 
 
 def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mode: str) -> dict[str, Any]:
@@ -231,8 +220,8 @@ def evaluate(
         return CascadeResult(**base | {"diagnostics": diags + [diag]}, status=Status.RUNTIME_ERROR,
                              level=Level.COMPILE, reason=f"cannot run: the harness attention library is missing: {problem}")
 
-    if len(set(gpus)) < len(gpus):
-        diags = diags + [shared_gpu_note(gpus)]
+    if shared_gpu.is_shared(gpus):
+        diags = diags + [shared_gpu.note(gpus)]
         base["diagnostics"] = diags
 
     # L2 + L3 in one group run: the workers verify at the verify size first and stop there
@@ -249,7 +238,10 @@ def evaluate(
             say(Progress(level, f"{e.get('level')} {e.get('shape')}"))
 
     group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event)
-    return interpret(group, workload, base | {"world": len(gpus), "gpus": gpus})
+    result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus})
+    if shared_gpu.is_shared(gpus) and not result.status.ok:
+        result = replace(result, reason=result.reason + shared_gpu.failure_hint(source))
+    return result
 
 
 def _level_reached(outcomes: list[RankOutcome]) -> Level:
@@ -317,6 +309,19 @@ def reference_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
             for m in reference_messages(outcomes)]
 
 
+def close_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
+    """A rank that reported every result and then could not close the harness's NCCL group:
+    the harness's trouble, not the candidate's, and no reason to drop its results."""
+    warnings = [Diagnostic(level=int(Level.VERIFY), severity="warning", code="harness", rank=o.rank,
+                           message=f"rank {o.rank}: {e.get('message', '')} (after its results; they stand)")
+                for o in outcomes for e in o.of("close_warning")]
+    warnings += [Diagnostic(level=int(Level.VERIFY), severity="warning", code="harness", rank=o.rank,
+                            message=f"rank {o.rank} {o.describe_exit()} after its results while closing the harness's "
+                                    "NCCL group (the results stand)")
+                 for o in outcomes if o.last("done") and (o.exit_code not in (0, None) or o.killed)]
+    return warnings
+
+
 def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> CascadeResult:
     """Turn what the ranks reported into one status, a reason and diagnostics."""
     outcomes = group.ranks
@@ -326,7 +331,7 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> Casc
     for o in outcomes:
         if o.stderr_tail.strip():
             logs[f"rank{o.rank}.stderr"] = o.stderr_tail
-    diags = list(base.pop("diagnostics", [])) + reference_warnings(outcomes)
+    diags = list(base.pop("diagnostics", [])) + reference_warnings(outcomes) + close_warnings(outcomes)
     common = dict(base, verifications=verifications, run_seconds=group.seconds, logs=logs)
     released = "" if group.gpus_released else " Warning: the GPUs still showed the group's processes 30 s later."
 
@@ -352,7 +357,10 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> Casc
         return CascadeResult(**common, status=Status.DEADLOCK, level=level, diagnostics=diags,
                              deadlock_report=report, reason=f"rank {o.rank}: {e['message']}" + released)
 
-    dead = [o for o in outcomes if o.exit_code not in (0, None) or (o.killed and not o.last("aborted"))]
+    # A rank that reported all its results ("done") and died closing the harness's group is a
+    # warning (close_warnings), not the candidate's failure.
+    dead = [o for o in outcomes if not o.last("done")
+            and (o.exit_code not in (0, None) or (o.killed and not o.last("aborted")))]
     if dead:
         o = dead[0]
         tail = o.stderr_tail.strip().splitlines()[-1:] or [""]
@@ -389,7 +397,7 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> Casc
                              reason="the run ended before every shape was measured" + released)
     if not timings:
         gpus = list(base.get("gpus", []))
-        why = ("every rank on one GPU: nothing timed" if len(set(gpus)) < len(gpus) else "benchmark not requested")
+        why = "every rank on one GPU: nothing timed" if shared_gpu.is_shared(gpus) else "benchmark not requested"
         return CascadeResult(**common, status=Status.MEASURED, level=Level.VERIFY, diagnostics=diags,
                              reason=f"verified ({why})" + released)
     geo = math.prod(t.speedup for t in timings) ** (1 / len(timings))

@@ -29,6 +29,7 @@ class FaultCheck:
     limit_s: float | None
     healthy_after: bool
     problems: tuple[str, ...]
+    skipped: str = ""  # why the fault was not run (it needs more ranks than this run has)
 
     @property
     def ok(self) -> bool:
@@ -60,7 +61,10 @@ def run_fault_suite(workload: Workload, options: EvalOptions, only: tuple[str, .
         if only and name not in only:
             continue
         if world and world < int(want.get("min_world", 1)):
-            say(f"{name}: skipped, it needs {want['min_world']} ranks at least and this run has {world}")
+            why = f"it needs {want['min_world']} ranks at least and this run has {world}"
+            say(f"{name}: skipped, {why}")
+            checks.append(FaultCheck(name, want["status"], "skipped", tuple(want.get("says", [])), why, "",
+                                     None, None, True, (), skipped=why))
             continue
         path = workload.root / "faults" / f"{name}.cu"
         say(f"{name}: evaluating")

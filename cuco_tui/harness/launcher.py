@@ -132,12 +132,15 @@ def run_group(
     outcomes: list[RankOutcome] = []
     tails = []
     start = time.monotonic()
-    shared = len(set(gpus)) < len(gpus)
+    shared = len(set(gpus)) < len(gpus)  # only with share_gpu: choose_gpus refuses repeats otherwise
     try:
         for rank, gpu in enumerate(gpus):
             # NCCL refuses two ranks on one GPU of one host; a host id of their own per rank makes
             # them separate hosts to it, joined through sockets (a correctness check, see --share-gpu).
-            extra = {"NCCL_HOSTID": f"cuco-{plan.get('nonce', 0)}-rank{rank}"} if shared else None
+            # Sockets by name: on a host with InfiniBand NCCL would otherwise pick that.
+            extra = None
+            if shared:
+                extra = {"NCCL_HOSTID": f"cuco-{plan.get('nonce', 0)}-rank{rank}", "NCCL_NET": "Socket"}
             out = open(rundir / f"rank{rank}.stdout", "wb")
             err = open(rundir / f"rank{rank}.stderr", "wb")
             proc = subprocess.Popen(

@@ -42,11 +42,11 @@ static int candidate_launch(Candidate* c, cudaStream_t stream) {
   const int W = ctx->world;
   const size_t shard = (size_t)(c->M / W) * c->K;
   CUCO_TRY_NCCL(ctx, ncclAllGather(cuco::input(ctx, "x")->ptr, c->gathered, shard, ncclBfloat16, c->comm, stream));
-  // Row-major Y = A @ B is column-major Y^T = B^T A^T: m = N/W, n = M, k = K.
   wait_for_neighbour<<<1, 32, 0, stream>>>(c->flag, (ctx->rank + 1) % W, cuco::trace_of(ctx));
   const int n_local = (int)(c->N / W);
   const float alpha = 1.0f, beta = 0.0f;
   CUCO_TRY_CUBLAS(ctx, cublasSetStream(c->blas, stream));
+  // Row-major Y = A @ B is column-major Y^T = B^T A^T: m = N/W, n = M, k = K.
   CUCO_TRY_CUBLAS(ctx, cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, n_local, (int)c->M, (int)c->K, &alpha,
                                     cuco::input(ctx, "b")->ptr, CUDA_R_16BF, n_local, c->gathered, CUDA_R_16BF,
                                     (int)c->K, &beta, cuco::output(ctx, "y")->ptr, CUDA_R_16BF, n_local,
