@@ -48,14 +48,10 @@ def sources(name: str, dest: Path, sweep: bool) -> list[tuple[str, Path]]:
     """The seed, the hand-written candidates and every strategy at its default knobs (with
     `sweep`, also at each value of each knob, one at a time), identical renders once."""
     w = load_workload(name)
-    out: dict[str, str] = {"seed": w.seed.read_text()}
-    cands = w.root / "candidates"
-    if cands.is_dir():
-        for p in sorted(cands.glob("*.cu")):
-            out[p.stem] = p.read_text()
+    out: dict[str, str] = {p.stem: p.read_text() for p in w.candidates()}  # the seed first
     book = StrategyBook.load(w.root, w.seed)
     for s in book.strategies:
-        for knobs in (s.one_knob_changes() if sweep else [s.default_knobs()]):
+        for knobs in s.one_knob_changes(None if sweep else []):
             tag = "_".join(str(v) for v in knobs.values())
             out[f"{s.name}[{tag}]" if sweep and tag else s.name] = book.render(s, knobs)
     seen: set[str] = set()

@@ -97,3 +97,16 @@ def compile_emulated(sources: dict[str, str], root: Path, includes: tuple[Path, 
         _, err = job.communicate()
         assert job.returncode == 0, f"{name}:\n{err[-4000:]}"
     return {name: root / name for name in jobs}
+
+
+def candidate_source(seed: Path, book, strategy: str | None, knobs: dict) -> str:
+    """The seed (strategy None), or the strategy rendered at its normalized knobs."""
+    if strategy is None:
+        return seed.read_text()
+    s = book.get(strategy)
+    return book.render(s, s.normalized(knobs))
+
+
+def with_driver(src: str, driver: str) -> str:
+    """A rendered candidate for the emulator: launches rewritten, the workload's driver after it."""
+    return rewrite_launches(src) + f'\n#include "{driver}"\n'

@@ -20,7 +20,7 @@ from cuco_tui.evaluate.cascade import EvalOptions, evaluate
 from cuco_tui.evaluate.result import Status
 from cuco_tui.harness.bf16 import from_bf16_bits, to_bf16_bits
 from cuco_tui.workload.manifest import WorkloadError, load_workload
-from emulator_helpers import compile_emulated, needs_gxx, rewrite_launches
+from emulator_helpers import compile_emulated, needs_gxx, with_driver
 from static_helpers import assert_static_ok
 
 W = load_workload("cp_attention")
@@ -405,7 +405,7 @@ def _candidate_source(src, score_budget=None):
         old = "constexpr size_t kScoreBudget = 3ull << 30;"
         assert old in src
         src = src.replace(old, f"constexpr size_t kScoreBudget = {score_budget};")
-    return rewrite_launches(src) + '\n#include "candidate_main.inc"\n'
+    return with_driver(src, "candidate_main.inc")
 
 
 def _softmax_sources():

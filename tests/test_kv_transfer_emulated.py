@@ -20,7 +20,7 @@ from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.verify import POISON_BF16
 from cuco_tui.harness.worker import load_reference
 from cuco_tui.workload.manifest import load_workload
-from emulator_helpers import compile_emulated, needs_gxx, rewrite_launches
+from emulator_helpers import candidate_source, compile_emulated, needs_gxx, with_driver
 
 W = load_workload("kv_transfer")
 EMU = W.root / "emulator"
@@ -57,25 +57,19 @@ def _book():
     return StrategyBook.load(W.root, W.seed)
 
 
-def _source(name, strategy, knobs, book):
-    if strategy is None:
-        return W.seed.read_text()
-    s = book.get(strategy)
-    return book.render(s, s.normalized(knobs))
+def _source(strategy, knobs, book):
+    return candidate_source(W.seed, book, strategy, knobs)
 
 
 def emulated_source(src):
-    """A rendered candidate for the emulator: launches rewritten, the kv driver after it."""
-    return rewrite_launches(src) + '\n#include "kv_main.inc"\n'
-
-
+    return with_driver(src, "kv_main.inc")
 
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
     root = tmp_path_factory.mktemp("kv_e2e")
     book = _book()
-    return compile_emulated({name: emulated_source(_source(name, s, k, book)) for name, s, k in CANDIDATES}, root, (EMU,))
+    return compile_emulated({name: emulated_source(_source(s, k, book)) for name, s, k in CANDIDATES}, root, (EMU,))
 
 
 def _inputs(dims, seed):
@@ -190,7 +184,7 @@ def test_a_missing_wait_fails(tmp_path):
     book = _book()
     sources = {}
     for name, (strategy, knobs, wait, _) in MUTANTS.items():
-        src = _source(name, strategy, knobs, book)
+        src = _source(strategy, knobs, book)
         assert wait in src, name
         sources[name] = emulated_source(src.replace(wait, ""))
     binaries = compile_emulated(sources, tmp_path, (EMU,))

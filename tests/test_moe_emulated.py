@@ -19,7 +19,7 @@ from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.verify import POISON_BF16
 from cuco_tui.harness.worker import load_reference
 from cuco_tui.workload.manifest import load_workload
-from emulator_helpers import compile_emulated, needs_gxx, rewrite_launches
+from emulator_helpers import candidate_source, compile_emulated, needs_gxx, with_driver
 
 W = load_workload("moe_dispatch_combine")
 EMU = W.root / "emulator"
@@ -71,17 +71,11 @@ def _book():
 
 
 def _source(strategy, knobs, book):
-    if strategy is None:
-        return W.seed.read_text()
-    s = book.get(strategy)
-    return book.render(s, s.normalized(knobs))
+    return candidate_source(W.seed, book, strategy, knobs)
 
 
 def emulated_source(src):
-    """A rendered candidate for the emulator: launches rewritten, the MoE driver after it."""
-    return rewrite_launches(src) + '\n#include "moe_main.inc"\n'
-
-
+    return with_driver(src, "moe_main.inc")
 
 
 @pytest.fixture(scope="module")

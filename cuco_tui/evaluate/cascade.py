@@ -29,7 +29,7 @@ from cuco_tui.evaluate.result import (
 from cuco_tui.evaluate.static_checks import check_static, is_rejected
 from cuco_tui.evaluate.sync_checks import check_sync
 from cuco_tui.harness.deadlock import describe_hang
-from cuco_tui.harness.gpus import inventory
+from cuco_tui.harness.gpus import inventory, is_shared
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
 from cuco_tui.workload.manifest import Workload, WorkloadError
 
@@ -77,7 +77,7 @@ def choose_gpus(workload: Workload, options: EvalOptions) -> tuple[list[int], st
         return shared_gpu.shared_group(workload, options.gpus[0] if options.gpus else 0, options.world, inv.count)
     if options.world is not None and options.world < 1:
         return [], f"a group needs at least one rank, not {options.world}"
-    if options.gpus and shared_gpu.is_shared(options.gpus):
+    if options.gpus and is_shared(options.gpus):
         return [], f"GPUs {options.gpus} name one GPU twice: ranks share a GPU only when asked to (share_gpu)"
     if options.gpus:
         missing = [g for g in options.gpus if g >= inv.count]
@@ -220,7 +220,7 @@ def evaluate(
         return CascadeResult(**base | {"diagnostics": diags + [diag]}, status=Status.RUNTIME_ERROR,
                              level=Level.COMPILE, reason=f"cannot run: the harness attention library is missing: {problem}")
 
-    if shared_gpu.is_shared(gpus):
+    if is_shared(gpus):
         diags = diags + [shared_gpu.note(gpus)]
         base["diagnostics"] = diags
 
@@ -239,7 +239,7 @@ def evaluate(
 
     group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event)
     result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus})
-    if shared_gpu.is_shared(gpus) and not result.status.ok:
+    if is_shared(gpus) and not result.status.ok:
         result = replace(result, reason=result.reason + shared_gpu.failure_hint(source))
     return result
 
@@ -397,7 +397,7 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> Casc
                              reason="the run ended before every shape was measured" + released)
     if not timings:
         gpus = list(base.get("gpus", []))
-        why = "every rank on one GPU: nothing timed" if shared_gpu.is_shared(gpus) else "benchmark not requested"
+        why = "every rank on one GPU: nothing timed" if is_shared(gpus) else "benchmark not requested"
         return CascadeResult(**common, status=Status.MEASURED, level=Level.VERIFY, diagnostics=diags,
                              reason=f"verified ({why})" + released)
     geo = math.prod(t.speedup for t in timings) ** (1 / len(timings))

@@ -14,10 +14,6 @@ from cuco_tui.workload.manifest import Workload
 _DEVICE_INITIATED = re.compile(r"\bncclDevComm\b|ncclGetLsaPointer|ncclGetPeerPointer|\bnvshmem")
 
 
-def is_shared(gpus: list[int]) -> bool:
-    return len(set(gpus)) < len(gpus)
-
-
 def device_initiated(source: str) -> bool:
     return bool(_DEVICE_INITIATED.search(source))
 

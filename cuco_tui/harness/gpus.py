@@ -26,6 +26,11 @@ class GpuInventory:
         return len(self.gpus)
 
 
+def is_shared(gpus: list[int]) -> bool:
+    """True when a group puts two ranks on one GPU (only ever asked for: see --share-gpu)."""
+    return len(set(gpus)) < len(gpus)
+
+
 def parse_gpu_list(text: str) -> list[int]:
     """`0,1,2,3`, `0-3` or `0-1,4-5` -> sorted list of distinct indices."""
     out: set[int] = set()

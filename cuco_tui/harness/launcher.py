@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cuco_tui.harness.env import child_env
-from cuco_tui.harness.gpus import compute_pids
+from cuco_tui.harness.gpus import compute_pids, is_shared
 
 ABORT_GRACE_S = 3.0
 RELEASE_WAIT_S = 30.0
@@ -132,7 +132,7 @@ def run_group(
     outcomes: list[RankOutcome] = []
     tails = []
     start = time.monotonic()
-    shared = len(set(gpus)) < len(gpus)  # only with share_gpu: choose_gpus refuses repeats otherwise
+    shared = is_shared(gpus)  # only with share_gpu: choose_gpus refuses repeats otherwise
     try:
         for rank, gpu in enumerate(gpus):
             # NCCL refuses two ranks on one GPU of one host; a host id of their own per rank makes
