@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from cuco_tui.build import BuildCache  # noqa: E402
-from cuco_tui.build.attention import ensure_library  # noqa: E402
-from cuco_tui.build.toolchain import discover  # noqa: E402
+from cuco_tui.toolchain import BuildCache  # noqa: E402
+from cuco_tui.toolchain.attention import ensure_library  # noqa: E402
+from cuco_tui.toolchain.toolchain import discover  # noqa: E402
 from cuco_tui.harness import attention as attn  # noqa: E402
 from cuco_tui.workload.manifest import load_workload  # noqa: E402
 from cp_yardstick import time_ms  # noqa: E402

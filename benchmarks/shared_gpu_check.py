@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuco_tui.agents.offline import StrategyBook
-from cuco_tui.build import BuildCache, compile_candidate
-from cuco_tui.build.attention import ensure_library
-from cuco_tui.build.toolchain import discover
+from cuco_tui.toolchain import BuildCache, compile_candidate
+from cuco_tui.toolchain.attention import ensure_library
+from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate
-from cuco_tui.evaluate.result import CascadeResult, Status
+from cuco_tui.core.result import CascadeResult, Status
 from cuco_tui.evaluate.shared_gpu import device_initiated
 from cuco_tui.workload.manifest import list_workloads, load_workload
 

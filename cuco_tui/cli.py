@@ -17,8 +17,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from cuco_tui.evaluate.result import CascadeResult, Status
-from cuco_tui.usage import UsageError
+from cuco_tui.core.result import CascadeResult, Status
+from cuco_tui.core.errors import UsageError
 from cuco_tui.harness.gpus import parse_gpu_list
 from cuco_tui.workload.manifest import WorkloadError, list_workloads, load_workload
 
@@ -184,7 +184,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus
-    from cuco_tui.evaluate.selftest import run_fault_suite
+    from cuco_tui.evaluate.faults import run_fault_suite
 
     if not args.faults:
         raise UsageError("say what to test: --faults")

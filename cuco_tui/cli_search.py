@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cuco_tui.cli import _gpus, _workload, render_result
-from cuco_tui.usage import UsageError
+from cuco_tui.core.errors import UsageError
 
 DEFAULT_GENERATIONS = 10
 DEFAULT_CLAUDE_BUDGET = 5.0
@@ -132,7 +132,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     bus.subscribe(ProgressPrinter(err))
     try:
         try:
-            agent = make_agent(agent_kind, workload, config, args.model)
+            agent = make_agent(agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
+                               seed=config.seed, budget_usd=config.budget_usd, model=args.model)
         except AgentUnavailable as exc:
             raise UsageError(str(exc)) from exc
         engine = SearchEngine(workload, agent, repo, config, events=bus)
@@ -251,7 +252,7 @@ def candidate_table(records) -> str:
 
 
 def _show_candidate(repo, args: argparse.Namespace) -> int:
-    from cuco_tui.evaluate.result import CascadeResult
+    from cuco_tui.core.result import CascadeResult
 
     r = _record(repo, args.candidate)
     diff = repo.diff(r.parents[0], r.id) if r.parents else ""

@@ -11,7 +11,6 @@ import importlib.metadata
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from rich import box
@@ -19,9 +18,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cuco_tui.build import attention
-from cuco_tui.build.nvcc import BuildCache
-from cuco_tui.build.toolchain import Library, Toolchain, discover
+from cuco_tui.toolchain import attention
+from cuco_tui.toolchain.nvcc import BuildCache
+from cuco_tui.toolchain.toolchain import Library, Toolchain, discover, nccl_version
 from cuco_tui.harness.env import NO_MULTICAST
 from cuco_tui.harness.gpus import GpuInventory, inventory
 
@@ -97,23 +96,6 @@ def _nvcc_check(toolchain: Toolchain, env: dict[str, str]) -> Check:
 def _short_nvcc_version(text: str) -> str:
     m = re.search(r"release ([\d.]+), V([\d.]+)", text)
     return f"CUDA {m.group(1)}, nvcc {m.group(2)}" if m else text
-
-
-def nccl_version(include: Path | None) -> str:
-    """`2.28.9`, read from the `#define NCCL_MAJOR/MINOR/PATCH` lines of nccl.h; "" if unknown."""
-    if include is None:
-        return ""
-    try:
-        text = (include / "nccl.h").read_text(errors="replace")
-    except OSError:
-        return ""
-    parts = []
-    for key in ("MAJOR", "MINOR", "PATCH"):
-        m = re.search(rf"^\s*#define\s+NCCL_{key}\s+(\d+)", text, re.MULTILINE)
-        if not m:
-            return ""
-        parts.append(m.group(1))
-    return ".".join(parts)
 
 
 def _library_fix(lib: Library, package: str, env_var: str) -> str:

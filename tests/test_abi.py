@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from cuco_tui.build.toolchain import RUNTIME_INCLUDE
+from cuco_tui.toolchain.toolchain import RUNTIME_INCLUDE
 from cuco_tui.harness import abi
 
 FIELDS = {

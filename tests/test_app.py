@@ -8,13 +8,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from textual.widgets import ListView, Static, TextArea
+from textual.widgets import Static, TextArea
 
 from cuco_tui.app.app import CucoApp
 from cuco_tui.app.messages import CandidateState
 from cuco_tui.app.screens.evaluate import EvaluateScreen, SourceScreen
 from cuco_tui.app.widgets.candidate_list import CandidateList
-from cuco_tui.evaluate.result import CascadeResult, Diagnostic, Level, ShapeTiming, Spread, Status, Verification
+from cuco_tui.core.result import CascadeResult, Level, ShapeTiming, Spread, Status, Verification
 from cuco_tui.workload.manifest import load_workload
 from pilot_helpers import wait_until as _wait_until
 

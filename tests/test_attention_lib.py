@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from cuco_tui.build import BuildCache, compile_candidate
-from cuco_tui.build import attention as attn
-from cuco_tui.build.attention import AttentionLibrary, ensure_library, find_cudnn, uses_attention
-from cuco_tui.build.toolchain import discover
+from cuco_tui.toolchain import BuildCache, compile_candidate
+from cuco_tui.toolchain import attention as attn
+from cuco_tui.toolchain.attention import AttentionLibrary, ensure_library, find_cudnn, uses_attention
+from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.evaluate import cascade
 from cuco_tui.evaluate.cascade import evaluate, harness_libraries
-from cuco_tui.evaluate.result import Level, Status
+from cuco_tui.core.result import Level, Status
 from cuco_tui.harness.gpus import inventory
 from cuco_tui.workload.manifest import REPO_WORKLOADS, WorkloadError, load_workload
 
@@ -51,7 +51,7 @@ def test_uses_attention(source, uses):
 @pytest.fixture
 def nothing_installed(monkeypatch, tmp_path):
     """No pip packages, no include roots, CUDA_HOME an empty folder (/usr/local/cuda is still searched)."""
-    monkeypatch.setattr(attn, "_package_dir", lambda name: None)
+    monkeypatch.setattr(attn, "package_dir", lambda name: None)
     monkeypatch.setattr(attn, "_include_roots", lambda: [])
     cuda = tmp_path / "cuda"
     cuda.mkdir()

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from cuco_tui.build import BuildCache, BuildResult, compile_candidate, parse_nvcc_output
-from cuco_tui.build.nvcc import CHILD_ENV, nvcc_flags
-from cuco_tui.build.toolchain import Library, Toolchain, discover
+from cuco_tui.toolchain import BuildCache, BuildResult, compile_candidate, parse_nvcc_output
+from cuco_tui.toolchain.nvcc import CHILD_ENV, nvcc_flags
+from cuco_tui.toolchain.toolchain import Library, Toolchain, discover
 
 WORKLOAD = Path(__file__).resolve().parents[1] / "workloads" / "gemm_allgather"
 SEED = WORKLOAD / "seed.cu"

@@ -28,7 +28,7 @@ from cuco_tui.app.widgets.search import editor
 from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
 from cuco_tui.app.widgets.text_prompt import TextPrompt
 from cuco_tui.design.space import Capabilities
-from cuco_tui.evaluate.result import (
+from cuco_tui.core.result import (
     CascadeResult,
     Diagnostic,
     Level,
@@ -42,7 +42,7 @@ from cuco_tui.harness.launcher import RankOutcome
 from cuco_tui.lineage import SessionRepo, import_bundle
 from cuco_tui.search.engine import SteeringError
 from cuco_tui.search.events import AwaitingReview, CandidateCommitted
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 from pilot_helpers import wait_until
 from test_dashboard import make_app as make_dashboard_app
 from test_search_engine import W

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cuco_tui.build.toolchain import discover
+from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate, interpret
-from cuco_tui.evaluate.result import CascadeResult, Level, Status
+from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.harness.launcher import GroupRun, RankOutcome
 from cuco_tui.workload.manifest import load_workload
 

@@ -19,8 +19,9 @@ from cuco_tui.agents.claude import ClaudeAgent  # noqa: E402
 from cuco_tui.agents.claude.accounting import DEFAULT_PRICE, PRICES, Ledger, Price, price_for  # noqa: E402
 from cuco_tui.agents.claude.edits import apply_diffs, apply_full, explanation_of  # noqa: E402
 from cuco_tui.agents.claude.prompts import PROMPTS_DIR, Prompts, evolve_blocks, parse_judge  # noqa: E402
-from cuco_tui.evaluate.static_checks import check_static, design_of, is_rejected  # noqa: E402
-from cuco_tui.search.records import CandidateRecord  # noqa: E402
+from cuco_tui.evaluate.static_checks import check_static, is_rejected  # noqa: E402
+from cuco_tui.source.regions import design_of  # noqa: E402
+from cuco_tui.core.records import CandidateRecord  # noqa: E402
 from cuco_tui.workload.manifest import load_workload  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -14,10 +14,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from cuco_tui.build import BuildCache
-from cuco_tui.build.toolchain import discover
+from cuco_tui.toolchain import BuildCache
+from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate
-from cuco_tui.evaluate.result import Status
+from cuco_tui.core.result import Status
 from cuco_tui.harness.bf16 import from_bf16_bits, to_bf16_bits
 from cuco_tui.workload.manifest import WorkloadError, load_workload
 from emulator_helpers import compile_emulated, needs_gxx, with_driver
@@ -751,7 +751,7 @@ def test_every_strategy_renders_every_knob_setting_through_l0():
 def test_fast_path_is_the_ipc_pull():
     from cuco_tui.agents.base import ProposalRequest
     from cuco_tui.agents.offline import OfflineAgent
-    from cuco_tui.search.records import CandidateRecord
+    from cuco_tui.core.records import CandidateRecord
 
     seed = CandidateRecord(id="c0000", generation=0, island=0, kind="seed", parents=(), source=SEED, design={},
                            rationale="seed", agent="workload", status="measured", speedup=1.0)
@@ -775,7 +775,7 @@ VARIANTS = [
 
 @can_compile
 def test_strategy_templates_compile(tmp_path):
-    from cuco_tui.build import BuildCache, compile_candidate
+    from cuco_tui.toolchain import BuildCache, compile_candidate
 
     book = _book()
     variants = [(s.name, s.default_knobs()) for s in book.strategies if s.name != "host_sequential"]  # = the seed
@@ -801,7 +801,7 @@ def _gpus():
 
 
 def _load_attention_library():
-    from cuco_tui.build.attention import ensure_library
+    from cuco_tui.toolchain.attention import ensure_library
     from cuco_tui.harness import attention as harness_attention
 
     library = ensure_library(discover(), BuildCache())

@@ -21,7 +21,7 @@ from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
 from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
 from cuco_tui.app.widgets.text_prompt import TextPrompt
 from cuco_tui.evaluate.cascade import Progress
-from cuco_tui.evaluate.result import CascadeResult, Level, ShapeTiming, Spread, Status
+from cuco_tui.core.result import CascadeResult, Level, ShapeTiming, Spread, Status
 from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.pool import GpuGroup, GpuPool

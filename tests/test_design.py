@@ -30,7 +30,7 @@ from cuco_tui.design.space import (
     parse_design,
     violations,
 )
-from cuco_tui.evaluate.static_checks import design_of
+from cuco_tui.source.regions import design_of
 from cuco_tui.harness.gpus import GpuInfo, GpuInventory, inventory
 
 WORKLOAD = Path(__file__).resolve().parents[1] / "workloads" / "gemm_allgather"
@@ -477,7 +477,7 @@ def test_hardware_facts_without_gpus_say_so(monkeypatch):
 
 
 def test_hardware_facts_read_the_nccl_headers_of_the_toolchain():
-    from cuco_tui.build.toolchain import discover
+    from cuco_tui.toolchain.toolchain import discover
 
     tc = discover()
     if tc.nccl.include is None:

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cuco_tui.build import BuildCache
-from cuco_tui.build import attention as attn
-from cuco_tui.build.toolchain import discover
-from cuco_tui.doctor import Check, attention_checks, nccl_version, nvlink_matrix, render_checks, run_checks, summary
+from cuco_tui.toolchain import BuildCache
+from cuco_tui.toolchain import attention as attn
+from cuco_tui.toolchain.toolchain import discover
+from cuco_tui.toolchain.toolchain import nccl_version
+from cuco_tui.doctor import Check, attention_checks, nvlink_matrix, render_checks, run_checks, summary
 from cuco_tui.harness.gpus import GpuInfo, GpuInventory
 from test_attention_lib import fake_cudnn
 
@@ -93,7 +94,7 @@ def test_attention_lines_are_there_and_never_essential(checks):
 
 @pytest.fixture
 def no_attention_packages(monkeypatch, tmp_path):
-    monkeypatch.setattr(attn, "_package_dir", lambda name: None)
+    monkeypatch.setattr(attn, "package_dir", lambda name: None)
     monkeypatch.setattr(attn, "_include_roots", lambda: [])
     (tmp_path / "cuda").mkdir()
     return {"CUDA_HOME": str(tmp_path / "cuda")}

@@ -3,9 +3,9 @@ so that on a GPU host each fails for the reason it was written for."""
 
 import pytest
 
-from cuco_tui.build import BuildCache, compile_candidate
-from cuco_tui.build.toolchain import discover
-from cuco_tui.evaluate.selftest import load_expectations
+from cuco_tui.toolchain import BuildCache, compile_candidate
+from cuco_tui.toolchain.toolchain import discover
+from cuco_tui.evaluate.faults import load_expectations
 from cuco_tui.evaluate.static_checks import check_static, is_rejected
 from cuco_tui.workload.manifest import load_workload
 

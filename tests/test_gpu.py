@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate
-from cuco_tui.evaluate.result import Level, Status
+from cuco_tui.core.result import Level, Status
 from cuco_tui.harness.gpus import inventory
 from cuco_tui.workload.manifest import load_workload
 

@@ -7,7 +7,7 @@ the result says that nothing was timed and why a device-initiated candidate cann
 import pytest
 
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate
-from cuco_tui.evaluate.result import Level, Status
+from cuco_tui.core.result import Level, Status
 from cuco_tui.workload.manifest import list_workloads, load_workload
 
 pytestmark = pytest.mark.gpu

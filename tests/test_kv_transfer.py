@@ -3,9 +3,9 @@ import importlib.util
 import numpy as np
 import pytest
 
-from cuco_tui.build.toolchain import discover
+from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.evaluate.cascade import evaluate
-from cuco_tui.evaluate.result import Status
+from cuco_tui.core.result import Status
 from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.workload.manifest import WorkloadError, load_workload
 
@@ -63,7 +63,7 @@ def test_seed_compiles_and_stops_with_no_gpu(monkeypatch):
 @pytest.mark.skipif(not discover().can_compile, reason="needs nvcc, NCCL and cuBLAS headers")
 def test_every_strategy_template_passes_l0_and_compiles(tmp_path):
     from cuco_tui.agents.offline import StrategyBook
-    from cuco_tui.build import BuildCache, compile_candidate
+    from cuco_tui.toolchain import BuildCache, compile_candidate
     from cuco_tui.design.classify import check_declaration
     from cuco_tui.evaluate.static_checks import check_static, is_rejected
 

@@ -24,7 +24,7 @@ from cuco_tui.lineage import (
 )
 from cuco_tui.lineage.index import INDEX_FILE, CandidateIndex
 from cuco_tui.lineage.message import parse_trailers
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 
 SEED_SOURCE = """// EVOLVE-BLOCK-START
 int chunks = 1;

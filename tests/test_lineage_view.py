@@ -15,7 +15,7 @@ from cuco_tui.app.screens.lineage import DiffScreen, LineageScreen
 from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
 from cuco_tui.app.widgets.lineage.rows import LineageFilter
 from cuco_tui.lineage import SessionRepo, import_bundle
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 from pilot_helpers import wait_until as _wait_until
 
 

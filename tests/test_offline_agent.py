@@ -1,14 +1,14 @@
-import itertools
 
 import pytest
 
 from cuco_tui.agents.base import ProposalRequest
 from cuco_tui.agents.offline import OfflineAgent
-from cuco_tui.build import BuildCache, compile_candidate
-from cuco_tui.build.toolchain import discover
+from cuco_tui.toolchain import BuildCache, compile_candidate
+from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.design.space import Capabilities, parse_design, violations
-from cuco_tui.evaluate.static_checks import check_static, design_of, is_rejected
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.evaluate.static_checks import check_static, is_rejected
+from cuco_tui.source.regions import design_of
+from cuco_tui.core.records import CandidateRecord
 from cuco_tui.workload.manifest import load_workload
 
 W = load_workload("gemm_allgather")

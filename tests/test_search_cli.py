@@ -22,7 +22,7 @@ if not hasattr(lineage, "SessionRepo"):
     pytest.skip("cuco_tui.lineage has no SessionRepo yet", allow_module_level=True)
 
 from cuco_tui.agents.base import BudgetExhausted  # noqa: E402
-from cuco_tui.build.toolchain import discover  # noqa: E402
+from cuco_tui.toolchain.toolchain import discover  # noqa: E402
 from cuco_tui.design.space import Capabilities  # noqa: E402
 from cuco_tui.lineage import SessionRepo  # noqa: E402
 from cuco_tui.search.config import SearchConfig  # noqa: E402

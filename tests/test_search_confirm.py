@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cuco_tui.evaluate.result import CascadeResult, Level, Status
+from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.search.config import ConfigError, SearchConfig
 from cuco_tui.search.events import BestImproved, CandidateCommitted, ProposalReady
 from cuco_tui.search.pool import GpuGroup, GpuPool, plan_groups

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cuco_tui.agents.base import BudgetExhausted, Proposal, ProposalRequest
-from cuco_tui.evaluate.result import CascadeResult, Level, ShapeTiming, Spread, Status
+from cuco_tui.core.result import CascadeResult, Level, ShapeTiming, Spread, Status
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.engine import ReviewError, SearchEngine
 from cuco_tui.search.events import (
@@ -29,7 +29,7 @@ from cuco_tui.search.events import (
     StageStarted,
 )
 from cuco_tui.search.pool import GpuGroup, GpuPool
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 from cuco_tui.workload.manifest import load_workload
 
 W = load_workload("gemm_allgather")

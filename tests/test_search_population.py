@@ -9,7 +9,7 @@ from cuco_tui.search.archive import Archive, rank_key
 from cuco_tui.search.config import ConfigError, SearchConfig
 from cuco_tui.search.novelty import NoveltyFilter, normalize
 from cuco_tui.search.population import EXPLOIT, EXPLORE, KIND_WEIGHTS, Population, choose_kind, phase_of, rank_weights
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 
 DESIGN_LSA = {"backend": "nccl_lsa", "placement": "before", "sync": "global", "issuer": "multi_cta", "chunk": "full",
               "streams": "1", "comm_sms": "64", "knobs": {}}

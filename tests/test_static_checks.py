@@ -6,15 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cuco_tui.evaluate.result import Diagnostic
-from cuco_tui.evaluate.static_checks import (
-    Region,
-    check_static,
-    design_of,
-    frozen_hash,
-    is_rejected,
-    split_regions,
-)
+from cuco_tui.core.result import Diagnostic
+from cuco_tui.evaluate.static_checks import check_static, is_rejected
+from cuco_tui.source.regions import Region, design_of, frozen_hash, split_regions
 
 WORKLOAD = Path(__file__).resolve().parents[1] / "workloads" / "gemm_allgather"
 SEED = (WORKLOAD / "seed.cu").read_text()

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pytest
 
 from cuco_tui.agents.offline.strategy import StrategyBook
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate
-from cuco_tui.evaluate.result import Level, Status
+from cuco_tui.core.result import Level, Status
 from cuco_tui.evaluate.static_checks import check_static, is_rejected
 from cuco_tui.evaluate.sync_checks import check_sync
 from cuco_tui.workload.manifest import load_workload

@@ -13,7 +13,7 @@ from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Static
 
 from cuco_tui.app.widgets.telemetry.panel import TelemetryPanel
-from cuco_tui.telemetry import (NO_DRIVER, NVLINK_RX_FIELD, NVLINK_TX_FIELD, CounterReading, GpuSample,
+from cuco_tui.harness.telemetry import (NO_DRIVER, NVLINK_RX_FIELD, NVLINK_TX_FIELD, CounterReading, GpuSample,
                                 TelemetryReader, TelemetrySnapshot, throughput_gbps)
 from pilot_helpers import wait_until as _wait_until
 

@@ -151,7 +151,7 @@ async def test_q_while_evaluating_stops_commits_what_runs_then_quits(tmp_path):
 
     def slow_evaluate(path, workload, options, progress=None):
         from cuco_tui.evaluate.cascade import Progress
-        from cuco_tui.evaluate.result import Level
+        from cuco_tui.core.result import Level
 
         if progress:
             progress(Progress(Level.VERIFY, "running on GPUs 0,1"))

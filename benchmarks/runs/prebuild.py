@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cuco_tui.agents.offline import StrategyBook
-from cuco_tui.build import BuildCache, compile_candidate
-from cuco_tui.build.attention import ensure_library
-from cuco_tui.build.toolchain import discover
+from cuco_tui.toolchain import BuildCache, compile_candidate
+from cuco_tui.toolchain.attention import ensure_library
+from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.workload.manifest import list_workloads, load_workload
 
 

@@ -6,7 +6,7 @@
 # other by "../include/...".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-src=$(python3 -c "from cuco_tui.build.attention import find_cudnn; f = find_cudnn().frontend; print(f or '')")
+src=$(python3 -c "from cuco_tui.toolchain.attention import find_cudnn; f = find_cudnn().frontend; print(f or '')")
 [ -n "$src" ] || { echo "no cudnn-frontend headers here: pip install nvidia-cudnn-frontend" >&2; exit 1; }
 rm -rf .whl/cudnn_frontend && mkdir -p .whl/cudnn_frontend/include
 cp -r "$src"/cudnn_frontend "$src"/cudnn_frontend*.h "$src"/cudnn_backend_base.h .whl/cudnn_frontend/include/

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 from cuco_tui.workload.manifest import Workload
 
 

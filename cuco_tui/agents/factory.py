@@ -7,7 +7,6 @@ import os
 from collections.abc import Mapping
 
 from cuco_tui.agents.base import Agent
-from cuco_tui.search.config import SearchConfig
 from cuco_tui.workload.manifest import Workload
 
 AGENT_KINDS = ("offline", "claude")
@@ -22,23 +21,26 @@ def default_agent_kind(env: Mapping[str, str] | None = None) -> str:
     return "claude" if env.get("ANTHROPIC_API_KEY") else "offline"
 
 
-def make_agent(kind: str, workload: Workload, config: SearchConfig, model: str | None = None) -> Agent:
+def make_agent(kind: str, workload: Workload, *, world: int | None = None, gpus: tuple[int, ...] = (), seed: int = 0,
+               budget_usd: float | None = None, model: str | None = None) -> Agent:
+    """The agent `kind` for a search of `workload` at `world` ranks (0: the workload's smallest)
+    on `gpus` (empty: any), with the search's random `seed` and dollar cap."""
     if kind not in AGENT_KINDS:
         raise AgentUnavailable(f"no agent {kind!r}; the agents are {', '.join(AGENT_KINDS)}")
     if kind == "offline":
         from cuco_tui.agents.offline import OfflineAgent
         from cuco_tui.design.space import Capabilities
 
-        world = config.world or min(workload.world_sizes)
+        world = world or min(workload.world_sizes)
         try:  # what this machine offers decides which design points are valid
             from cuco_tui.design.context import capabilities_from, hardware_facts
 
-            caps = capabilities_from(hardware_facts(), world, list(config.gpus) or None)
+            caps = capabilities_from(hardware_facts(), world, list(gpus) or None)
         except Exception:
             caps = Capabilities(world=world)
-        return OfflineAgent(workload, caps, seed=config.seed)
+        return OfflineAgent(workload, caps, seed=seed)
     try:
         from cuco_tui.agents.claude import DEFAULT_MODEL, ClaudeAgent
     except ImportError as exc:
         raise AgentUnavailable(f"the Claude agent is not available here ({exc}); use the offline agent") from exc
-    return ClaudeAgent(model=model or DEFAULT_MODEL, budget_usd=config.budget_usd)
+    return ClaudeAgent(model=model or DEFAULT_MODEL, budget_usd=budget_usd)

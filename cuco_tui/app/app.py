@@ -14,8 +14,8 @@ from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.evaluate import EvaluateFn, EvaluateScreen
 from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.app.search_launch import SearchLaunch
-from cuco_tui.evaluate.result import CascadeResult
-from cuco_tui.lineage import SessionError, SessionRepo, list_sessions, open_session_or_bundle
+from cuco_tui.core.result import CascadeResult
+from cuco_tui.lineage import SessionError, list_sessions, open_session_or_bundle
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.workload.manifest import load_workload
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from textual.message import Message
 
-from cuco_tui.evaluate.result import CascadeResult, Level, Status
+from cuco_tui.core.result import CascadeResult, Level, Status
 
 
 class CandidateState(str, Enum):

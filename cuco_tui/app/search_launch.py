@@ -52,7 +52,8 @@ class SearchLaunch:
             workload, config = self.workload, self.config
             repo = create_session(workload, config, self.session)
         try:
-            agent = make_agent(self.agent_kind, workload, config, self.model)
+            agent = make_agent(self.agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
+                               seed=config.seed, budget_usd=config.budget_usd, model=self.model)
         except Exception:
             repo.close()
             raise

@@ -43,8 +43,9 @@ from cuco_tui.design.space import (
     parse_design,
     violations,
 )
-from cuco_tui.evaluate.result import Diagnostic, Level
-from cuco_tui.evaluate.static_checks import blank_code, design_of, split_regions
+from cuco_tui.core.result import Diagnostic, Level
+from cuco_tui.source.lexer import blank_code
+from cuco_tui.source.regions import design_of, split_regions
 
 __all__ = [
     "Site",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from cuco_tui.build.toolchain import Toolchain, discover
+from cuco_tui.toolchain.toolchain import Toolchain, discover, nccl_version
 from cuco_tui.design.space import BACKENDS, DEVICE_BACKENDS, Capabilities, DesignError, DesignPoint, violations
 from cuco_tui.harness.gpus import GpuInventory, inventory as read_inventory
 
@@ -174,12 +174,7 @@ def _nccl_version(tc: Toolchain | None) -> str:
     include = tc.nccl.include if tc is not None else None
     if include is None:
         return ""
-    try:
-        from cuco_tui.doctor import nccl_version
-
-        return nccl_version(include)
-    except Exception:
-        return ""
+    return nccl_version(include)
 
 
 def _short_nvcc(text: str) -> str:

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cuco_tui.build import BuildCache
-from cuco_tui.build.toolchain import discover
+from cuco_tui.toolchain import BuildCache
+from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.evaluate.cascade import (EvalOptions, choose_gpus, harness_libraries, make_plan, new_rundir,
                                       reference_messages, run_deadline, runs_root)
-from cuco_tui.evaluate.result import Spread
+from cuco_tui.core.result import Spread
 from cuco_tui.harness.launcher import run_group
 from cuco_tui.workload.manifest import Workload
 

@@ -9,15 +9,15 @@ import math
 import secrets
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from cuco_tui.build import BuildCache, compile_candidate
-from cuco_tui.build.attention import ensure_library, uses_attention
-from cuco_tui.build.toolchain import Toolchain, discover
+from cuco_tui.toolchain import BuildCache, compile_candidate
+from cuco_tui.toolchain.attention import ensure_library, uses_attention
+from cuco_tui.toolchain.toolchain import Toolchain, discover
 from cuco_tui.evaluate import shared_gpu
-from cuco_tui.evaluate.result import (
+from cuco_tui.core.result import (
     CascadeResult,
     Diagnostic,
     Level,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from cuco_tui.evaluate.result import Diagnostic, Level
+from cuco_tui.core.result import Diagnostic, Level
 from cuco_tui.workload.manifest import Workload
 
 # Device-initiated communication that cannot reach a peer when the ranks are separate hosts to NCCL.

@@ -13,328 +13,16 @@ at level 0; `check_static` returns all of them and an empty list means the candi
 
 from __future__ import annotations
 
-import bisect
-import hashlib
 import re
-from dataclasses import dataclass
-from typing import Iterable, Literal
 
-from cuco_tui.evaluate.result import Diagnostic, Level
+from cuco_tui.core.result import Diagnostic, Level
+from cuco_tui.source.lexer import IDENT_CHARS, INCLUDE_LINE, SourceText
+from cuco_tui.source.regions import (DESIGN_LINE, DESIGN_PAIR, END, START, Regions, frozen_hash,
+                                     frozen_lines, split_regions)
 
-__all__ = [
-    "Region",
-    "Regions",
-    "split_regions",
-    "frozen_hash",
-    "check_static",
-    "is_rejected",
-    "design_of",
-]
-
-START = "EVOLVE-BLOCK-START"
-END = "EVOLVE-BLOCK-END"
-_MARKER = re.compile(r"^\s*//\s*EVOLVE-BLOCK-(START|END)\b")
+__all__ = ["check_static", "is_rejected"]
 
 _L0 = int(Level.STATIC)
-
-
-# ---------------------------------------------------------------------------- regions
-
-
-@dataclass(frozen=True)
-class Region:
-    """A run of lines of one kind. Marker lines belong to no region. Lines are 1-based and
-    inclusive; an empty region (two markers on consecutive lines, or a marker on the first
-    or last line) has end_line == start_line - 1 and text ""."""
-
-    kind: Literal["frozen", "evolve"]
-    start_line: int
-    end_line: int
-    text: str
-
-
-class Regions(list[Region]):
-    """What `split_regions` returns: the regions in file order (frozen, evolve, frozen, ...,
-    frozen), plus `diagnostics`, the marker errors found on the way (code "markers")."""
-
-    def __init__(self, regions: Iterable[Region] = (), diagnostics: Iterable[Diagnostic] = ()) -> None:
-        super().__init__(regions)
-        self.diagnostics: list[Diagnostic] = list(diagnostics)
-        self.markers: list[tuple[int, str]] = []  # (line, "START"|"END") of well-placed markers
-
-    @property
-    def ok(self) -> bool:
-        return not self.diagnostics
-
-    @property
-    def evolve(self) -> list[Region]:
-        return [r for r in self if r.kind == "evolve"]
-
-    @property
-    def frozen(self) -> list[Region]:
-        return [r for r in self if r.kind == "frozen"]
-
-
-def _lines(text: str) -> list[str]:
-    """Split like a compiler counts lines: on '\\n' only (a '\\r' before it stays on the line)."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
-
-
-def _marker(line: str) -> str | None:
-    m = _MARKER.match(line)
-    return m.group(1) if m else None
-
-
-def split_regions(text: str, file_name: str = "") -> Regions:
-    """Split a candidate into frozen and evolve regions.
-
-    Never raises on bad markers: an END without a START, a START inside an open block, or a
-    block left open at the end of the file each become a Diagnostic (code "markers") in
-    `.diagnostics`, and the regions are a best effort (a stray END stays frozen text, a
-    nested START stays evolve text, an open block runs to the end of the file)."""
-    lines = _lines(text)
-    regions = Regions()
-    kind: Literal["frozen", "evolve"] = "frozen"
-    start = 1  # first line of the region being collected
-    open_at = 0  # line of the START that opened the current block
-    body: list[str] = []
-
-    def close(end_line: int) -> None:
-        regions.append(Region(kind, start, end_line, "\n".join(body)))
-
-    for no, line in enumerate(lines, start=1):
-        which = _marker(line)
-        if which == "START":
-            if kind == "evolve":
-                regions.diagnostics.append(_diag(
-                    f"nested {START} at line {no}: the block opened at line {open_at} is not closed; "
-                    f"put `// {END}` before this line (blocks may not nest)",
-                    file_name, no, line, code="markers"))
-                body.append(line)
-                continue
-            close(no - 1)
-            regions.markers.append((no, "START"))
-            kind, start, open_at, body = "evolve", no + 1, no, []
-        elif which == "END":
-            if kind == "frozen":
-                regions.diagnostics.append(_diag(
-                    f"{END} at line {no} has no matching {START} before it",
-                    file_name, no, line, code="markers"))
-                body.append(line)
-                continue
-            close(no - 1)
-            regions.markers.append((no, "END"))
-            kind, start, body = "frozen", no + 1, []
-        else:
-            body.append(line)
-    if kind == "evolve":
-        regions.diagnostics.append(_diag(
-            f"the {START} at line {open_at} is never closed: add a line `// {END}` after the block",
-            file_name, open_at, lines[open_at - 1], code="markers"))
-    close(len(lines))
-    return regions
-
-
-def _frozen_lines(text: str) -> list[tuple[int, str]]:
-    """The frozen lines and the marker lines of `text`, as (1-based line, normalized text):
-    trailing whitespace of each line and blank lines at the end of the file removed."""
-    out: list[tuple[int, str]] = []
-    inside = False
-    for no, line in enumerate(_lines(text), start=1):
-        which = _marker(line)
-        if which == "START" and not inside:
-            inside = True
-            out.append((no, line.rstrip()))
-        elif which == "END" and inside:
-            inside = False
-            out.append((no, line.rstrip()))
-        elif not inside:
-            out.append((no, line.rstrip()))
-    while out and out[-1][1] == "":
-        out.pop()
-    return out
-
-
-def frozen_hash(text: str) -> str:
-    """sha256 (hex) of the frozen text: the frozen regions joined with the marker lines kept as
-    separators, each line's trailing whitespace and the file's trailing blank lines dropped.
-    Editor noise (trailing spaces, CRLF, a final newline) does not change it; anything else does."""
-    joined = "\n".join(t for _, t in _frozen_lines(text))
-    return hashlib.sha256(joined.encode("utf-8")).hexdigest()
-
-
-# ---------------------------------------------------------------------------- stripping
-
-
-_ATTRS = re.compile(r"\b(?:alignas|__align__|__declspec)\s*\([^()]*\)"
-                    r"|__attribute__\s*\(\([^()]*(?:\([^()]*\))*[^()]*\)\)")
-_CLASS_HEAD = re.compile(r"^\s*(?:template\s*<[^>]*>\s*)?(?:typedef\s+)?(?:struct|class|union)\b[^()]*$")
-_IDENT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$")
-_RAW_PREFIXES = ("R", "u8R", "uR", "UR", "LR")
-
-
-def _blank(text: str) -> tuple[str, str]:
-    """Two copies of `text`, each exactly as long with every newline in place (so offsets,
-    lines and columns still match the original): comments blanked out; and comments plus the
-    contents of string and char literals blanked out (their quotes stay)."""
-    n = len(text)
-    nocomment = list(text)
-    nolit = list(text)
-
-    def wipe(buf: list[str], a: int, b: int) -> None:
-        for k in range(a, min(b, n)):
-            if buf[k] not in "\n\r":
-                buf[k] = " "
-
-    def token_before(i: int) -> str:
-        j = i
-        while j > 0 and (text[j - 1] in _IDENT_CHARS or text[j - 1] == "."):
-            j -= 1
-        return text[j:i]
-
-    i = 0
-    while i < n:
-        c = text[i]
-        nxt = text[i + 1] if i + 1 < n else ""
-        if c == "/" and nxt == "/":
-            j = i + 2
-            while j < n:
-                if text[j] == "\n":
-                    # a backslash at the end of a // comment continues it on the next line
-                    k = j - 1
-                    if k >= 0 and text[k] == "\r":
-                        k -= 1
-                    if k > i + 1 and text[k] == "\\":
-                        j += 1
-                        continue
-                    break
-                j += 1
-            wipe(nocomment, i, j)
-            wipe(nolit, i, j)
-            i = j
-        elif c == "/" and nxt == "*":
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            wipe(nocomment, i, j)
-            wipe(nolit, i, j)
-            i = j
-        elif c == '"':
-            if token_before(i) in _RAW_PREFIXES:
-                paren = text.find("(", i + 1)
-                delim = text[i + 1:paren] if paren >= 0 else ""
-                if paren < 0 or len(delim) > 16 or any(ch in delim for ch in ' ()\\\t\n"'):
-                    j = _scan_quoted(text, i, '"')  # not a well-formed raw string: an ordinary one
-                else:
-                    close = text.find(")" + delim + '"', paren + 1)
-                    j = n if close < 0 else close + len(delim) + 2
-            else:
-                j = _scan_quoted(text, i, '"')
-            wipe(nolit, i + 1, j - 1 if j <= n and text[j - 1:j] == '"' else j)
-            i = j
-        elif c == "'":
-            before = token_before(i)
-            if before and before[0].isdigit() or (before.startswith(".") and before[1:2].isdigit()):
-                i += 1  # a digit separator, as in 1'000'000
-                continue
-            j = _scan_quoted(text, i, "'")
-            wipe(nolit, i + 1, j - 1 if text[j - 1:j] == "'" and j - 1 > i else j)
-            i = j
-        else:
-            i += 1
-    return "".join(nocomment), "".join(nolit)
-
-
-def closing_bracket(code: str, open_at: int) -> int:
-    """Offset of the bracket that closes the one at `open_at` ('(', '[' or '{') in blanked
-    code (comments and literals already blanked), or -1 when it is never closed."""
-    depth = 0
-    for k in range(open_at, len(code)):
-        ch = code[k]
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                return k
-    return -1
-
-
-def blank_code(text: str) -> str:
-    """`text` with comments and the contents of string and char literals replaced by spaces,
-    newlines kept, so offsets, lines and columns still match the original."""
-    return _blank(text)[1]
-
-
-def _scan_quoted(text: str, i: int, quote: str) -> int:
-    """Offset just past the literal that opens at text[i] (a quote): past its closing quote,
-    or at the end of its line when it is not closed there."""
-    n = len(text)
-    j = i + 1
-    while j < n:
-        ch = text[j]
-        if ch == "\\":
-            j += 2
-            continue
-        if ch == quote:
-            return j + 1
-        if ch == "\n":
-            return j
-        j += 1
-    return n
-
-
-_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include(?:_next)?\b[ \t]*(.*)$", re.M)
-
-
-class _Source:
-    """A candidate's text with line/column lookup and the two blanked copies."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.nocomment, code = _blank(text)
-        # `#include <fstream>` names a header, not a type: the include check looks at those lines.
-        self.code = _INCLUDE.sub(lambda m: " " * len(m.group(0)), code)
-        self._scopes: list[tuple[int, bool]] | None = None
-        self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
-        self.lines = _lines(text)
-
-    def pos(self, offset: int) -> tuple[int, int]:
-        """1-based (line, column) of an offset."""
-        k = bisect.bisect_right(self.starts, offset) - 1
-        return k + 1, offset - self.starts[k] + 1
-
-    def line(self, no: int) -> str:
-        return self.lines[no - 1].rstrip("\r") if 0 < no <= len(self.lines) else ""
-
-    def in_class_body(self, offset: int) -> bool:
-        """Whether the innermost braces around `offset` are a struct, class or union body."""
-        if self._scopes is None:
-            self._scopes = [(0, False)]
-            stack: list[bool] = []
-            code = self.code
-            for k, ch in enumerate(code):
-                if ch == "{":
-                    j = k
-                    while j > 0 and code[j - 1] not in ";{}":
-                        j -= 1
-                    head = _ATTRS.sub(" ", code[j:k])
-                    stack.append(_CLASS_HEAD.search(head) is not None)
-                elif ch == "}":
-                    if stack:
-                        stack.pop()
-                else:
-                    continue
-                self._scopes.append((k + 1, bool(stack) and stack[-1]))
-        k = bisect.bisect_right(self._scopes, (offset, True)) - 1
-        return self._scopes[k][1]
-
-    def match_paren(self, open_at: int) -> int:
-        """Offset of the ')' matching the '(' at open_at in the blanked code, or -1."""
-        k = closing_bracket(self.code, open_at)
-        return k if k >= 0 and self.code[k] == ")" else -1
 
 
 # ---------------------------------------------------------------------------- checks
@@ -346,7 +34,7 @@ def _diag(message: str, file: str, line: int = 0, source_line: str = "", *, colu
                       source_line=source_line.rstrip("\r\n"), code=code)
 
 
-def _check_markers(cand: Regions, seed: Regions, src: _Source, file_name: str) -> list[Diagnostic]:
+def _check_markers(cand: Regions, seed: Regions, src: SourceText, file_name: str) -> list[Diagnostic]:
     out = list(cand.diagnostics)
     if seed.diagnostics:
         out.append(_diag("the workload seed's EVOLVE-BLOCK markers are malformed "
@@ -371,11 +59,11 @@ def _describe(text: str) -> str:
     return f"`{text.strip()}`" if text.strip() else "a blank line"
 
 
-def _check_frozen(source: str, seed: str, src: _Source, file_name: str) -> list[Diagnostic]:
+def _check_frozen(source: str, seed: str, src: SourceText, file_name: str) -> list[Diagnostic]:
     if frozen_hash(source) == frozen_hash(seed):
         return []
     tail = "; only code between EVOLVE-BLOCK markers may change"
-    a, b = _frozen_lines(source), _frozen_lines(seed)
+    a, b = frozen_lines(source), frozen_lines(seed)
     for (cno, ctext), (sno, stext) in zip(a, b):
         if ctext != stext:
             col = next((k for k, (x, y) in enumerate(zip(ctext, stext)) if x != y), min(len(ctext), len(stext)))
@@ -438,7 +126,7 @@ def _qualifier(code: str, at: int) -> str | None:
     while j > 0 and code[j - 1].isspace():
         j -= 1
     k = j
-    while k > 0 and code[k - 1] in _IDENT_CHARS:
+    while k > 0 and code[k - 1] in IDENT_CHARS:
         k -= 1
     name = code[k:j]
     if not name:
@@ -465,7 +153,7 @@ def _top_level_args(code: str, open_at: int, close_at: int) -> int:
     return count
 
 
-def _check_forbidden_calls(src: _Source, file_name: str) -> list[Diagnostic]:
+def _check_forbidden_calls(src: SourceText, file_name: str) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     code = src.code
     for m in _CALL.finditer(code):
@@ -475,7 +163,7 @@ def _check_forbidden_calls(src: _Source, file_name: str) -> list[Diagnostic]:
             continue  # a member call (x.send(...)) or another namespace's function (cuco::open)
         if qual == "" and src.in_class_body(m.start(1)):
             before = code[:m.start(1)].rstrip()
-            if before and (before[-1] in _IDENT_CHARS or before[-1] in "*&>~"):
+            if before and (before[-1] in IDENT_CHARS or before[-1] in "*&>~"):
                 continue  # declares or defines a member function of that name, e.g. Chan::send
         if name == "bind" and qual == "std":
             continue  # std::bind from <functional>
@@ -525,9 +213,9 @@ _BAD_HEADERS = frozenset(
 _BAD_HEADER_DIRS = ("sys/", "netinet/", "arpa/")
 
 
-def _check_includes(src: _Source, file_name: str) -> list[Diagnostic]:
+def _check_includes(src: SourceText, file_name: str) -> list[Diagnostic]:
     out: list[Diagnostic] = []
-    for m in _INCLUDE.finditer(src.nocomment):
+    for m in INCLUDE_LINE.finditer(src.nocomment):
         arg = m.group(1).strip()
         line, _ = src.pos(m.start())
         col = src.pos(m.start(1))[1]
@@ -592,7 +280,7 @@ def _extern_c_blocks(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _check_abi(src: _Source, file_name: str) -> list[Diagnostic]:
+def _check_abi(src: SourceText, file_name: str) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     # Comments gone, strings kept (for `extern "C"`); a literal's contents cannot fake a
     # definition because matches are taken from the fully blanked code.
@@ -652,36 +340,18 @@ def _directive_line(code: str, newline_at: int) -> bool:
     return code[start:newline_at].lstrip().startswith("#")
 
 
-_DESIGN = re.compile(r"^\s*//\s*cuco-design:(.*)$")
-_PAIR = re.compile(r"^[A-Za-z_][\w.-]*=\S+$")
-
-
-def design_of(source: str) -> dict[str, str] | None:
-    """The key=value pairs of the `// cuco-design:` line in the first EVOLVE block, or None
-    when there is none (or it holds no well-formed pair)."""
-    evolve = split_regions(source).evolve
-    if not evolve:
-        return None
-    for line in evolve[0].text.split("\n"):
-        m = _DESIGN.match(line)
-        if m:
-            pairs = [t for t in m.group(1).split() if _PAIR.match(t)]
-            return dict(t.split("=", 1) for t in pairs) if pairs else None
-    return None
-
-
-def _check_design(regions: Regions, src: _Source, file_name: str) -> list[Diagnostic]:
+def _check_design(regions: Regions, src: SourceText, file_name: str) -> list[Diagnostic]:
     evolve = regions.evolve
     if not evolve:
         return []
     first = evolve[0]
     example = "`// cuco-design: backend=nccl_lsa placement=before sync=global issuer=cta chunk=full`"
     for off, line in enumerate(first.text.split("\n") if first.text else []):
-        m = _DESIGN.match(line)
+        m = DESIGN_LINE.match(line)
         if not m:
             continue
         tokens = m.group(1).split()
-        bad = [t for t in tokens if not _PAIR.match(t)]
+        bad = [t for t in tokens if not DESIGN_PAIR.match(t)]
         if tokens and not bad:
             return []
         no = first.start_line + off
@@ -690,7 +360,7 @@ def _check_design(regions: Regions, src: _Source, file_name: str) -> list[Diagno
                       file_name, no, line, code="design", severity="warning")]
     for r in evolve[1:]:
         for off, line in enumerate(r.text.split("\n")):
-            if _DESIGN.match(line):
+            if DESIGN_LINE.match(line):
                 no = r.start_line + off
                 return [_diag(f"the cuco-design line belongs in the first EVOLVE block (line {first.start_line}), "
                               f"not at line {no}", file_name, no, line, code="design", severity="warning")]
@@ -702,7 +372,7 @@ def _check_design(regions: Regions, src: _Source, file_name: str) -> list[Diagno
 def check_static(source: str, seed: str, file_name: str) -> list[Diagnostic]:
     """Every L0 check of `source` against the workload's `seed`; an empty list is a pass.
     Errors (severity "error") reject the candidate; warnings do not (see `is_rejected`)."""
-    src = _Source(source)
+    src = SourceText(source)
     cand_regions = split_regions(source, file_name)
     seed_regions = split_regions(seed, "seed")
     diags = _check_markers(cand_regions, seed_regions, src, file_name)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import bisect
 import re
 
-from cuco_tui.evaluate.result import Diagnostic, Level
-from cuco_tui.evaluate.static_checks import blank_code, closing_bracket
+from cuco_tui.core.result import Diagnostic, Level
+from cuco_tui.source.lexer import blank_code, closing_bracket
 
 __all__ = ["check_sync"]
 

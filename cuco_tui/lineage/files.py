@@ -8,7 +8,7 @@ import re
 from dataclasses import fields
 from typing import Any
 
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 
 SOURCE = "candidate.cu"
 DESIGN = "design.json"

@@ -17,7 +17,7 @@ import git
 from cuco_tui.lineage.errors import SessionError
 from cuco_tui.lineage.files import RECORD, record_from_json
 from cuco_tui.lineage.plumbing import read_blob
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 
 INDEX_FILE = "cuco-index.sqlite"
 SCHEMA_VERSION = "1"

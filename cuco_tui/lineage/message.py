@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 
 BODY_LINES = 15
 TRAILER_KEYS = (

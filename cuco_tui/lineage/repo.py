@@ -40,7 +40,7 @@ from cuco_tui.lineage.index import (
 )
 from cuco_tui.lineage.message import commit_message
 from cuco_tui.lineage.plumbing import commit_at, point_ref, read_blob, write_commit, write_tree
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 
 FORMAT = 1  # session.json "format"; bump when a reader of the old layout would go wrong
 SESSION_FILE = "session.json"

@@ -5,8 +5,8 @@ the overall best keeps a representative the search can return to."""
 from __future__ import annotations
 
 from cuco_tui.design.space import DIMENSIONS, DesignPoint
-from cuco_tui.evaluate.static_checks import design_of
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.source.regions import design_of
+from cuco_tui.core.records import CandidateRecord
 
 MEASURED = "measured"
 UNMEASURED_OK = ("no_gpu",)  # compiled (and checked) but not run: nothing known of its speed

@@ -14,7 +14,6 @@ any thread."""
 from __future__ import annotations
 
 import random
-import re
 import threading
 import time
 from collections import deque
@@ -24,11 +23,12 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from cuco_tui.agents.base import Agent, BudgetExhausted, Proposal, ProposalRequest
-from cuco_tui.build import BuildResult
+from cuco_tui.toolchain import BuildResult
 from cuco_tui.design.space import DIMENSIONS, DesignPoint
 from cuco_tui.evaluate.cascade import EvalOptions, Progress, evaluate
-from cuco_tui.evaluate.result import CascadeResult, Level
-from cuco_tui.evaluate.static_checks import check_static, design_of
+from cuco_tui.core.result import CascadeResult, Level
+from cuco_tui.evaluate.static_checks import check_static
+from cuco_tui.source.regions import design_of
 from cuco_tui.search import feedback
 from cuco_tui.search.archive import design_point, is_failure
 from cuco_tui.search.config import REVIEW_MODES, ConfigError, SearchConfig
@@ -53,13 +53,12 @@ from cuco_tui.search.events import (
 )
 from cuco_tui.search.pool import BuildPool, GpuPool, PlacementError, plan_groups, topology_of
 from cuco_tui.search.population import Population, Selection, can_be_parent, phase_of
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord, candidate_id, id_number
 from cuco_tui.search.summary import SearchSummary
 from cuco_tui.workload.manifest import Workload
 
 EvaluateFn = Callable[..., CascadeResult]  # evaluate(path, workload, options, progress=...)
 DECISIONS = ("accept", "reject", "edit")
-_ID = re.compile(r"^c(\d+)$")
 
 
 class Lineage(Protocol):
@@ -102,15 +101,6 @@ class _Decision:
     decision: str
     reason: str
     source: str | None
-
-
-def candidate_id(n: int) -> str:
-    return f"c{n:04d}"
-
-
-def id_number(cid: str) -> int:
-    m = _ID.match(cid)
-    return int(m.group(1)) if m else -1
 
 
 class SearchEngine:

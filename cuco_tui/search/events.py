@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 
 if TYPE_CHECKING:
     from cuco_tui.search.summary import SearchSummary
@@ -80,7 +80,7 @@ class ReviewDecided(Event):
 @dataclass(frozen=True, kw_only=True)
 class StageStarted(Event):
     candidate: str
-    level: int  # cuco_tui.evaluate.result.Level
+    level: int  # cuco_tui.core.result.Level
     gpus: tuple[int, ...] = ()
     message: str = ""
 

@@ -8,8 +8,8 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
-from cuco_tui.evaluate.result import CascadeResult, Diagnostic, Level, Status
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.result import CascadeResult, Diagnostic, Level, Status
+from cuco_tui.core.records import CandidateRecord
 
 MAX_FEEDBACK = 6000  # characters: enough for the first errors, short enough for a prompt
 

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from cuco_tui.evaluate.static_checks import split_regions
+from cuco_tui.source.regions import split_regions
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _STRING = re.compile(r'"(?:\\.|[^"\\])*"')

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from cuco_tui.build import BuildCache, BuildResult, compile_candidate
-from cuco_tui.build.toolchain import Toolchain
+from cuco_tui.toolchain import BuildCache, BuildResult, compile_candidate
+from cuco_tui.toolchain.toolchain import Toolchain
 
 # GPU index -> {peer GPU index: active NVLink links}, as GpuInfo.nvlink_peers gives it.
 Topology = Mapping[int, Mapping[int, int]]
@@ -220,7 +220,7 @@ class BuildPool:
     def _tools(self) -> Toolchain:
         with self._lock:
             if self._toolchain is None:
-                from cuco_tui.build.toolchain import discover
+                from cuco_tui.toolchain.toolchain import discover
 
                 self._toolchain = discover()
             return self._toolchain

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from cuco_tui.search.archive import Archive, design_point, is_better, is_failure, rank_key
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.novelty import NoveltyFilter
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 
 EXPLORE, EXPLOIT = "explore", "exploit"
 SHARED_KINDS = ("seed", "fast_path")  # candidates every island starts from

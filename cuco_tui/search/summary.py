@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from cuco_tui.search.archive import rank_key
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 
 STATUS_ORDER = ("measured", "no_gpu", "incorrect", "deadlock", "runtime_error", "compile_error", "rejected", "pending")
 

@@ -44,8 +44,8 @@ from cuco_tui.agents.claude.edits import (
     parse_fences,
 )
 from cuco_tui.agents.claude.prompts import Prompts, parse_judge
-from cuco_tui.evaluate.static_checks import design_of
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.source.regions import design_of
+from cuco_tui.core.records import CandidateRecord
 from cuco_tui.workload.manifest import Workload
 
 __all__ = ["ClaudeAgent", "DEFAULT_MODEL", "CallResult"]

@@ -33,7 +33,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from cuco_tui.evaluate.static_checks import check_static, is_rejected, split_regions
+from cuco_tui.evaluate.static_checks import check_static, is_rejected
+from cuco_tui.source.regions import split_regions
 
 __all__ = [
     "EditResult",

@@ -24,8 +24,8 @@ import jinja2
 
 from cuco_tui.agents.base import ProposalRequest
 from cuco_tui.design.space import DIMENSIONS
-from cuco_tui.evaluate.static_checks import split_regions
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.source.regions import split_regions
+from cuco_tui.core.records import CandidateRecord
 from cuco_tui.workload.manifest import Workload
 
 __all__ = [

@@ -38,7 +38,8 @@ from cuco_tui.app.widgets.text_prompt import TextPrompt
 from cuco_tui.lineage import SessionError, SessionRepo
 from cuco_tui.search import events as ev
 from cuco_tui.search.config import REVIEW_MODES
-from cuco_tui.search.engine import SearchEngine, id_number
+from cuco_tui.core.records import id_number
+from cuco_tui.search.engine import SearchEngine
 from cuco_tui.search.events import EventBus
 
 SOURCE = "candidate.cu"

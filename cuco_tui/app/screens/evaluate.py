@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Header, Label, Static, TextArea
+from textual.widgets import Footer, Header, Label, TextArea
 from textual.worker import get_current_worker
 
 from cuco_tui.app.messages import (
@@ -30,7 +30,7 @@ from cuco_tui.app.messages import (
 from cuco_tui.app.widgets.candidate_list import CandidateList
 from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.app.widgets.result_view import ResultView, Shown
-from cuco_tui.evaluate.result import CascadeResult
+from cuco_tui.core.result import CascadeResult
 from cuco_tui.workload.manifest import Workload
 
 # evaluate(candidate, workload, options, progress=callback) -> CascadeResult

@@ -10,7 +10,7 @@ from textual.reactive import reactive
 from textual.widgets import Label, ListItem, ListView
 
 from cuco_tui.app.messages import CandidateHighlighted, CandidateState, status_tone
-from cuco_tui.evaluate.result import Status
+from cuco_tui.core.result import Status
 
 
 class CandidateRow(ListItem):

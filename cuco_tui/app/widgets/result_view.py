@@ -14,7 +14,7 @@ from textual.reactive import reactive
 from textual.widgets import Label, Static
 
 from cuco_tui.app.messages import CandidateState, status_tone
-from cuco_tui.evaluate.result import CascadeResult, Diagnostic, Level, ShapeTiming, Verification
+from cuco_tui.core.result import CascadeResult, Diagnostic, Level, ShapeTiming, Verification
 
 LEVEL_NAMES = {
     Level.STATIC: "L0 static checks",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuco_tui.lineage.files import dump_json
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 
 DEFAULT_ROOT = Path("export")
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cuco_tui.evaluate.result import CascadeResult, Diagnostic, Level, Status
+from cuco_tui.core.result import CascadeResult, Diagnostic, Level, Status
 from cuco_tui.lineage import SessionError, SessionRepo
 from cuco_tui.lineage.files import log_paths
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord
 
 
 @dataclass(frozen=True)

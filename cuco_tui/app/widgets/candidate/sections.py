@@ -19,7 +19,7 @@ from cuco_tui.app.widgets.lineage.candidate_details import facts_text
 from cuco_tui.app.widgets.result_view import LEVEL_NAMES, LOG_LINES
 from cuco_tui.app.widgets.result_view import _diagnostics as diagnostics_content
 from cuco_tui.app.widgets.result_view import _verification_table as verification_table
-from cuco_tui.evaluate.result import Status
+from cuco_tui.core.result import Status
 
 THEME = "ansi_dark"  # the terminal's own colors, as the dashboard's and the lineage's diffs use
 

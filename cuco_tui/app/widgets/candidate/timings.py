@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from cuco_tui.evaluate.result import ShapeTiming, Spread
+from cuco_tui.core.result import ShapeTiming, Spread
 
 
 def _ms(x: float) -> str:

@@ -13,8 +13,8 @@ from textual.widgets import Static
 from cuco_tui.app.messages import CandidateState
 from cuco_tui.app.widgets.lineage.rows import status_style
 from cuco_tui.app.widgets.result_view import ResultView, Shown
-from cuco_tui.evaluate.result import CascadeResult
-from cuco_tui.search.records import CandidateRecord
+from cuco_tui.core.result import CascadeResult
+from cuco_tui.core.records import CandidateRecord
 
 
 class CandidateDetails(Vertical):

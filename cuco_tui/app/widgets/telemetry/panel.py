@@ -16,7 +16,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Label, Static
 from textual.worker import get_current_worker
 
-from cuco_tui.telemetry import GpuSample, TelemetryReader, TelemetrySnapshot
+from cuco_tui.harness.telemetry import GpuSample, TelemetryReader, TelemetrySnapshot
 
 WAITING = "reading telemetry…"
 NONE = "–"

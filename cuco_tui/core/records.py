@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+_ID = re.compile(r"^c(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -17,7 +20,7 @@ class CandidateRecord:
     design: dict[str, Any]  # design coordinates and knobs, e.g. {"backend": "nccl_lsa", ..., "knobs": {...}}
     rationale: str  # why the agent proposed it, in its words
     agent: str  # "offline" | "claude:<model>" | "engineer"
-    status: str  # a cuco_tui.evaluate.result.Status value, or "pending"
+    status: str  # a cuco_tui.core.result.Status value, or "pending"
     result: dict[str, Any] | None = None  # CascadeResult.to_dict(), None while pending
     speedup: float | None = None  # geometric mean over bench shapes, when measured
     latency_ms: float | None = None  # median of the candidate's time summed over bench shapes
@@ -38,3 +41,14 @@ class CandidateRecord:
         d = dict(d)
         d["parents"] = tuple(d.get("parents", ()))
         return cls(**d)
+
+
+def candidate_id(n: int) -> str:
+    """The id of a session's n-th candidate: "c0007"."""
+    return f"c{n:04d}"
+
+
+def id_number(cid: str) -> int:
+    """The number in a candidate id ("c0007" -> 7); -1 for anything else."""
+    m = _ID.match(cid)
+    return int(m.group(1)) if m else -1

@@ -21,9 +21,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cuco_tui.build.diagnostics import LEVEL, parse_nvcc_output
-from cuco_tui.build.toolchain import Toolchain
-from cuco_tui.evaluate.result import Diagnostic
+from cuco_tui.toolchain.diagnostics import LEVEL, parse_nvcc_output
+from cuco_tui.toolchain.toolchain import Toolchain
+from cuco_tui.core.result import Diagnostic
 
 DEFAULT_ARCH = "90a"
 FORMAT = 1  # bump when the cache record's layout or meaning changes
@@ -96,11 +96,11 @@ def _atomic_write(path: Path, data: bytes) -> None:
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        _unlink(Path(tmp))
+        unlink_quietly(Path(tmp))
         raise
 
 
-def _unlink(path: Path) -> None:
+def unlink_quietly(path: Path) -> None:
     try:
         path.unlink()
     except OSError:
@@ -209,7 +209,7 @@ def _relabel(result: BuildResult, source: Path, old: str) -> BuildResult:
 _NICE = ["nice", "-n", "10"] if shutil.which("nice") else []
 
 
-def _run(command: list[str], cwd: Path, timeout: float) -> tuple[int | None, str]:
+def run_tool(command: list[str], cwd: Path, timeout: float) -> tuple[int | None, str]:
     """(exit status or None on timeout, combined output). On a timeout the whole process group
     (nvcc and the cicc/ptxas/gcc it started) is killed."""
     proc = subprocess.Popen(_NICE + command, cwd=cwd, env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -272,14 +272,14 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
     recorded = command[:-1] + [str(cache.library_path(key))]  # what a person would run to rebuild it
     started = time.monotonic()
     try:
-        rc, log = _run(command, source.parent, timeout)
+        rc, log = run_tool(command, source.parent, timeout)
     except OSError as e:
-        _unlink(tmp)
+        unlink_quietly(tmp)
         return _failure(source, f"cannot run nvcc ({toolchain.nvcc}): {e.strerror or e}", "toolchain", recorded, key)
     seconds = time.monotonic() - started
 
     if rc is None:
-        _unlink(tmp)
+        unlink_quietly(tmp)
         return _failure(source, f"nvcc did not finish within {timeout:.0f} s and was stopped", "timeout", recorded,
                         key, log, seconds)  # not cached: a slow machine may do better next time
 
@@ -296,4 +296,4 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
                           message=f"cannot write to the build cache {cache.root}: {e.strerror or e}")
         return BuildResult(False, None, diagnostics + [diag], log, seconds, False, recorded, key)
     finally:
-        _unlink(tmp)
+        unlink_quietly(tmp)

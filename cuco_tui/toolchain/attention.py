@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuco_tui.build.nvcc import BuildCache, _run, _unlink
-from cuco_tui.build.toolchain import RUNTIME_INCLUDE, Toolchain, _package_dir
+from cuco_tui.toolchain.nvcc import BuildCache, run_tool, unlink_quietly
+from cuco_tui.toolchain.toolchain import RUNTIME_INCLUDE, Toolchain, package_dir
 
 SOURCE = Path(__file__).resolve().parent.parent / "harness" / "attention_lib" / "cuco_attn.cpp"
 HEADER = RUNTIME_INCLUDE / "cuco_attn.h"
@@ -124,7 +124,7 @@ def _include_roots() -> list[Path]:
 
 def find_cudnn(env: dict[str, str] | None = None) -> Cudnn:
     env = dict(os.environ if env is None else env)
-    nvidia = _package_dir("nvidia")
+    nvidia = package_dir("nvidia")
     roots: list[Path] = []
     if env.get("CUCO_CUDNN_HOME"):
         roots.append(Path(env["CUCO_CUDNN_HOME"]))
@@ -214,10 +214,10 @@ def ensure_library(toolchain: Toolchain, cache: BuildCache | None = None, env: d
             tmp = cache.temp_library(f"attn-{key}")
             command = [str(toolchain.nvcc), *flags, str(SOURCE), "-o", str(tmp)]
             started = time.monotonic()
-            rc, log = _run(command, SOURCE.parent, timeout)
+            rc, log = run_tool(command, SOURCE.parent, timeout)
             seconds = time.monotonic() - started
             if rc != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
-                _unlink(tmp)
+                unlink_quietly(tmp)
                 why = "timed out" if rc is None else f"failed (exit {rc})"
                 tail = "\n".join(log.strip().splitlines()[-12:])
                 problem = (f"building the attention library {why} after {seconds:.0f} s against cuDNN "

@@ -1,6 +1,6 @@
 """Building candidates: toolchain discovery, nvcc with a build cache, readable diagnostics."""
 
-from cuco_tui.build.diagnostics import parse_nvcc_output
-from cuco_tui.build.nvcc import BuildCache, BuildResult, compile_candidate
+from cuco_tui.toolchain.diagnostics import parse_nvcc_output
+from cuco_tui.toolchain.nvcc import BuildCache, BuildResult, compile_candidate
 
 __all__ = ["BuildCache", "BuildResult", "compile_candidate", "parse_nvcc_output"]

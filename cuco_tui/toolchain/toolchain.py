@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -68,7 +69,7 @@ def _main_header(lib: Library) -> Path | None:
     return path if path.exists() else None
 
 
-def _package_dir(dotted: str) -> Path | None:
+def package_dir(dotted: str) -> Path | None:
     try:
         spec = importlib.util.find_spec(dotted)
     except (ImportError, ValueError):
@@ -126,7 +127,7 @@ def discover(env: dict[str, str] | None = None) -> Toolchain:
     nvcc = _find_nvcc(env)
     if nvcc is not None and not nvcc.exists():
         nvcc = None
-    nvidia = _package_dir("nvidia")
+    nvidia = package_dir("nvidia")
     nccl_pkg = nvidia / "nccl" if nvidia else None
     cu13_pkg = nvidia / "cu13" if nvidia else None
     cublas_pkg = nvidia / "cublas" if nvidia else None
@@ -142,3 +143,20 @@ def discover(env: dict[str, str] | None = None) -> Toolchain:
                 f"to a folder holding include/ and lib/"
             )
     return Toolchain(nvcc, _nvcc_version(nvcc), nccl, cublas, RUNTIME_INCLUDE, tuple(problems))
+
+
+def nccl_version(include: Path | None) -> str:
+    """`2.28.9`, read from the `#define NCCL_MAJOR/MINOR/PATCH` lines of nccl.h; "" if unknown."""
+    if include is None:
+        return ""
+    try:
+        text = (include / "nccl.h").read_text(errors="replace")
+    except OSError:
+        return ""
+    parts = []
+    for key in ("MAJOR", "MINOR", "PATCH"):
+        m = re.search(rf"^\s*#define\s+NCCL_{key}\s+(\d+)", text, re.MULTILINE)
+        if not m:
+            return ""
+        parts.append(m.group(1))
+    return ".".join(parts)

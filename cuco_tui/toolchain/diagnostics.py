@@ -23,7 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from cuco_tui.evaluate.result import Diagnostic, Level
+from cuco_tui.core.result import Diagnostic, Level
 
 LEVEL = int(Level.COMPILE)
 TAIL_LINES = 20

@@ -7,11 +7,10 @@ from __future__ import annotations
 import time
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus, evaluate
-from cuco_tui.evaluate.result import CascadeResult, Status
+from cuco_tui.core.result import CascadeResult, Status
 from cuco_tui.workload.manifest import Workload
 
 DETECTION_SLACK_S = 5.0
