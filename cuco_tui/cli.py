@@ -20,7 +20,8 @@ from rich.text import Text
 from cuco_tui.core.result import CascadeResult, Status
 from cuco_tui.core.errors import UsageError
 from cuco_tui.harness.gpus import parse_gpu_list
-from cuco_tui.workload.manifest import WorkloadError, list_workloads, load_workload
+from cuco_tui.core.workload import WorkloadError
+from cuco_tui.workload.manifest import list_workloads, load_workload
 
 STATUS_STYLE = {
     Status.MEASURED: "bold green",

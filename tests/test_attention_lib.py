@@ -17,7 +17,8 @@ from cuco_tui.evaluate import cascade
 from cuco_tui.evaluate.cascade import evaluate, harness_libraries
 from cuco_tui.core.result import Level, Status
 from cuco_tui.harness.gpus import inventory
-from cuco_tui.workload.manifest import REPO_WORKLOADS, WorkloadError, load_workload
+from cuco_tui.core.workload import WorkloadError
+from cuco_tui.workload.manifest import REPO_WORKLOADS, load_workload
 
 TOOLCHAIN = discover()
 needs_nvcc = pytest.mark.skipif(TOOLCHAIN.nvcc is None, reason="needs nvcc")

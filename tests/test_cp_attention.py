@@ -19,7 +19,8 @@ from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate
 from cuco_tui.core.result import Status
 from cuco_tui.harness.bf16 import from_bf16_bits, to_bf16_bits
-from cuco_tui.workload.manifest import WorkloadError, load_workload
+from cuco_tui.core.workload import WorkloadError
+from cuco_tui.workload.manifest import load_workload
 from emulator_helpers import compile_emulated, needs_gxx, with_driver
 from static_helpers import assert_static_ok
 

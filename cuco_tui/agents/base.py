@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cuco_tui.core.records import CandidateRecord
-from cuco_tui.workload.manifest import Workload
+from cuco_tui.core.workload import Workload
 
 
 @dataclass(frozen=True)

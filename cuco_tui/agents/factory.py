@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 
 from cuco_tui.agents.base import Agent
-from cuco_tui.workload.manifest import Workload
+from cuco_tui.core.workload import Workload
 
 AGENT_KINDS = ("offline", "claude")
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.engine import SearchEngine
 from cuco_tui.search.events import EventBus
-from cuco_tui.workload.manifest import Workload
+from cuco_tui.core.workload import Workload
 
 EvaluateFn = Callable[..., Any]
 

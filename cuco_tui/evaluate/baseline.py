@@ -15,7 +15,7 @@ from cuco_tui.evaluate.cascade import (EvalOptions, choose_gpus, harness_librari
                                       reference_messages, run_deadline, runs_root)
 from cuco_tui.core.result import Spread
 from cuco_tui.harness.launcher import run_group
-from cuco_tui.workload.manifest import Workload
+from cuco_tui.core.workload import Workload
 
 
 # Names of reference parts that move data rather than compute (the rest are compute).

@@ -31,7 +31,7 @@ from cuco_tui.evaluate.sync_checks import check_sync
 from cuco_tui.harness.deadlock import describe_hang
 from cuco_tui.harness.gpus import inventory, is_shared
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
-from cuco_tui.workload.manifest import Workload, WorkloadError
+from cuco_tui.core.workload import Workload, WorkloadError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Callable
 
 from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus, evaluate
 from cuco_tui.core.result import CascadeResult, Status
-from cuco_tui.workload.manifest import Workload
+from cuco_tui.core.workload import Workload
 
 DETECTION_SLACK_S = 5.0
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from cuco_tui.core.result import Diagnostic, Level
-from cuco_tui.workload.manifest import Workload
+from cuco_tui.core.workload import Workload
 
 # Device-initiated communication that cannot reach a peer when the ranks are separate hosts to NCCL.
 _DEVICE_INITIATED = re.compile(r"\bncclDevComm\b|ncclGetLsaPointer|ncclGetPeerPointer|\bnvshmem")

@@ -55,7 +55,7 @@ from cuco_tui.search.pool import BuildPool, GpuPool, PlacementError, plan_groups
 from cuco_tui.search.population import Population, Selection, can_be_parent, phase_of
 from cuco_tui.core.records import CandidateRecord, candidate_id, id_number
 from cuco_tui.search.summary import SearchSummary
-from cuco_tui.workload.manifest import Workload
+from cuco_tui.core.workload import Workload
 
 EvaluateFn = Callable[..., CascadeResult]  # evaluate(path, workload, options, progress=...)
 DECISIONS = ("accept", "reject", "edit")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from cuco_tui.lineage import SessionError, SessionRepo, new_session_path
 from cuco_tui.search.config import ConfigError, SearchConfig
-from cuco_tui.workload.manifest import Workload, WorkloadError, load_workload
+from cuco_tui.core.workload import Workload, WorkloadError
+from cuco_tui.workload.manifest import load_workload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SESSIONS = REPO_ROOT / "sessions"

@@ -46,7 +46,7 @@ from cuco_tui.agents.claude.edits import (
 from cuco_tui.agents.claude.prompts import Prompts, parse_judge
 from cuco_tui.source.regions import design_of
 from cuco_tui.core.records import CandidateRecord
-from cuco_tui.workload.manifest import Workload
+from cuco_tui.core.workload import Workload
 
 __all__ = ["ClaudeAgent", "DEFAULT_MODEL", "CallResult"]
 

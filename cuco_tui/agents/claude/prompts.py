@@ -26,7 +26,7 @@ from cuco_tui.agents.base import ProposalRequest
 from cuco_tui.design.space import DIMENSIONS
 from cuco_tui.source.regions import split_regions
 from cuco_tui.core.records import CandidateRecord
-from cuco_tui.workload.manifest import Workload
+from cuco_tui.core.workload import Workload
 
 __all__ = [
     "PROMPTS_DIR",

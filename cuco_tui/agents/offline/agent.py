@@ -22,7 +22,7 @@ from cuco_tui.agents.base import Proposal, ProposalRequest
 from cuco_tui.agents.offline.strategy import Knobs, Strategy, StrategyBook
 from cuco_tui.design.space import Capabilities
 from cuco_tui.core.records import CandidateRecord
-from cuco_tui.workload.manifest import Workload
+from cuco_tui.core.workload import Workload
 
 GOOD = "measured"
 

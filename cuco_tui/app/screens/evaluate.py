@@ -31,7 +31,7 @@ from cuco_tui.app.widgets.candidate_list import CandidateList
 from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.app.widgets.result_view import ResultView, Shown
 from cuco_tui.core.result import CascadeResult
-from cuco_tui.workload.manifest import Workload
+from cuco_tui.core.workload import Workload
 
 # evaluate(candidate, workload, options, progress=callback) -> CascadeResult
 EvaluateFn = Callable[..., CascadeResult]
