@@ -35,7 +35,7 @@ def test_fault_compiles_unless_it_is_the_compile_error(path, tmp_path_factory):
 
 
 def test_a_fault_that_needs_more_ranks_is_skipped_and_said_so(monkeypatch):
-    from cuco_tui.evaluate import selftest
+    from cuco_tui.evaluate import faults as selftest
     from cuco_tui.evaluate.cascade import EvalOptions
 
     assert load_expectations(W)["cycle_of_three"]["min_world"] == 3
@@ -53,7 +53,7 @@ def test_a_fault_that_needs_more_ranks_is_skipped_and_said_so(monkeypatch):
 
 
 def test_a_fault_that_needs_more_ranks_runs_when_there_are_enough(monkeypatch):
-    from cuco_tui.evaluate import selftest
+    from cuco_tui.evaluate import faults as selftest
     from cuco_tui.evaluate.cascade import EvalOptions
 
     class Evaluated(Exception):
