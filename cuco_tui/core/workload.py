@@ -69,6 +69,12 @@ class Workload:
     def split_dims(self) -> tuple[str, ...]:
         return tuple(self.extra.get("split_dims", ("M", "N")))  # type: ignore[arg-type]
 
+    @property
+    def design_notes(self) -> Path:
+        """The workload's own notes for agents (`design/common.md`, `design/<backend>.md`):
+        its baseline and what was measured or learnt on it; may not exist."""
+        return self.root / "design"
+
     def candidates(self) -> list[Path]:
         files = [self.seed]
         if self.candidates_dir and self.candidates_dir.is_dir():

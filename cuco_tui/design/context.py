@@ -3,9 +3,11 @@ machine's GPUs (read at run time, every probe guarded so a machine without a GPU
 "no GPU" record), the rules every candidate follows, and notes on the API and the strategies
 of the point's backend.
 
-The notes are Markdown files under `assets/design/` (one per backend, with an `## API` and a
-`## Strategy` section, plus `common.md`). Measured figures of the GPU host live in those notes,
-written down from docs/performance.md; nothing here reads the performance record at run time.
+The generic notes are Markdown files under `assets/design/` (one per backend, with an `## API`
+and a `## Strategy` section, plus `common.md`): APIs, mechanisms and hardware figures that hold
+for any workload. What belongs to one workload (its baseline, its measured figures, what worked
+on it) lives in that workload's `design/` folder and reaches only its own prompts. Measured
+figures are written down from docs/performance.md; nothing here reads that record at run time.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "api_notes",
     "strategy_notes",
     "design_context",
+    "workload_notes",
 ]
 
 NOTES_DIR = Path(__file__).resolve().parents[2] / "assets" / "design"
@@ -277,6 +280,25 @@ def strategy_notes(backend: str) -> str:
     return _section(_notes_file(backend), "Strategy", f"assets/design/{backend}.md")
 
 
+def workload_notes(notes_dir: Path | None, name: str, heading: str) -> str:
+    """The `## {heading}` section of a workload's own notes (`<workload>/design/{name}.md`), or ""
+    when the workload ships none: facts about one workload's baseline, measurements and
+    strategies live beside it, so they reach no other workload's prompts."""
+    if notes_dir is None:
+        return ""
+    path = Path(notes_dir) / f"{name}.md"
+    if not path.is_file():
+        return ""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise FileNotFoundError(f"the workload notes {path} cannot be read ({exc.strerror or exc})") from exc
+    try:
+        return _section(text, heading, str(path))
+    except ValueError:
+        return ""
+
+
 def _title(backend: str) -> str:
     first = _notes_file(backend).strip().splitlines()[0]
     return first[2:].strip() if first.startswith("# ") else backend
@@ -307,9 +329,11 @@ def _nearest(point: DesignPoint, backend: str) -> DesignPoint:
 
 
 def design_context(point: DesignPoint, facts: HardwareFacts, world: int | None = None,
-                   gpus: Iterable[int] | None = None) -> str:
+                   gpus: Iterable[int] | None = None, notes_dir: Path | None = None) -> str:
     """Markdown for an agent: the point, the hardware, the rules, the API and strategy notes of
-    the point's backend, and which other backends are valid on this machine."""
+    the point's backend, and which other backends are valid on this machine. `notes_dir` is the
+    workload's own `design/` folder: its baseline (`common.md`, `## Baseline`) and what was
+    learnt with this backend on it (`<backend>.md`, `## Strategy`) follow the generic notes."""
     if world is None:
         world = facts.gpu_count if facts.gpu_count >= 2 else 2
     caps = capabilities_from(facts, world, gpus)
@@ -318,8 +342,14 @@ def design_context(point: DesignPoint, facts: HardwareFacts, world: int | None =
     problems = violations(point, caps)
     if problems:
         parts.append("Not valid here: " + "; ".join(problems) + ".")
-    parts += ["", facts.render(), "", "## Rules for every backend", common_notes(), "",
-              f"## API: {_title(b)}", api_notes(b), "", f"## Strategy: {_title(b)}", strategy_notes(b), ""]
+    parts += ["", facts.render(), "", "## Rules for every backend", common_notes(), ""]
+    baseline = workload_notes(notes_dir, "common", "Baseline")
+    if baseline:
+        parts += ["## The workload's baseline", baseline, ""]
+    parts += [f"## API: {_title(b)}", api_notes(b), "", f"## Strategy: {_title(b)}", strategy_notes(b), ""]
+    own = workload_notes(notes_dir, b, "Strategy")
+    if own:
+        parts += [f"## {_title(b)} on this workload", own, ""]
     valid, invalid = [], []
     for other in BACKENDS:
         if other == b:
