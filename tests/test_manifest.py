@@ -111,3 +111,34 @@ def test_the_tolerance_floor_defaults_to_none(tmp_path):
     w = load_workload(_write(tmp_path, BASE))
     assert (w.rtol, w.floor) == (0.02, 0.0)
     assert load_workload("cp_attention").floor == 0.25
+
+
+@pytest.mark.parametrize("text, match", [
+    ("[timming]\nwarmup = 5\n", r"unknown field `timming`; did you mean `timing`\?"),
+    ("[timing]\nrepetition = 30\n", r"unknown field `repetition` in \[timing\]; did you mean `repetitions`\?"),
+    ("[tolerance]\nrtoll = 0.01\n", r"unknown field `rtoll` in \[tolerance\]"),
+])
+def test_an_unknown_field_is_named_not_ignored(tmp_path, text, match):
+    root = _write(tmp_path, BASE + text)
+    with pytest.raises(WorkloadError, match=match):
+        load_workload(root)
+
+
+def test_an_unknown_dim_in_a_shape_is_named(tmp_path):
+    root = _write(tmp_path, BASE.replace("[[bench]]\nname = \"b\"\nM = 128", "[[bench]]\nname = \"b\"\nM = 128\nQ = 4"))
+    with pytest.raises(WorkloadError, match=r"unknown field `Q` in \[\[bench\]\] b"):
+        load_workload(root)
+
+
+def test_a_misspelt_dtype_is_refused(tmp_path):
+    root = _write(tmp_path, BASE.replace('dtype = "bf16"', 'dtype = "bf61"') if 'dtype = "bf16"' in BASE
+                  else 'dtype = "bf61"\n' + BASE)
+    with pytest.raises(WorkloadError, match=r"`dtype` must be one of bf16, .*not 'bf61'"):
+        load_workload(root)
+
+
+def test_the_manifest_dtypes_are_the_abis():
+    from cuco_tui.core.workload import DTYPES
+    from cuco_tui.harness.abi import DTYPES as ABI_DTYPES
+
+    assert set(DTYPES) == set(ABI_DTYPES)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 # What a manifest's `libraries` may name: "attention" is cuco_attn.h (cuDNN's fused attention).
 LIBRARIES = ("attention",)
+# Element types a manifest's `dtype` may name; the harness ABI (cuco_abi.h) has one code for each.
+DTYPES = ("bf16", "f16", "f32", "i32", "i64", "u8")
 
 
 class WorkloadError(ValueError):

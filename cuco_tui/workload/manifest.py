@@ -6,12 +6,60 @@ candidates. Errors in a manifest name the file and the field so a person can fix
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from pathlib import Path
 
-from cuco_tui.core.workload import LIBRARIES, Shape, Workload, WorkloadError
+from cuco_tui.core.workload import DTYPES, LIBRARIES, Shape, Workload, WorkloadError
 
 REPO_WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
+
+# Every field a manifest may hold; anything else is a typo the loader names rather than ignores.
+FIELDS = ("name", "title", "world_sizes", "dtype", "dims", "seed", "reference", "task", "candidates",
+          "split_dims", "flag_dims", "libraries", "divisible", "tolerance", "timing", "verify", "bench")
+TABLE_FIELDS = {"tolerance": ("rtol", "floor"), "timing": ("warmup", "repetitions")}
+
+
+def _unknown(keys, allowed, where: str, path: Path) -> None:
+    for key in keys:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f"; did you mean `{close[0]}`?" if close else f"; the fields are {', '.join(allowed)}"
+            raise WorkloadError(f"{path}: unknown field `{key}`{where}{hint}")
+
+
+def _check_fields(data: dict, path: Path) -> None:
+    _unknown(data, FIELDS, "", path)
+    for table, allowed in TABLE_FIELDS.items():
+        value = data.get(table, {})
+        if not isinstance(value, dict):
+            raise WorkloadError(f"{path}: `{table}` is a table ([{table}]), not {value!r}")
+        _unknown(value, allowed, f" in [{table}]", path)
+    dims = data.get("dims", [])
+    if not isinstance(dims, list) or not dims or not all(isinstance(d, str) and d.isidentifier() for d in dims):
+        raise WorkloadError(f"{path}: `dims` is a list of dimension names such as [\"M\", \"K\", \"N\"], not {dims!r}")
+    if len(set(dims)) != len(dims):
+        raise WorkloadError(f"{path}: `dims` names a dimension twice: {dims}")
+    divisible = data.get("divisible", {})
+    if not isinstance(divisible, dict):
+        raise WorkloadError(f"{path}: `divisible` is a table ([divisible]), not {divisible!r}")
+    _unknown(divisible, tuple(dims), " in [divisible] (a dim)", path)
+    for key, value in divisible.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise WorkloadError(f"{path}: [divisible] {key} must be a positive integer, not {value!r}")
+    for key in ("split_dims", "flag_dims"):
+        value = data.get(key, [])
+        if not isinstance(value, list) or not set(value) <= set(dims):
+            raise WorkloadError(f"{path}: `{key}` lists dims of this workload ({', '.join(dims)}), not {value!r}")
+    worlds = data.get("world_sizes")
+    if not isinstance(worlds, list) or not worlds or any(isinstance(w, bool) or not isinstance(w, int) or w < 1
+                                                         for w in worlds):
+        raise WorkloadError(f"{path}: `world_sizes` is a list of rank counts such as [2, 4, 8], not {worlds!r}")
+    dtype = data.get("dtype", "bf16")
+    if dtype not in DTYPES:
+        raise WorkloadError(f"{path}: `dtype` must be one of {', '.join(DTYPES)}, not {dtype!r}")
+
+
 def _shapes(data: dict, key: str, dims: tuple[str, ...], path: Path,
             flags: frozenset[str] = frozenset()) -> tuple[Shape, ...]:
     entries = data.get(key)
@@ -23,6 +71,7 @@ def _shapes(data: dict, key: str, dims: tuple[str, ...], path: Path,
         missing = [d for d in dims if d not in entry]
         if missing:
             raise WorkloadError(f"{path}: [[{key}]] {name} lacks {', '.join(missing)}")
+        _unknown(entry, ("name",) + tuple(dims), f" in [[{key}]] {name}", path)
         values = {}
         for d in dims:
             v = entry[d]
@@ -68,6 +117,7 @@ def load_workload(name_or_path: str | Path, search: Path = REPO_WORKLOADS) -> Wo
     for key in ("name", "world_sizes", "dims", "seed", "reference"):
         if key not in data:
             raise WorkloadError(f"{path}: missing required field `{key}`")
+    _check_fields(data, path)
     dims = tuple(data["dims"])
     # Dims listed in `flag_dims` are switches that may be 0 (every other dim is positive).
     flags = frozenset(data.get("flag_dims", ()))

@@ -32,6 +32,7 @@ class _Outcome:
     tries: int = 0
     failures: int = 0
     speedups: list[float] = field(default_factory=list)
+    unmeasured: int = 0  # compiled but not run: no GPU was there to measure them
 
     @property
     def best(self) -> float | None:
@@ -42,9 +43,9 @@ class _Outcome:
         return sum(self.speedups) / len(self.speedups) if self.speedups else None
 
 
-def _strategy_of(record: CandidateRecord) -> tuple[str, Knobs]:
+def _strategy_of(record: CandidateRecord, seed_strategy: str = "host_sequential") -> tuple[str, Knobs]:
     knobs = dict(record.design.get("knobs", {}))
-    name = knobs.pop("strategy", None) or ("host_sequential" if record.kind == "seed" else "")
+    name = knobs.pop("strategy", None) or (seed_strategy if record.kind == "seed" else "")
     return name, knobs
 
 
@@ -70,13 +71,17 @@ class OfflineAgent:
         self.by_strategy.clear()
         self.by_knob.clear()
         for rec in history:
-            name, knobs = _strategy_of(rec)
+            name, knobs = _strategy_of(rec, self.book.seed_strategy)
             if not name:
                 continue
             self.proposed.add(_key(name, self._normalized(name, knobs)))
-            if rec.status in ("pending", "no_gpu"):
+            if rec.status == "pending":
                 continue
             outcomes = [self.by_strategy[name]] + [self.by_knob[(name, k, repr(v))] for k, v in knobs.items()]
+            if rec.status == "no_gpu":
+                for o in outcomes:
+                    o.unmeasured += 1
+                continue
             for o in outcomes:
                 o.tries += 1
                 if rec.status == GOOD and rec.speedup:
@@ -87,7 +92,8 @@ class OfflineAgent:
         for s in self.book.strategies:
             o = self.by_strategy.get(s.name)
             if not o or not o.tries:
-                lines.append(f"{s.name}: untested")
+                lines.append(f"{s.name}: " + (f"{o.unmeasured} compiled, none measured (no GPU)" if o and o.unmeasured
+                                              else "untested"))
                 continue
             best = f"best {o.best:.2f}x" if o.best else "no measured run"
             lines.append(f"{s.name}: {o.tries} tried, {o.failures} failed, {best}")
@@ -159,7 +165,9 @@ class OfflineAgent:
     def _strategy_score(self, s: Strategy) -> float:
         o = self.by_strategy.get(s.name)
         if not o or not o.tries:
-            return 2.0  # optimism for the untested
+            # optimism for the untested, spent as candidates compile without being measured (no
+            # GPU), so exploration spreads over the strategies instead of repeating one
+            return 2.0 / (1 + (o.unmeasured if o else 0))
         best = o.best or 0.0
         return max(0.05, best * (1.0 - 0.5 * o.failures / o.tries))
 
@@ -171,13 +179,15 @@ class OfflineAgent:
             knobs = self._fresh(s, [self._random_knobs(s) for _ in range(8)] + [s.default_knobs()])
             if knobs is not None:
                 o = self.by_strategy.get(s.name)
-                record = "untested so far" if not o or not o.tries else self._describe(o)
+                record = self._describe(o) if o else "untested so far"
                 return self._make(request, request.kind if request.kind in ("full", "crossover") else "full", s, knobs,
                                   f"Explore: {s.name} ({record}), knobs {self._fmt(knobs)} chosen at random among "
                                   f"those not tried yet.")
         return self._exhausted(request)
 
     def _describe(self, o: _Outcome) -> str:
+        if not o.tries:
+            return f"{o.unmeasured} compiled, none measured (no GPU)" if o.unmeasured else "untested so far"
         best = f"best {o.best:.2f}x" if o.best else "none measured"
         return f"{o.tries} tried, {o.failures} failed, {best}"
 
@@ -198,6 +208,14 @@ class OfflineAgent:
         spread = (max(means) - min(means)) if len(means) > 1 else 0.0
         return 0.1 + spread + 0.3 * untried
 
+    def _measured_spread(self, s: Strategy, knob: str) -> float:
+        means = [o.mean for v in s.knobs[knob] if (o := self.by_knob.get((s.name, knob, repr(v)))) and o.mean is not None]
+        return (max(means) - min(means)) if len(means) > 1 else 0.0
+
+    def _untried(self, s: Strategy, knob: str) -> bool:
+        return any(not (o := self.by_knob.get((s.name, knob, repr(v)))) or not (o.tries or o.unmeasured)
+                   for v in s.knobs[knob])
+
     def _value_score(self, s: Strategy, knob: str, value: Any) -> float:
         o = self.by_knob.get((s.name, knob, repr(value)))
         if not o or not o.tries:
@@ -208,7 +226,7 @@ class OfflineAgent:
 
     def _diff(self, request: ProposalRequest) -> Proposal:
         parent = request.parents[0]
-        name, knobs = _strategy_of(parent)
+        name, knobs = _strategy_of(parent, self.book.seed_strategy)
         try:
             s = self.book.get(name)
         except Exception:
@@ -227,9 +245,15 @@ class OfflineAgent:
                     why = (f"Exploit: from {parent.id} ({parent.status}"
                            + (f", {parent.speedup:.2f}x" if parent.speedup else "") + f"), change {knob} "
                            f"{knobs.get(knob)!r} -> {value!r}. ")
-                    why += ("The parent failed, so one knob moves away from its setting. " if failed else
-                            f"{knob} is the knob whose values have moved the speedup most so far "
-                            f"(influence {self._knob_influence(s, knob):.2f}).")
+                    if failed:
+                        why += "The parent failed, so one knob moves away from its setting. "
+                    elif self._measured_spread(s, knob) > 0:
+                        why += (f"{knob} is the knob whose measured values have moved the speedup most so far "
+                                f"(influence {self._knob_influence(s, knob):.2f}).")
+                    else:
+                        why += (f"No measurement yet says which knob matters; {knob} still has values never "
+                                f"tried." if self._untried(s, knob) else
+                                f"No measurement yet says which knob matters; {knob} is changed to spread the tries.")
                     return self._make(request, "diff", s, new, why)
         return self._full(request)
 
@@ -237,8 +261,10 @@ class OfflineAgent:
         a, b = request.parents[0], request.parents[1]
         if (b.speedup or 0) > (a.speedup or 0):
             a, b = b, a
-        name_a, knobs_a = _strategy_of(a)
-        name_b, knobs_b = _strategy_of(b)
+        measured = bool(a.speedup)
+        whose = "the better parent" if measured else "the first parent (neither was measured)"
+        name_a, knobs_a = _strategy_of(a, self.book.seed_strategy)
+        name_b, knobs_b = _strategy_of(b, self.book.seed_strategy)
         try:
             s = self.book.get(name_a)
         except Exception:
@@ -250,8 +276,8 @@ class OfflineAgent:
                     new[k] = knobs_b[k]
             if self._valid(s, new) and _key(s.name, s.normalized(new)) not in self.proposed:
                 return self._make(request, "crossover", s, new,
-                                  f"Crossover of {a.id} ({name_a}) and {b.id} ({name_b}): the strategy of the "
-                                  f"better parent, knobs mixed from both: {self._fmt(new)}.")
+                                  f"Crossover of {a.id} ({name_a}) and {b.id} ({name_b}): the strategy of "
+                                  f"{whose}, knobs mixed from both: {self._fmt(new)}.")
         # The parents share no knob that differs: keep the better one's strategy, move one knob.
         for knob in self.rng.sample(list(s.knobs), len(s.knobs)):
             for value in s.knobs[knob]:
@@ -259,7 +285,7 @@ class OfflineAgent:
                 if self._valid(s, new) and _key(s.name, s.normalized(new)) not in self.proposed:
                     return self._make(request, "crossover", s, new,
                                       f"Crossover of {a.id} ({name_a}) and {b.id} ({name_b}): they share no knob "
-                                      f"to mix, so the better parent's strategy with {knob}={value!r}.")
+                                      f"to mix, so the strategy of {whose} with {knob}={value!r}.")
         return self._full(request)
 
     def _exhausted(self, request: ProposalRequest) -> Proposal:

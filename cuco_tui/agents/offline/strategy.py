@@ -1,5 +1,7 @@
-"""A workload's strategy templates: a Jinja2 template of the EVOLVE block, the knobs it takes,
-and the design point a choice of knobs lands on."""
+"""A workload's strategies for the offline agent: Jinja2 templates of the EVOLVE block
+(`templates/strategies.py`), each with the knobs it takes and the design point a choice of knobs
+lands on; or, for a workload without templates, the knobs its seed declares (`cuco-knob:`
+comments, cuco_tui.source.knobs) as one strategy whose knobs change values in the seed."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from typing import Any, Callable
 
 import jinja2
 
-from cuco_tui.design.space import COMM_SMS, Capabilities, DesignPoint, violations
+from cuco_tui.design.space import COMM_SMS, Capabilities, DesignError, DesignPoint, parse_design, violations
+from cuco_tui.source.knobs import KnobError, seed_knobs, with_knobs
+from cuco_tui.source.regions import design_of
 
 Knobs = dict[str, Any]
 
@@ -18,7 +22,7 @@ Knobs = dict[str, Any]
 @dataclass(frozen=True)
 class Strategy:
     name: str
-    template: str  # file name under the workload's templates/ folder
+    template: str  # file name under the workload's templates/ folder; "" for the seed's own knobs
     description: str
     knobs: dict[str, tuple[Any, ...]]  # knob -> the values it may take (first = default)
     design: Callable[[Knobs], DesignPoint]
@@ -64,6 +68,24 @@ class StrategyError(ValueError):
     pass
 
 
+SEED_KNOBS = "seed"  # the name of the strategy made of a seed's own knobs
+
+
+def no_strategies_message(name: str) -> str:
+    return (f"the offline agent has nothing to search on {name}: its seed declares no knobs and it ships no "
+            f"templates/strategies.py; mark tunable constants in the seed's EVOLVE blocks "
+            f"(`constexpr int kChunks = 1;  // cuco-knob: 1 2 4 8`) or add strategy templates "
+            f"(docs/workloads.md), or search with --agent claude and ANTHROPIC_API_KEY set")
+
+
+def _seed_point(source: str) -> DesignPoint:
+    declared = design_of(source) or {}
+    try:
+        return parse_design(declared)
+    except DesignError:
+        return DesignPoint()
+
+
 @dataclass
 class StrategyBook:
     """The strategies of one workload, and rendering a choice into a whole candidate."""
@@ -82,11 +104,19 @@ class StrategyBook:
             lstrip_blocks=True,
         )
 
+    @property
+    def seed_strategy(self) -> str:
+        """The strategy the seed itself is an instance of (what a seed record is filed under)."""
+        return SEED_KNOBS if any(s.name == SEED_KNOBS and not s.template for s in self.strategies) \
+            else "host_sequential"
+
     @classmethod
     def load(cls, workload_root: Path, seed: Path) -> "StrategyBook":
+        """The workload's templates when it ships `templates/strategies.py`, else its seed's knobs.
+        Raises StrategyError (one sentence naming the ways forward) when it has neither."""
         path = workload_root / "templates" / "strategies.py"
         if not path.exists():
-            raise StrategyError(f"{workload_root.name} has no templates/strategies.py: the offline agent needs one")
+            return cls.from_seed_knobs(workload_root, seed)
         spec = importlib.util.spec_from_file_location(f"cuco_strategies_{workload_root.name}", path)
         module = importlib.util.module_from_spec(spec)
         assert spec.loader is not None
@@ -99,8 +129,30 @@ class StrategyBook:
                 return s
         raise StrategyError(f"no strategy {name!r}")
 
+    @classmethod
+    def from_seed_knobs(cls, workload_root: Path, seed: Path) -> "StrategyBook":
+        source = seed.read_text()
+        try:
+            knobs = seed_knobs(source)
+        except KnobError as exc:
+            raise StrategyError(f"{seed}: {exc}") from exc
+        if not knobs:
+            raise StrategyError(no_strategies_message(workload_root.name))
+        point = _seed_point(source)
+        strategy = Strategy(
+            name=SEED_KNOBS,
+            template="",
+            description="the seed with its declared knobs (" + ", ".join(k.name for k in knobs) + ") set",
+            knobs={k.name: k.choices() for k in knobs},
+            design=lambda _k: point,
+        )
+        return cls(workload_root, [strategy], source)
+
     def render(self, strategy: Strategy, knobs: Knobs) -> str:
-        """The whole candidate: the seed's frozen skeleton around the rendered EVOLVE block."""
+        """The whole candidate: the seed's frozen skeleton around the rendered EVOLVE block, or,
+        for the seed's own knobs, the seed with those values set."""
+        if not strategy.template:
+            return with_knobs(self.seed_source, knobs)
         point = strategy.point(knobs)
         block = self.env.get_template(strategy.template).render(design_line=point.line(), **knobs)
         start_marker, end_marker = "// EVOLVE-BLOCK-START\n", "// EVOLVE-BLOCK-END"
