@@ -12,7 +12,8 @@ from cuco_tui.toolchain import BuildCache
 from cuco_tui.toolchain import attention as attn
 from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.toolchain.toolchain import nccl_version
-from cuco_tui.doctor import Check, attention_checks, nvlink_matrix, render_checks, run_checks, summary
+from cuco_tui.cli.doctor import render_checks, summary
+from cuco_tui.cli.machine_checks import Check, attention_checks, nvlink_matrix, run_checks
 from cuco_tui.harness.gpus import GpuInfo, GpuInventory
 from test_attention_lib import fake_cudnn
 

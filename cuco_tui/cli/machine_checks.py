@@ -1,5 +1,5 @@
-"""`cuco doctor`: what this machine has for compiling and running candidates, and what to do
-about what it lacks.
+"""The probes behind `cuco doctor`: what this machine has for compiling and running candidates,
+each found or missing thing one `Check`, with what to do about what it lacks.
 
 Every probe is guarded: a missing driver, library or package becomes a not-ok `Check` with a
 sentence saying how to fix it, never a traceback. Nothing here prints a secret."""
@@ -12,11 +12,6 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Literal
-
-from rich import box
-from rich.console import RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from cuco_tui.toolchain import attention
 from cuco_tui.toolchain.nvcc import BuildCache
@@ -296,35 +291,3 @@ def _api_key_check(env: dict[str, str]) -> Check:
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-# --- presenting -------------------------------------------------------------------------------
-
-
-def render_checks(checks: list[Check]) -> RenderableType:
-    """A table: ✓/✗, what was checked, what was found, and what to do about a ✗."""
-    table = Table(box=box.SIMPLE_HEAD, show_lines=False, expand=False)
-    table.add_column("", width=1, no_wrap=True)
-    table.add_column("check", style="bold", no_wrap=True)
-    table.add_column("found", overflow="fold")
-    table.add_column("fix", overflow="fold")
-    for c in checks:
-        if c.ok:
-            mark = Text("✓", style="green")
-        else:
-            mark = Text("✗", style="red" if c.needed_for else "yellow")
-        table.add_row(mark, c.name, c.detail, Text(c.fix, style="italic") if c.fix else "")
-    return table
-
-
-def summary(checks: list[Check]) -> str:
-    """One sentence: can this machine compile candidates, and run them?"""
-    compile_fail = [c for c in checks if c.needed_for == "compile" and not c.ok]
-    if compile_fail:
-        return "cannot compile: " + "; ".join(f"{c.name}: {c.detail}" for c in compile_fail)
-    run_fail = [c for c in checks if c.needed_for == "run" and not c.ok]
-    if run_fail:
-        no_gpu = any(c.name in ("GPUs (NVML)", "CuPy sees a GPU") for c in run_fail)
-        why = "no GPU" if no_gpu else "; ".join(f"{c.name}: {c.detail}" for c in run_fail)
-        return f"can compile candidates, but cannot run them: {why}"
-    return "everything needed to compile and run candidates is here"

@@ -1,0 +1,138 @@
+"""What the `cuco` subcommands and `cuco-tui` share: reading --gpus, --workload and --share-gpu
+into values (a bad one is a `UsageError`, one sentence, exit 2), the search settings the command
+line gives, the console for stdout, and how a cascade result is shown."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from cuco_tui.core.errors import UsageError
+from cuco_tui.core.result import CascadeResult, Status
+from cuco_tui.core.workload import Workload, WorkloadError
+from cuco_tui.harness.gpus import parse_gpu_list
+from cuco_tui.workload.manifest import load_workload
+
+DEFAULT_GENERATIONS = 10
+DEFAULT_CLAUDE_BUDGET = 5.0
+
+SHARE_GPU_HELP = ("run every rank on one GPU (the one --gpus names, else 0; --world ranks, else the workload's "
+                  "smallest world): checks correctness on a machine with fewer GPUs than ranks; times nothing")
+SHARE_GPU_HINT = "with fewer GPUs, --share-gpu checks correctness with every rank on one GPU (nothing timed)"
+
+STATUS_STYLE = {
+    Status.MEASURED: "bold green",
+    Status.NO_GPU: "bold cyan",
+    Status.REJECTED: "bold magenta",
+    Status.COMPILE_ERROR: "bold red",
+    Status.RUNTIME_ERROR: "bold red",
+    Status.DEADLOCK: "bold red",
+    Status.INCORRECT: "bold yellow",
+}
+
+
+# ---------------------------------------------------------------------------- options
+
+
+def gpu_list(text: str | None) -> list[int] | None:
+    """--gpus as indices (None when not given)."""
+    if text is None:
+        return None
+    try:
+        return parse_gpu_list(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def workload_named(name: str) -> Workload:
+    """--workload: a workload's name or folder."""
+    try:
+        return load_workload(name)
+    except WorkloadError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def share_gpu_asked(args: argparse.Namespace) -> bool:
+    """--share-gpu, refused where it cannot mean what it says."""
+    if not args.share_gpu:
+        return False
+    if args.gpus and len(gpu_list(args.gpus)) > 1:
+        raise UsageError("--share-gpu puts every rank on one GPU: name one with --gpus, e.g. --gpus 0")
+    if getattr(args, "shapes", None):
+        raise UsageError("--share-gpu checks correctness only and times nothing: drop --shapes")
+    return True
+
+
+def share_gpu_hint(workload: Workload, options: Any) -> str:
+    """The --share-gpu hint, where this machine has GPUs but fewer than the group asked for.
+    `options` is the cascade's EvalOptions."""
+    from cuco_tui.harness.gpus import inventory  # looked up when asked: tests stand in a machine's GPUs
+
+    if options.share_gpu:
+        return ""
+    needed = len(options.gpus) if options.gpus else (options.world or min(workload.world_sizes))
+    return SHARE_GPU_HINT if 0 < inventory().count < needed else ""
+
+
+def config_overrides(args: argparse.Namespace, agent_kind: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The SearchConfig fields the command line sets (`keys` given as flags, --gpus, --budget),
+    shared by `cuco search` and `cuco-tui`; a new Claude session gets the default dollar cap."""
+    overrides = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    if args.gpus is not None:
+        overrides["gpus"] = tuple(gpu_list(args.gpus) or ())
+    if args.budget is not None:
+        overrides["budget_usd"] = args.budget
+    elif agent_kind == "claude" and not args.resume:
+        overrides["budget_usd"] = DEFAULT_CLAUDE_BUDGET
+    return overrides
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def stdout_console() -> Console:
+    """Rich output for stdout; when it is a file or a pipe (a log of a GPU run), wide enough that
+    tables keep one line per row instead of wrapping into the 80 columns rich assumes."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def render_result(result: CascadeResult) -> Group:
+    head = Table.grid(padding=(0, 2))
+    head.add_row("candidate", result.candidate)
+    head.add_row("status", Text(result.status.value, style=STATUS_STYLE[result.status]))
+    head.add_row("level", f"L{int(result.level)} ({result.level.name.lower()})")
+    head.add_row("reason", result.reason)
+    build = f"{result.build_seconds:.1f} s" + (" (cached)" if result.build_cached else "")
+    head.add_row("build", build)
+    if result.gpus:
+        head.add_row("GPUs", f"{','.join(map(str, result.gpus))} (world {result.world}), run {result.run_seconds:.1f} s")
+    parts: list = [head]
+    if result.diagnostics:
+        parts.append(Panel("\n\n".join(d.render() for d in result.diagnostics), title="diagnostics", expand=False))
+    if result.verifications:
+        t = Table(title="verification", title_justify="left")
+        for col in ("shape", "ok", "max rel err", "rel fro err", "unwritten", "non-finite", "worst element"):
+            t.add_column(col)
+        for v in result.verifications:
+            t.add_row(v.shape, "yes" if v.ok else "NO", f"{v.max_rel_error:.3g}", f"{v.rel_fro_error:.3g}",
+                      str(v.unwritten), str(v.nonfinite), v.worst)
+        parts.append(t)
+    if result.timings:
+        t = Table(title="timings (ms, median of the slowest rank per repetition)", title_justify="left")
+        for col in ("shape", "M,K,N", "reference", "candidate", "IQR %", "per-rank medians", "speedup"):
+            t.add_column(col, justify="right" if col not in ("shape",) else "left")
+        for s in result.timings:
+            dims = ",".join(str(v) for v in s.dims.values())
+            ranks = " ".join(f"{r.median:.3f}" for r in s.per_rank)
+            t.add_row(s.shape, dims, f"{s.reference.median:.3f}", f"{s.candidate.median:.3f}",
+                      f"{s.spread_pct:.1f}", ranks, f"{s.speedup:.2f}x")
+        parts.append(t)
+    if result.deadlock_report:
+        parts.append(Panel(result.deadlock_report, title="deadlock report", expand=False))
+    return Group(*parts)

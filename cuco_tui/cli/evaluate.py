@@ -1,0 +1,153 @@
+"""`cuco eval`, `cuco baseline`, `cuco selftest` and `cuco workloads`: one candidate through the
+cascade, the workload's reference and its ceilings, the fault suite, the list of workloads."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from cuco_tui.cli.common import (SHARE_GPU_HELP, gpu_list, render_result, share_gpu_asked, share_gpu_hint,
+                                 stdout_console, workload_named)
+from cuco_tui.core.errors import UsageError
+from cuco_tui.workload.manifest import list_workloads, load_workload
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from cuco_tui.evaluate.cascade import EvalOptions, evaluate
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise UsageError(f"no such candidate file: {path}")
+    workload = workload_named(args.workload)
+    options = EvalOptions(
+        gpus=gpu_list(args.gpus), world=args.world, bench=not args.no_bench,
+        shapes=tuple(s for s in (args.shapes or "").split(",") if s), share_gpu=share_gpu_asked(args),
+    )
+    err = Console(stderr=True)
+    progress = None if args.json else (lambda p: err.print(f"[dim]L{int(p.level)}[/dim] {p.message}"))
+    result = evaluate(path, workload, options, progress=progress)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        stdout_console().print(render_result(result))
+    hint = "" if result.status.ok else share_gpu_hint(workload, options)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+    return 0 if result.status.ok else 1
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from cuco_tui.evaluate.baseline import BaselineError, measure_baseline
+    from cuco_tui.evaluate.cascade import EvalOptions
+
+    workload = workload_named(args.workload)
+    options = EvalOptions(gpus=gpu_list(args.gpus), world=args.world)
+    try:
+        base = measure_baseline(workload, options)
+    except BaselineError as exc:
+        raise UsageError(f"cannot measure the baseline: {exc}") from exc
+    if args.json:
+        print(json.dumps(base.to_dict(), indent=1))
+        return 0
+    t = Table(title=f"{workload.name} reference on GPUs {','.join(map(str, base.gpus))} (ms, median of the slowest rank)",
+              title_justify="left")
+    part_names = sorted({k for s in base.shapes for k in s.parts})
+    for col in ["shape", "dims", "reference", "IQR %"] + [f"{p} alone" for p in part_names] + \
+               ["peer copy GB/s", "max(parts)", "max(compute, bytes/peer bw)"]:
+        t.add_column(col, justify="left" if col in ("shape", "dims") else "right")
+    for s in base.shapes:
+        row = [s.shape, ",".join(str(v) for v in s.dims.values()), f"{s.reference.median:.3f}",
+               f"{s.reference.iqr_pct:.1f}"]
+        row += [f"{s.parts[p].median:.3f}" if p in s.parts else "-" for p in part_names]
+        row += [f"{s.peer_gbps:.0f}" if s.peer_gbps else "-", f"{s.overlap_bound_ms:.3f}",
+                f"{s.link_bound_ms:.3f}" if s.link_bound_ms else "-"]
+        t.add_row(*row)
+    stdout_console().print(t)
+    for w in base.warnings:
+        print(f"warning: the reference: {w}", file=sys.stderr)
+    return 0
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus
+    from cuco_tui.evaluate.faults import run_fault_suite
+
+    if not args.faults:
+        raise UsageError("say what to test: --faults")
+    workload = workload_named(args.workload)
+    options = EvalOptions(gpus=gpu_list(args.gpus), world=args.world,
+                          first_launch_timeout_s=args.launch_timeout, share_gpu=share_gpu_asked(args))
+    gpus, why = choose_gpus(workload, options)
+    if not gpus:
+        hint = share_gpu_hint(workload, options)
+        raise UsageError(f"the fault suite runs candidates on GPUs: {why.removeprefix('no_gpu: ')}"
+                         + (f"; {hint}" if hint else ""))
+    err = Console(stderr=True)
+    only = tuple(s for s in (args.only or "").split(",") if s)
+    checks = run_fault_suite(workload, options, only, say=lambda s: err.print(f"[dim]{s}[/dim]"))
+    t = Table(title=f"fault suite of {workload.name}", title_justify="left")
+    for col in ("candidate", "expected", "got", "detected after", "GPUs fine after", "verdict", "diagnosis"):
+        t.add_column(col)
+    for c in checks:
+        det = f"{c.detection_s:.1f} s (limit {c.limit_s:.0f} s)" if c.detection_s is not None else "-"
+        verdict = (Text("skipped", style="dim") if c.skipped else Text("pass", style="green") if c.ok
+                   else Text("FAIL: " + "; ".join(c.problems), style="red"))
+        diagnosis = (c.report.splitlines()[0] if c.report else c.reason)[:160]
+        t.add_row(c.name, c.expected, c.got, det, "yes" if c.healthy_after else "NO", verdict, diagnosis)
+    stdout_console().print(t)
+    run = [c for c in checks if not c.skipped]
+    passed = sum(c.ok for c in run)
+    print(f"{passed} passed, {len(run) - passed} failed, {len(checks) - len(run)} skipped")
+    return 0 if passed == len(run) else 1
+
+
+def cmd_workloads(args: argparse.Namespace) -> int:
+    for name in list_workloads():
+        w = load_workload(name)
+        print(f"{name}: {w.title}; world sizes {', '.join(map(str, w.world_sizes))}; "
+              f"{len(w.bench_shapes)} bench shapes")
+    return 0
+
+
+def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
+    """eval and baseline."""
+    e = sub.add_parser("eval", help="run the evaluation cascade (static checks, compile, verify, benchmark) on a candidate")
+    e.add_argument("file", help="the candidate .cu")
+    e.add_argument("--workload", "-w", default="gemm_allgather")
+    e.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: the first GPUs the workload can use)")
+    e.add_argument("--world", type=int, help="number of ranks when --gpus is not given, or with --share-gpu")
+    e.add_argument("--shapes", help="comma-separated bench shape names to measure (default: all)")
+    e.add_argument("--no-bench", action="store_true", help="stop after verification (L2)")
+    e.add_argument("--json", action="store_true", help="print the result as JSON")
+    e.add_argument("--share-gpu", action="store_true", help=SHARE_GPU_HELP)
+    e.set_defaults(fn=cmd_eval)
+
+    b = sub.add_parser("baseline", help="measure the workload's reference and its ceilings")
+    b.add_argument("--workload", "-w", default="gemm_allgather")
+    b.add_argument("--gpus")
+    b.add_argument("--world", type=int)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(fn=cmd_baseline)
+
+
+def add_selftest_parsers(sub: argparse._SubParsersAction) -> None:
+    """selftest and workloads."""
+    st = sub.add_parser("selftest", help="run the deliberately broken candidates and check each diagnosis (GPU)")
+    st.add_argument("--faults", action="store_true", help="the fault suite of the workload")
+    st.add_argument("--workload", "-w", default="gemm_allgather")
+    st.add_argument("--gpus")
+    st.add_argument("--world", type=int)
+    st.add_argument("--only", help="comma-separated fault names")
+    st.add_argument("--share-gpu", action="store_true", help=SHARE_GPU_HELP)
+    st.add_argument("--launch-timeout", type=float, default=10.0,
+                    help="time limit of a candidate's first launch, in seconds (default 10)")
+    st.set_defaults(fn=cmd_selftest)
+
+    w = sub.add_parser("workloads", help="list the workloads")
+    w.set_defaults(fn=cmd_workloads)

@@ -1,0 +1,165 @@
+"""`cuco search`: the search run headless. Progress goes to stderr, one line per event that
+matters; the summary (or JSON with --json) goes to stdout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from cuco_tui.cli.common import DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, config_overrides, workload_named
+from cuco_tui.core.errors import UsageError
+
+
+# ---------------------------------------------------------------------------- progress lines
+
+
+class ProgressPrinter:
+    """Turns engine events into short lines: `[  12.3s] committed c0004 no_gpu ...`."""
+
+    def __init__(self, stream: TextIO, started: float | None = None) -> None:
+        self.stream = stream
+        self.started = started if started is not None else time.monotonic()
+
+    def __call__(self, event: Any) -> None:
+        line = self.line(event)
+        if line:
+            self.stream.write(f"[{time.monotonic() - self.started:7.1f}s] {line}\n")
+            self.stream.flush()
+
+    def line(self, e: Any) -> str:
+        from cuco_tui.search import events as ev
+
+        if isinstance(e, ev.SearchStarted):
+            groups = " ".join(",".join(map(str, g)) or "cpu" for g in e.gpu_groups)
+            how = f"resumed at generation {e.start_generation}" if e.resumed else "new"
+            budget = f", budget ${e.budget_usd:.2f}" if e.budget_usd is not None else ""
+            return (f"session {e.session} ({how}): {e.workload}, agent {e.agent}, {e.islands} islands, "
+                    f"{e.generations} generations, GPU groups [{groups}], review {e.review_mode}{budget}")
+        if isinstance(e, ev.GenerationStarted):
+            return f"generation {e.generation} ({e.phase})"
+        if isinstance(e, ev.ProposalReady):
+            parents = ",".join(e.parents) or "-"
+            first = (e.rationale.strip().splitlines() or [""])[0]
+            return f"proposed {e.candidate} {e.kind} on island {e.island} from {parents}: {first[:100]}"
+        if isinstance(e, ev.AwaitingReview):
+            return f"review {e.candidate}: held ({e.why})"
+        if isinstance(e, ev.ReviewDecided):
+            return f"review {e.candidate}: {e.decision}" + (f" ({e.reason})" if e.reason else "")
+        if isinstance(e, ev.StageStarted) and e.level >= 2:
+            return f"{e.candidate} L{e.level}: {e.message}"
+        if isinstance(e, ev.CandidateCommitted):
+            r = e.record
+            speed = f" {r.speedup:.3f}x" if r.speedup is not None else ""
+            reason = (r.result or {}).get("reason", "")
+            backend = r.design.get("backend", "?") if r.design else "?"
+            return (f"committed {r.id} {r.status}{speed} (gen {r.generation}, island {r.island}, {r.kind}, "
+                    f"{backend}, parents {','.join(r.parents) or '-'}): {reason[:120]}")
+        if isinstance(e, ev.BestImproved):
+            was = f" (was {e.previous} {e.previous_speedup:.3f}x)" if e.previous and e.previous_speedup else ""
+            return f"best {e.record.id} {e.record.speedup:.3f}x{was}"
+        if isinstance(e, ev.BudgetSpent):
+            cap = f" of ${e.cap:.2f}" if e.cap is not None else ""
+            return f"spent ${e.spent:.4f}{cap}"
+        if isinstance(e, ev.HintAdded):
+            return f"hint: {e.text}"
+        if isinstance(e, ev.Paused):
+            return "paused"
+        if isinstance(e, ev.Resumed):
+            return "resumed"
+        if isinstance(e, ev.EngineError):
+            return f"error: {e.message}"
+        if isinstance(e, ev.SearchFinished):
+            return f"finished: {e.reason}"
+        return ""
+
+
+# ---------------------------------------------------------------------------- cuco search
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from cuco_tui.lineage import SessionError
+    from cuco_tui.search.config import ConfigError, SearchConfig
+    from cuco_tui.search.engine import SearchEngine
+    from cuco_tui.search.events import EventBus
+    from cuco_tui.search.pool import PlacementError
+    from cuco_tui.search.session import SESSIONS, create_session, open_session, resolve_session
+    from cuco_tui.core.workload import WorkloadError
+
+    from cuco_tui.agents.factory import AgentUnavailable, default_agent_kind, make_agent
+
+    agent_kind = args.agent or default_agent_kind()
+    overrides = config_overrides(args, agent_kind, ("generations", "islands", "world", "seed"))
+
+    try:
+        if args.resume:
+            repo, workload, config = open_session(resolve_session(args.resume, Path(args.root or SESSIONS)))
+            config = config.with_(**overrides)
+        else:
+            workload = workload_named(args.workload)
+            config = SearchConfig(workload=args.workload, **{"generations": DEFAULT_GENERATIONS, **overrides})
+            repo = create_session(workload, config, Path(args.session) if args.session else None,
+                                  Path(args.root or SESSIONS))
+    except (SessionError, ConfigError) as exc:
+        raise UsageError(str(exc)) from exc
+
+    bus = EventBus()
+    err = sys.stderr
+    bus.subscribe(ProgressPrinter(err))
+    try:
+        try:
+            agent = make_agent(agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
+                               seed=config.seed, budget_usd=config.budget_usd, model=args.model)
+        except AgentUnavailable as exc:
+            raise UsageError(str(exc)) from exc
+        engine = SearchEngine(workload, agent, repo, config, events=bus)
+        previous = signal.getsignal(signal.SIGINT)
+
+        def on_interrupt(signum, frame):  # first Ctrl-C: finish what runs; second: leave now
+            err.write("stopping after the evaluations in flight (Ctrl-C again to leave at once)\n")
+            err.flush()
+            engine.stop()
+            signal.signal(signal.SIGINT, previous)
+
+        signal.signal(signal.SIGINT, on_interrupt)
+        try:
+            summary = engine.run()
+        except (PlacementError, WorkloadError) as exc:
+            raise UsageError(str(exc)) from exc
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    finally:
+        repo.close()
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=1))
+    else:
+        print(summary.render())
+    return 0
+
+
+# ---------------------------------------------------------------------------- wiring
+
+
+def add_search_parser(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("search", help="evolve candidates with an agent, evaluating each and keeping the lineage")
+    s.add_argument("--workload", "-w", default="gemm_allgather")
+    s.add_argument("--generations", "-g", type=int,
+                   help=f"the session's total number of generations (default {DEFAULT_GENERATIONS}); "
+                        f"with --resume, the search continues up to it")
+    s.add_argument("--agent", choices=("offline", "claude"),
+                   help="who proposes (default: claude when ANTHROPIC_API_KEY is set, else offline)")
+    s.add_argument("--model", help="the Claude model (with --agent claude)")
+    s.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: every GPU); split into groups of --world")
+    s.add_argument("--world", type=int, help="ranks per evaluation (default: the workload's smallest world size)")
+    s.add_argument("--islands", type=int, help="number of islands (default 3)")
+    s.add_argument("--budget", type=float, help=f"dollar cap for the agent (claude default ${DEFAULT_CLAUDE_BUDGET:.0f})")
+    s.add_argument("--seed", type=int, help="random seed of the search")
+    s.add_argument("--session", help="folder of the new session (default: a new folder under sessions/)")
+    s.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name under sessions/)")
+    s.add_argument("--root", help="where sessions live (default: sessions/ at the repository root)")
+    s.add_argument("--json", action="store_true", help="print the summary as JSON")
+    s.set_defaults(fn=cmd_search)

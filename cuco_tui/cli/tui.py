@@ -1,0 +1,94 @@
+"""`cuco-tui`: the Textual app, opened on a new search of a workload (its dashboard), on the
+evaluate screen, resuming a session, or (`cuco-tui open`) browsing a session or a bundle. A bad
+argument ends with one sentence on stderr and exit code 2, before the app starts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cuco_tui.cli.common import DEFAULT_GENERATIONS, config_overrides, gpu_list, workload_named
+from cuco_tui.core.errors import UsageError
+
+
+def tui_main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["open"]:
+        return _open(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="cuco-tui", description="supervise the co-design of multi-GPU kernels: opens on a new search of the "
+        "workload (its dashboard), on every local GPU; `cuco-tui open SESSION_OR_BUNDLE` browses a session")
+    parser.add_argument("--workload", "-w", default="gemm_allgather")
+    parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: every GPU)")
+    parser.add_argument("--agent", choices=("offline", "claude"),
+                        help="who proposes (default: claude when ANTHROPIC_API_KEY is set, else offline)")
+    parser.add_argument("--model", help="the Claude model (with --agent claude)")
+    parser.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name under sessions/)")
+    parser.add_argument("--generations", "-g", type=int, help="the session's total number of generations (default 10)")
+    parser.add_argument("--review", choices=("auto", "review", "risky"),
+                        help="review mode: auto, hold each proposal (review), or only the risky ones")
+    parser.add_argument("--budget", type=float, help="dollar cap for the agent (claude default $5)")
+    parser.add_argument("--evaluate", action="store_true",
+                        help="open on the evaluate screen (the workload's candidates) instead of a new search")
+    args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except UsageError as exc:
+        print(f"cuco-tui: {exc}", file=sys.stderr)
+        return 2
+
+
+def _open(argv: list[str]) -> int:
+    """`cuco-tui open SESSION_OR_BUNDLE`."""
+    opener = argparse.ArgumentParser(prog="cuco-tui open",
+                                     description="open a session's lineage (a session folder or a .bundle)")
+    opener.add_argument("session", help="a session folder, or a .bundle (imported into a temporary folder)")
+    opener.add_argument("--workload", "-w", default="gemm_allgather")
+    opened = opener.parse_args(argv)
+    if not Path(opened.session).exists():
+        print(f"cuco-tui: no session or bundle at {opened.session}", file=sys.stderr)
+        return 2
+    try:
+        workload_named(opened.workload)
+    except UsageError as exc:
+        print(f"cuco-tui: {exc}", file=sys.stderr)
+        return 2
+    from cuco_tui.app.app import CucoApp
+
+    CucoApp(workload_name=opened.workload, open_session=Path(opened.session)).run()
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from cuco_tui.agents.factory import default_agent_kind
+    from cuco_tui.search.config import ConfigError, SearchConfig
+
+    gpus = gpu_list(args.gpus)
+    agent = args.agent or default_agent_kind()
+    overrides = config_overrides(args, agent, ("generations",))
+    if args.review:
+        overrides["review_mode"] = args.review
+    resume = None
+    workload_name = args.workload
+    if args.resume:
+        from cuco_tui.lineage import SessionError
+        from cuco_tui.search.session import open_session, resolve_session
+
+        try:
+            resume = resolve_session(args.resume)
+            repo, workload, _ = open_session(resume)
+            repo.close()
+        except SessionError as exc:
+            raise UsageError(str(exc)) from exc
+        workload_name = str(workload.root)
+    workload_named(workload_name)
+    try:
+        config = SearchConfig(workload=Path(workload_name).name, **{"generations": DEFAULT_GENERATIONS, **overrides})
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    from cuco_tui.app.app import CucoApp
+
+    CucoApp(workload_name=workload_name, gpus=gpus, start_search=not args.evaluate, search_config=config,
+            agent=agent, model=args.model, resume=resume, resume_overrides=overrides).run()
+    return 0
