@@ -14,6 +14,7 @@ from cuco_tui.cli.doctor import add_doctor_parser
 from cuco_tui.cli.evaluate import add_eval_parsers, add_selftest_parsers
 from cuco_tui.cli.search import add_search_parser
 from cuco_tui.cli.sessions import add_session_parsers
+from cuco_tui.cli.workload import add_workload_parsers
 from cuco_tui.core.errors import UsageError
 
 
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parsers(sub)  # eval, baseline
     add_doctor_parser(sub)
     add_selftest_parsers(sub)  # selftest, workloads
+    add_workload_parsers(sub)  # workload new, workload check
     add_search_parser(sub)
     add_session_parsers(sub)  # sessions, show, export
     return p

@@ -63,6 +63,9 @@ class OfflineAgent:
         self.proposed: set[str] = set()
         self.by_strategy: dict[str, _Outcome] = defaultdict(_Outcome)
         self.by_knob: dict[tuple[str, str, str], _Outcome] = defaultdict(_Outcome)
+        # the seed is in every session: its own strategy at the defaults is never new
+        seed = self.book.seed_strategy
+        self.proposed.add(_key(seed, self._normalized(seed, self._defaults(seed))))
 
     # ------------------------------------------------------------------ learning from results
 
@@ -74,6 +77,8 @@ class OfflineAgent:
             name, knobs = _strategy_of(rec, self.book.seed_strategy)
             if not name:
                 continue
+            if rec.kind == "seed" and not knobs:  # the seed is its strategy at the defaults
+                knobs = self._defaults(name)
             self.proposed.add(_key(name, self._normalized(name, knobs)))
             if rec.status == "pending":
                 continue
@@ -109,6 +114,12 @@ class OfflineAgent:
         if request.kind == "diff":
             return self._diff(request)
         return self._full(request)
+
+    def _defaults(self, name: str) -> Knobs:
+        try:
+            return self.book.get(name).default_knobs()
+        except Exception:
+            return {}
 
     def _normalized(self, name: str, knobs: Knobs) -> Knobs:
         try:

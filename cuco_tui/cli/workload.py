@@ -1,0 +1,70 @@
+"""`cuco workload new NAME` and `cuco workload check PATH`: start a workload of your own from a
+skeleton that passes L0 and L1, and see what a workload folder lacks, item by item."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+from cuco_tui.cli.common import stdout_console
+from cuco_tui.core.errors import UsageError
+from cuco_tui.core.workload import WorkloadError
+
+_STYLE = {"ok": "green", "warning": "yellow", "error": "bold red"}
+
+
+def cmd_workload_new(args: argparse.Namespace) -> int:
+    from cuco_tui.workload.scaffold import new_workload
+
+    try:
+        made = new_workload(args.name, Path(args.dir), args.title or "")
+    except WorkloadError as exc:
+        raise UsageError(str(exc)) from exc
+    out = stdout_console()
+    out.print(f"wrote {made.root}:")
+    for f in made.files:
+        out.print(f"  {f.relative_to(made.root)}")
+    out.print(f"next: edit them (docs/workloads.md), then `cuco workload check {made.root}`, "
+              f"`cuco eval {made.root / 'seed.cu'} --workload {made.root}`, "
+              f"`cuco search --workload {made.root} --agent offline`")
+    return 0
+
+
+def cmd_workload_check(args: argparse.Namespace) -> int:
+    from cuco_tui.evaluate.workload_check import check_workload
+
+    path = Path(args.path)
+    if not (path / "manifest.toml").is_file():
+        raise UsageError(f"{path} holds no manifest.toml: give the folder of a workload (`cuco workload new` makes one)")
+    findings = check_workload(path, compile_seed=not args.no_compile)
+    if args.json:
+        print(json.dumps([asdict(f) for f in findings], indent=1))
+    else:
+        t = Table(show_header=False, box=None, pad_edge=False)
+        for f in findings:
+            t.add_row(Text(f.level, style=_STYLE[f.level]), f.item, f.detail)
+        stdout_console().print(t)
+        errors = sum(f.level == "error" for f in findings)
+        warnings = sum(f.level == "warning" for f in findings)
+        stdout_console().print(f"{errors} error(s), {warnings} warning(s)")
+    return 1 if any(f.level == "error" for f in findings) else 0
+
+
+def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
+    w = sub.add_parser("workload", help="start a workload of your own (new) or check a workload folder (check)")
+    wsub = w.add_subparsers(dest="workload_command", required=True)
+    n = wsub.add_parser("new", help="write a new workload folder that passes L0 and L1 as written")
+    n.add_argument("name", help="the workload's name (lowercase letters, digits, _)")
+    n.add_argument("--dir", default="workloads", help="the folder to create it in (default: workloads)")
+    n.add_argument("--title", help="a one-line title (default: from the name)")
+    n.set_defaults(fn=cmd_workload_new)
+    c = wsub.add_parser("check", help="say what a workload folder lacks or gets wrong, item by item")
+    c.add_argument("path", help="the workload's folder")
+    c.add_argument("--no-compile", action="store_true", help="skip compiling the seed (L1)")
+    c.add_argument("--json", action="store_true", help="the findings as JSON")
+    c.set_defaults(fn=cmd_workload_check)
