@@ -18,7 +18,7 @@ import pytest
 
 from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.verify import POISON_BF16
-from cuco_tui.harness.worker import load_reference
+from cuco_tui.harness.rank_reference import load_reference
 from cuco_tui.workload.manifest import load_workload
 from emulator_helpers import candidate_source, compile_emulated, needs_gxx, with_driver
 

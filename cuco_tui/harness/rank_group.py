@@ -1,0 +1,116 @@
+"""A rank's place in the harness's own NCCL group: joining it, waiting on its stream under the
+watchdog, barriers, collective decisions, the candidate's fresh NCCL id, and closing it.
+
+Decisions that end a run are taken collectively (an all-reduce of a flag), so no rank tears
+down while another still launches into a shared collective."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from cuco_tui.harness import abi
+from cuco_tui.harness.rank_events import EventLog
+from cuco_tui.harness.watchdog import TRACE_SLOT_COUNT, TraceMemory, Watchdog
+
+CLOSE_LIMIT_S = 30.0  # closing the harness's NCCL group after the results (normally well under 1 s)
+
+
+class RankGroup:
+    """One rank's device, communicator and stream, with the memory every step uses: the wait
+    trace slots and the scratch buffer timing.py writes to flush the L2."""
+
+    def __init__(self, cupy: Any, nccl: Any, plan: dict[str, Any], rank: int, log: EventLog,
+                 watchdog: Watchdog) -> None:
+        self.cupy = cupy
+        self.nccl = nccl
+        self.plan = plan
+        self.rank = rank
+        self.world = int(plan["world"])
+        self.rundir = Path(plan["rundir"])
+        self.log = log
+        self.watchdog = watchdog
+        self.device = int(plan["gpus"][rank])
+
+    def join(self) -> None:
+        self.watchdog.phase = "setup"
+        self.watchdog.arm(float(self.plan.get("setup_timeout_s", 120.0)), "joining the NCCL group")
+        self.cupy.cuda.Device(self.device).use()
+        uid_file = self.rundir / "nccl_uid.json"
+        if self.rank == 0:
+            # CuPy returns the id as bytes or as a tuple of signed chars, depending on version.
+            uid = bytes(v % 256 for v in self.nccl.get_unique_id())
+            tmp = uid_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(list(uid)))
+            os.replace(tmp, uid_file)
+        else:
+            while not uid_file.exists():
+                time.sleep(0.01)
+            uid = bytes(json.loads(uid_file.read_text()))
+        self.comm = self.nccl.NcclCommunicator(self.world, uid, self.rank)
+        self.stream = self.cupy.cuda.Stream(non_blocking=True)
+        with self.stream:
+            self.flag = self.cupy.zeros(1, dtype=self.cupy.float32)
+        self.trace = TraceMemory(self.cupy, int(self.plan.get("trace_slots", TRACE_SLOT_COUNT)))
+        self.watchdog.trace = self.trace
+        self.watchdog.cupy = self.cupy
+        self.watchdog.device = self.device
+        l2 = self.cupy.cuda.runtime.getDeviceProperties(self.device)["l2CacheSize"]
+        self.scratch = self.cupy.empty(max(4 * l2, 1 << 20), dtype=self.cupy.uint8)  # to flush L2
+        self.wait_stream("first collective", 60.0)
+        self.barrier(60.0)
+        self.watchdog.disarm()
+        props = self.cupy.cuda.runtime.getDeviceProperties(self.device)
+        self.log.emit("joined", device=self.device, name=props["name"].decode(), pid=os.getpid())
+
+    def wait_stream(self, what: str, limit: float) -> None:
+        """Wait for the stream with a time limit, polling so the watchdog can act."""
+        self.watchdog.arm(limit, what)
+        event = self.stream.record()
+        while not event.done:
+            time.sleep(0.0001)
+        self.watchdog.disarm()
+
+    def barrier(self, limit: float = 30.0) -> None:
+        self.comm.allReduce(self.flag.data.ptr, self.flag.data.ptr, 1, self.nccl.NCCL_FLOAT32, self.nccl.NCCL_SUM,
+                            self.stream.ptr)
+        self.wait_stream("harness barrier", limit)
+
+    def all_ok(self, ok: bool) -> bool:
+        """True when every rank says ok (a collective: every rank must call it)."""
+        with self.stream:
+            self.flag.fill(0.0 if ok else 1.0)
+        self.comm.allReduce(self.flag.data.ptr, self.flag.data.ptr, 1, self.nccl.NCCL_FLOAT32, self.nccl.NCCL_SUM,
+                            self.stream.ptr)
+        self.wait_stream("agreeing on the outcome", 60.0)
+        return float(self.flag.get()[0]) == 0.0
+
+    def fresh_nccl_id(self) -> bytes:
+        """A new unique id for the candidate's own communicator, broadcast from rank 0."""
+        cp = self.cupy
+        with self.stream:
+            if self.rank == 0:
+                buf = cp.asarray([v % 256 for v in self.nccl.get_unique_id()], dtype=cp.uint8)
+            else:
+                buf = cp.zeros(abi.NCCL_ID_BYTES, dtype=cp.uint8)
+        self.comm.broadcast(buf.data.ptr, buf.data.ptr, abi.NCCL_ID_BYTES, self.nccl.NCCL_UINT8, 0, self.stream.ptr)
+        self.wait_stream("sharing the candidate's NCCL id", 60.0)
+        return bytes(buf.get(stream=self.stream).tolist())
+
+    def close(self) -> None:
+        # Where a transport hands a send to a proxy thread (sockets, as when ranks share a GPU;
+        # the network between hosts), the last barrier can complete here before a peer has our
+        # part: exiting at once would leave that peer waiting forever. Destroying the
+        # communicator flushes what is in flight first. The results are in by now, so trouble
+        # here is a warning (the watchdog's "close" phase), never the candidate's failure.
+        self.watchdog.phase = "close"
+        self.watchdog.device = None  # no health probe: a sticky error now would mislabel the results
+        self.watchdog.arm(CLOSE_LIMIT_S, "closing the harness's NCCL group")
+        try:
+            self.comm.destroy()
+        except Exception as exc:  # noqa: BLE001 - any failure here is reported, not raised
+            self.log.emit("close_warning", message=f"closing the harness's NCCL group: {type(exc).__name__}: {exc}")
+        self.watchdog.disarm()

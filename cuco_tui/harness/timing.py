@@ -1,0 +1,107 @@
+"""Timing in a rank: before each repetition the L2 is flushed and the ranks are aligned (an
+all-reduce and a host wait); CUDA events bracket only the timed call. Also the step limits that
+follow from the reference's time, the trace on/off comparison and the copy-engine ceiling."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from cuco_tui.harness import abi
+from cuco_tui.harness.rank_group import RankGroup
+
+
+class Timing:
+    def __init__(self, group: RankGroup) -> None:
+        self.group = group
+        self.plan = group.plan
+        self.ref_median: float | None = None  # of the last bench shape's warm reference runs, in ms
+
+    def limit(self, shape: dict[str, Any]) -> float:
+        """The time limit of a candidate launch after the first."""
+        floor = float(self.plan.get("timeout_floor_s", 5.0))
+        factor = float(self.plan.get("timeout_factor", 50.0))
+        ref = self.ref_median
+        return max(floor, factor * ref / 1000.0) if ref else floor
+
+    def time(self, fn: Callable[[], None], what: str, limit: float, repetitions: int | None = None) -> list[float]:
+        for _ in range(int(self.plan["warmup"])):
+            fn()
+        self.group.wait_stream(f"{what} (warm-up)", limit * int(self.plan["warmup"]))
+        return [self.time_once(fn, what, limit) for _ in range(repetitions or int(self.plan["repetitions"]))]
+
+    def time_pair(self, reference: Callable[[], None], candidate: Callable[[], None], limit: float,
+                  names: tuple[str, str] = ("the reference", "candidate launch")) -> tuple[list[float], list[float]]:
+        """Reference and candidate repetitions interleaved, the first of each pair alternating,
+        so that both see the same clocks and temperatures (a GEMM-heavy loop heats the GPU and
+        lowers its clocks: whatever is timed second would pay for it)."""
+        for _ in range(int(self.plan["warmup"])):
+            reference()
+            candidate()
+        self.group.wait_stream("warm-up", limit * 2 * int(self.plan["warmup"]))
+        ref_times, cand_times = [], []
+        for i in range(int(self.plan["repetitions"])):
+            order = [(reference, ref_times, names[0]), (candidate, cand_times, names[1])]
+            for fn, times, what in order if i % 2 == 0 else order[::-1]:
+                times.append(self.time_once(fn, what, limit))
+        return ref_times, cand_times
+
+    def time_once(self, fn: Callable[[], None], what: str, limit: float) -> float:
+        """One repetition: L2 flushed, ranks aligned, events around `fn` alone."""
+        g = self.group
+        cp = g.cupy
+        with g.stream:
+            g.scratch.fill(0)  # evict the inputs from L2: each repetition reads from HBM
+        g.barrier()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(g.stream)
+        fn()
+        end.record(g.stream)
+        g.wait_stream(what, limit)
+        return cp.cuda.get_elapsed_time(start, end)
+
+    def time_trace_ab(self, shape: dict[str, Any], ctx: abi.CContext, launch: Callable[[], None]) -> None:
+        """What the wait trace points cost, in this process: the candidate timed with tracing on
+        and off, interleaved like reference and candidate, by switching the context's trace
+        pointer between launches. Separate processes per setting differ by more (about 4 %) than
+        the effect. Valid for candidates that read cuco::trace_of(ctx) at launch time, as every
+        template does; one that keeps its Trace from cuco_init would time tracing on twice."""
+        slots, pointer = ctx.trace_slots, ctx.trace
+
+        def traced(on: bool) -> Callable[[], None]:
+            def run() -> None:
+                ctx.trace, ctx.trace_slots = (pointer, slots) if on else (None, 0)
+                launch()
+            return run
+
+        try:
+            on_ms, off_ms = self.time_pair(traced(True), traced(False), self.limit(shape),
+                                           ("candidate launch, tracing on", "candidate launch, tracing off"))
+        finally:
+            ctx.trace, ctx.trace_slots = pointer, slots
+        self.group.log.emit("trace_ab", shape=shape["name"], on_ms=on_ms, off_ms=off_ms)
+
+    def peer_copy_times(self, nbytes: int) -> list[float]:
+        """Copy-engine ceiling: every rank copies `nbytes` into the next rank's memory at once
+        (cudaMemcpyAsync on CUDA-IPC pointers), as an all-gather step would."""
+        g = self.group
+        cp = g.cupy
+        rt = cp.cuda.runtime
+        if g.world < 2 or nbytes <= 0:
+            return []
+        recv = rt.malloc(nbytes)
+        send = cp.empty(nbytes, dtype=cp.uint8)
+        handle = rt.ipcGetMemHandle(recv)
+        with g.stream:
+            mine = cp.asarray(list(handle), dtype=cp.uint8)
+            handles = cp.empty(len(handle) * g.world, dtype=cp.uint8)
+        g.comm.allGather(mine.data.ptr, handles.data.ptr, len(handle), g.nccl.NCCL_UINT8, g.stream.ptr)
+        g.wait_stream("sharing IPC handles", 60.0)
+        host = handles.get().tobytes()
+        peer = (g.rank + 1) % g.world
+        peer_ptr = rt.ipcOpenMemHandle(host[peer * len(handle):(peer + 1) * len(handle)])
+        times = self.time(lambda: rt.memcpyAsync(peer_ptr, send.data.ptr, nbytes, rt.memcpyDeviceToDevice,
+                                                 g.stream.ptr), "peer copy", 60.0)
+        g.barrier()
+        rt.ipcCloseMemHandle(peer_ptr)
+        rt.free(recv)
+        return times

@@ -1,0 +1,101 @@
+"""A rank's watchdog thread, and the wait trace it dumps.
+
+The watchdog enforces each step's time limit: on expiry, or when the launcher asks by creating
+the `abort` file, it writes this rank's wait trace (the pinned slots `cuco::wait_geq` and
+`cuco::lsa_barrier_sync` fill, readable while a kernel hangs) into the event file and ends the
+process at once."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cuco_tui.harness import abi
+from cuco_tui.harness.rank_events import EXIT_ABORTED, EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EventLog
+
+TRACE_SLOT_COUNT = 4096
+
+
+class TraceMemory:
+    """Pinned, mapped host memory for the candidate's wait slots: the device writes it, and
+    this process reads it even while a kernel hangs."""
+
+    def __init__(self, cupy: Any, slots: int) -> None:
+        self.slots = slots
+        self.bytes = slots * ctypes.sizeof(abi.CWaitSlot)
+        self.host_ptr = 0
+        if slots > 0:  # 0 slots: tracing off (to measure what it costs); the helpers then skip it
+            self.host_ptr = cupy.cuda.runtime.hostAlloc(self.bytes, cupy.cuda.runtime.hostAllocMapped)
+            ctypes.memset(self.host_ptr, 0, self.bytes)
+        # Unified addressing: memory from cudaHostAlloc(mapped) has the same address on the device.
+        self.device_ptr = self.host_ptr
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.host_ptr:
+            return []
+        return [r.__dict__ for r in abi.decode_slots(ctypes.string_at(self.host_ptr, self.bytes))]
+
+
+class Watchdog(threading.Thread):
+    """Ends the process when the armed step overruns, or when the launcher asks."""
+
+    def __init__(self, log: EventLog, abort_file: Path) -> None:
+        super().__init__(daemon=True)
+        self.log = log
+        self.abort_file = abort_file
+        self.deadline: float | None = None
+        self.what = ""
+        self.limit = 0.0
+        self.trace: TraceMemory | None = None
+        self.phase = ""
+        self.device: int | None = None  # set once the rank has joined: enables the health probe
+        self.cupy: Any = None
+
+    def arm(self, seconds: float, what: str) -> None:
+        self.what, self.limit = what, seconds
+        self.deadline = time.monotonic() + seconds
+
+    def disarm(self) -> None:
+        self.deadline = None
+
+    def run(self) -> None:
+        ticks = 0
+        while True:
+            time.sleep(0.02)
+            ticks += 1
+            if self.abort_file.exists():
+                if self.phase == "close":
+                    self.log.emit("close_warning", message="the launcher stopped the group while this rank closed it")
+                    os._exit(EXIT_OK)
+                self._die("aborted", EXIT_ABORTED, "the launcher stopped the group after another rank failed")
+            deadline = self.deadline
+            if deadline is not None and time.monotonic() > deadline:
+                if self.phase == "close":  # every result is in: say so and leave
+                    self.log.emit("close_warning", message=f"{self.what} did not finish within {self.limit:.1f} s")
+                    os._exit(EXIT_OK)
+                self._die("timeout", EXIT_TIMEOUT, f"{self.what} did not finish within {self.limit:.1f} s")
+            if ticks % 10 == 0 and self.device is not None:
+                self._probe_health()
+
+    def _probe_health(self) -> None:
+        """A kernel fault (illegal address, ...) poisons the context at once, but event and
+        stream queries can go on answering 'not ready' for as long as the faulted kernel's
+        stream looks busy (seen on H200 VMs: never, within 45 s). cudaMemGetInfo reports
+        the sticky error at once, so the watchdog asks it five times a second."""
+        try:
+            with self.cupy.cuda.Device(self.device):
+                self.cupy.cuda.runtime.memGetInfo()
+        except self.cupy.cuda.runtime.CUDARuntimeError as exc:
+            self.log.emit("error", kind="cuda", phase=self.phase,
+                          message=f"{exc} (during {self.what or self.phase})",
+                          trace=self.trace.records() if self.trace else [])
+            os._exit(EXIT_FAILED)
+
+    def _die(self, event: str, code: int, message: str) -> None:
+        trace = self.trace.records() if self.trace else []
+        self.log.emit(event, phase=self.phase, what=self.what, limit_s=self.limit, message=message, trace=trace)
+        os._exit(code)
