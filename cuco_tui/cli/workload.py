@@ -36,7 +36,7 @@ def cmd_workload_new(args: argparse.Namespace) -> int:
 
 
 def cmd_workload_check(args: argparse.Namespace) -> int:
-    from cuco_tui.evaluate.workload_check import check_workload
+    from cuco_tui.cli.workload_check import check_workload
 
     path = Path(args.path)
     if not (path / "manifest.toml").is_file():
