@@ -48,6 +48,8 @@ class Strategy:
         return self.design(knobs).with_(knobs={"strategy": self.name, **knobs})
 
     def valid(self, knobs: Knobs, caps: Capabilities) -> bool:
+        if not self.template:  # the seed's own knobs keep the seed's design: the engineer's starting point
+            return True
         return not violations(self.design(knobs), caps)
 
 
