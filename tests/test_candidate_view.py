@@ -435,7 +435,7 @@ async def test_enter_in_the_lineage_opens_the_candidate(tmp_path):
         lineage.jump_to("c0002")
         await pilot.press("enter")
         assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
-        assert app.screen.candidate_id == "c0002" and app.screen.engine is None
+        assert app.screen.candidate_id == "c0002" and app.screen.search is None
         assert app.screen.tabs.active == "deadlock"
         await pilot.press("escape")
         assert app.screen is lineage
@@ -509,15 +509,15 @@ async def test_dashboard_opens_the_best_candidate_with_the_engine_attached(tmp_p
         await pilot.press("enter")  # empty: the best
         assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
         screen = app.screen
-        assert screen.candidate_id == "c0000" and screen.engine is dashboard.engine
+        assert screen.candidate_id == "c0000" and screen.search is dashboard.search
         assert screen.check_action("rebenchmark", ()) is True
         assert "live search attached" in str(screen.query_one("#candidate-head", Static).content)
 
         await pilot.press("r")  # while the fast-path proposal waits for review
         assert await wait_until(pilot, lambda: any("committed as c0002" in n.message for n in app._notifications), 5)
-        assert await wait_until(pilot, lambda: "c0002" in dashboard._sources)
+        assert await wait_until(pilot, lambda: "c0002" in dashboard.state.sources)
         await pilot.press("p")
-        assert await wait_until(pilot, lambda: dashboard.engine.preferred_parent == "c0000", 5)
+        assert await wait_until(pilot, lambda: dashboard.search.preferred_parent == "c0000", 5)
         await pilot.press("escape")
         assert app.screen is dashboard
         await stop_search(app, pilot)
@@ -580,8 +580,8 @@ async def test_dashboard_edit_sends_the_editors_text(tmp_path, monkeypatch):
                                 and app.screen.query_one(ProposalQueue).ids)
         cid = app.screen.query_one(ProposalQueue).selected
         await pilot.press("e")
-        assert await wait_until(pilot, lambda: cid in app.screen._sources)
-        assert app.screen._sources[cid].endswith("// edited by hand\n")
+        assert await wait_until(pilot, lambda: cid in app.screen.state.sources)
+        assert app.screen.state.sources[cid].endswith("// edited by hand\n")
         await stop_search(app, pilot)
     with SessionRepo.open(tmp_path / "session") as repo:
         assert repo.record(cid).review == "edited"

@@ -11,6 +11,7 @@ import pytest
 from textual.widgets import OptionList
 
 from cuco_tui.app.app import CucoApp
+from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.screens.browse import BrowseScreen
 from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.lineage import LineageScreen
@@ -19,7 +20,6 @@ from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.cli import tui_main
 from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.config import SearchConfig
-from cuco_tui.search.events import EventBus
 from cuco_tui.search.pool import GpuGroup, GpuPool
 from cuco_tui.workload.manifest import load_workload
 from pilot_helpers import wait_until
@@ -84,9 +84,9 @@ def _small_session(tmp_path: Path) -> Path:
     launch = SearchLaunch(w, config, fake_evaluate, tmp_path / "s1",
                           (("gpu_pool", GpuPool([GpuGroup(0, (0, 1))])), ("compile_ahead", False),
                            ("design_context", lambda point: "")), agent="offline")
-    engine = launch.start(EventBus())
-    engine.run()
-    engine.repo.close()
+    with LiveSearch(launch) as search:
+        search.start()
+        search.run()
     return tmp_path / "s1"
 
 
@@ -97,13 +97,13 @@ def test_resume_continues_the_session_with_its_own_workload(tmp_path, started):
     assert tui_main(["--resume", str(path), "-g", "2"]) == 0
     launch = started[0].search_launch
     assert launch.resume == path and dict(launch.resume_overrides)["generations"] == 2
-    bus = EventBus()
-    engine = SearchLaunch(launch.workload, launch.config, fake_evaluate, resume=path, agent="offline",
-                          resume_overrides=(("generations", 2),),
-                          engine_options=(("gpu_pool", GpuPool([GpuGroup(0, (0, 1))])), ("compile_ahead", False),
-                                          ("design_context", lambda point: ""))).start(bus)
-    engine.run()
-    engine.repo.close()
+    resumed = SearchLaunch(launch.workload, launch.config, fake_evaluate, resume=path, agent="offline",
+                           resume_overrides=(("generations", 2),),
+                           engine_options=(("gpu_pool", GpuPool([GpuGroup(0, (0, 1))])), ("compile_ahead", False),
+                                           ("design_context", lambda point: "")))
+    with LiveSearch(resumed) as search:
+        search.start()
+        search.run()
     with SessionRepo.open(path) as repo:
         records = repo.records()
     assert before < {r.id for r in records}  # nothing lost, more added
@@ -136,7 +136,7 @@ async def test_without_a_gpu_the_search_compiles_only_under_a_banner(tmp_path, m
         assert await wait_until(pilot, lambda: banner.has_class("-visible"))
         assert "Press b to browse the example sessions" in str(banner.render())
         assert await wait_until(pilot, lambda: app.screen.state.statuses.get("no_gpu", 0) >= 1, timeout_s=180)
-        app.screen.engine.stop()
+        app.screen.search.stop()
     with SessionRepo.open(tmp_path / "live") as repo:
         seed = next(r for r in repo.records() if r.kind == "seed")
     assert seed.status == "no_gpu"
