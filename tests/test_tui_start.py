@@ -11,7 +11,7 @@ import pytest
 from textual.widgets import OptionList
 
 from cuco_tui.app.app import CucoApp
-from cuco_tui.app.live_search import LiveSearch
+from cuco_tui.app.live_search import LiveSearch, SearchNotStarted
 from cuco_tui.app.screens.browse import BrowseScreen
 from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.lineage import LineageScreen
@@ -88,6 +88,36 @@ def _small_session(tmp_path: Path) -> Path:
         search.start()
         search.run()
     return tmp_path / "s1"
+
+
+def test_live_search_owns_the_session_it_opens_and_closes_it_once(tmp_path):
+    w = load_workload("gemm_allgather")
+    config = SearchConfig(workload="gemm_allgather", generations=2, islands=1, seed=0, max_concurrent_builds=1)
+    launch = SearchLaunch(w, config, fake_evaluate, tmp_path / "s2",
+                          (("gpu_pool", GpuPool([GpuGroup(0, (0, 1))])), ("compile_ahead", False),
+                           ("design_context", lambda point: "")), agent="offline")
+    search = LiveSearch(launch)
+    assert not search.started and not search.running and search.session is None
+    assert not search.works_on(tmp_path / "s2")
+    for control in (search.pause, lambda: search.add_hint("x"), search.open_repo, lambda: search.review_mode):
+        with pytest.raises(SearchNotStarted, match="still starting"):
+            control()
+    search.stop()  # before the engine exists: it stops as soon as it is built
+    search.start()
+    assert search.started and search.session == tmp_path / "s2" and search.works_on(tmp_path / "s2")
+    assert not search.works_on(tmp_path)
+    with pytest.raises(RuntimeError, match="starts once"):
+        search.start()
+    summary = search.run()
+    assert summary.reason == "stopped" and not search.running
+    with search.open_repo() as own:  # a handle of the caller's: the search's own stays open
+        assert {r.id for r in own.records()} == {"c0000"}  # the seed, then it stopped
+    search.close()
+    search.close()  # idempotent: the dashboard's worker closes it once, whatever ended the run
+    with pytest.raises(RuntimeError, match="starts once"):
+        search.start()
+    with SessionRepo.open(tmp_path / "s2") as repo:
+        assert [r.id for r in repo.records()] == ["c0000"]
 
 
 def test_resume_continues_the_session_with_its_own_workload(tmp_path, started):
