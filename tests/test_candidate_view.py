@@ -16,10 +16,11 @@ import pytest
 from rich.console import Console
 from textual.command import CommandPalette
 from textual.content import Content
-from textual.widgets import Static
+from textual.widgets import OptionList, Static
 
 from cuco_tui.agents.offline import OfflineAgent
 from cuco_tui.app.app import CucoApp
+from cuco_tui.app.screens.browse import BrowseScreen
 from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.screens.dashboard import DashboardScreen, parse_budget
 from cuco_tui.app.screens.lineage import LineageScreen
@@ -526,6 +527,31 @@ async def test_dashboard_opens_the_best_candidate_with_the_engine_attached(tmp_p
         assert again.kind == "rebenchmark" and again.parents == ("c0000",)
         assert again.rationale == "re-benchmark of c0000" and again.status == "measured"
         assert again.speedup == pytest.approx(repo.record("c0000").speedup)
+
+
+@pytest.mark.asyncio
+async def test_the_lineage_of_the_running_session_opens_candidates_with_the_search_attached(tmp_path):
+    app = make_dashboard_app(tmp_path)
+    app.sessions_root = tmp_path  # the search's session is the one to browse
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids and app.screen.state.best_id)
+        dashboard = app.screen
+        await pilot.press("b")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, BrowseScreen)
+                                and app.screen.query_one(OptionList).option_count == 1
+                                and "session  session" in str(app.screen.query_one(OptionList)
+                                                              .get_option_at_index(0).prompt))
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
+        app.screen.jump_to("c0000")
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
+        assert app.screen.search is dashboard.search
+        assert "live search attached" in str(app.screen.query_one("#candidate-head", Static).content)
+        await pilot.press("escape", "escape")  # the candidate, then the lineage
+        assert await wait_until(pilot, lambda: app.screen is dashboard, 5)
+        await stop_search(app, pilot)
 
 
 @pytest.mark.asyncio
