@@ -113,12 +113,11 @@ async def measure(args: argparse.Namespace, session: Path) -> dict:
                 dt = await _until(pilot, lambda: screen.state.review_mode != mode, 5)
                 review.append(1000 * (time.perf_counter() - t0) if dt is not None else float("inf"))
                 new = screen.state.review_mode
-                dt = await _until(pilot, lambda: screen.engine.review_mode == new, 10)
+                dt = await _until(pilot, lambda: screen.search.started and screen.search.review_mode == new, 10)
                 applied.append(1000 * (time.perf_counter() - t0) if dt is not None else float("inf"))
                 await asyncio.sleep(args.interval_s)
         committed = dict(screen.state.statuses)
-        if screen.engine is not None:
-            screen.engine.stop()
+        screen.search.stop()
     return {"focus": _summary(focus), "palette": _summary(palette), "review": _summary(review),
             "applied": _summary(applied),
             "in_flight": {"min": min(in_flight), "median": statistics.median(in_flight), "max": max(in_flight)},

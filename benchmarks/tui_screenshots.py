@@ -55,8 +55,7 @@ async def shoot(args: argparse.Namespace, session: Path) -> list[dict]:
                 if over or screen.state.run.startswith(("finished", "failed")):
                     break
             await pilot.pause(0.5)
-        if screen.engine is not None:
-            screen.engine.stop()
+        screen.search.stop()
     return shots
 
 

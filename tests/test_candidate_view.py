@@ -16,10 +16,11 @@ import pytest
 from rich.console import Console
 from textual.command import CommandPalette
 from textual.content import Content
-from textual.widgets import Static
+from textual.widgets import OptionList, Static
 
 from cuco_tui.agents.offline import OfflineAgent
 from cuco_tui.app.app import CucoApp
+from cuco_tui.app.screens.browse import BrowseScreen
 from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.screens.dashboard import DashboardScreen, parse_budget
 from cuco_tui.app.screens.lineage import LineageScreen
@@ -435,7 +436,7 @@ async def test_enter_in_the_lineage_opens_the_candidate(tmp_path):
         lineage.jump_to("c0002")
         await pilot.press("enter")
         assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
-        assert app.screen.candidate_id == "c0002" and app.screen.engine is None
+        assert app.screen.candidate_id == "c0002" and app.screen.search is None
         assert app.screen.tabs.active == "deadlock"
         await pilot.press("escape")
         assert app.screen is lineage
@@ -509,15 +510,15 @@ async def test_dashboard_opens_the_best_candidate_with_the_engine_attached(tmp_p
         await pilot.press("enter")  # empty: the best
         assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
         screen = app.screen
-        assert screen.candidate_id == "c0000" and screen.engine is dashboard.engine
+        assert screen.candidate_id == "c0000" and screen.search is dashboard.search
         assert screen.check_action("rebenchmark", ()) is True
         assert "live search attached" in str(screen.query_one("#candidate-head", Static).content)
 
         await pilot.press("r")  # while the fast-path proposal waits for review
         assert await wait_until(pilot, lambda: any("committed as c0002" in n.message for n in app._notifications), 5)
-        assert await wait_until(pilot, lambda: "c0002" in dashboard._sources)
+        assert await wait_until(pilot, lambda: "c0002" in dashboard.state.sources)
         await pilot.press("p")
-        assert await wait_until(pilot, lambda: dashboard.engine.preferred_parent == "c0000", 5)
+        assert await wait_until(pilot, lambda: dashboard.search.preferred_parent == "c0000", 5)
         await pilot.press("escape")
         assert app.screen is dashboard
         await stop_search(app, pilot)
@@ -526,6 +527,31 @@ async def test_dashboard_opens_the_best_candidate_with_the_engine_attached(tmp_p
         assert again.kind == "rebenchmark" and again.parents == ("c0000",)
         assert again.rationale == "re-benchmark of c0000" and again.status == "measured"
         assert again.speedup == pytest.approx(repo.record("c0000").speedup)
+
+
+@pytest.mark.asyncio
+async def test_the_lineage_of_the_running_session_opens_candidates_with_the_search_attached(tmp_path):
+    app = make_dashboard_app(tmp_path)
+    app.sessions_root = tmp_path  # the search's session is the one to browse
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids and app.screen.state.best_id)
+        dashboard = app.screen
+        await pilot.press("b")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, BrowseScreen)
+                                and app.screen.query_one(OptionList).option_count == 1
+                                and "session  session" in str(app.screen.query_one(OptionList)
+                                                              .get_option_at_index(0).prompt))
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
+        app.screen.jump_to("c0000")
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
+        assert app.screen.search is dashboard.search
+        assert "live search attached" in str(app.screen.query_one("#candidate-head", Static).content)
+        await pilot.press("escape", "escape")  # the candidate, then the lineage
+        assert await wait_until(pilot, lambda: app.screen is dashboard, 5)
+        await stop_search(app, pilot)
 
 
 @pytest.mark.asyncio
@@ -580,8 +606,8 @@ async def test_dashboard_edit_sends_the_editors_text(tmp_path, monkeypatch):
                                 and app.screen.query_one(ProposalQueue).ids)
         cid = app.screen.query_one(ProposalQueue).selected
         await pilot.press("e")
-        assert await wait_until(pilot, lambda: cid in app.screen._sources)
-        assert app.screen._sources[cid].endswith("// edited by hand\n")
+        assert await wait_until(pilot, lambda: cid in app.screen.state.sources)
+        assert app.screen.state.sources[cid].endswith("// edited by hand\n")
         await stop_search(app, pilot)
     with SessionRepo.open(tmp_path / "session") as repo:
         assert repo.record(cid).review == "edited"

@@ -97,7 +97,7 @@ async def test_review_accept_then_reject_with_a_reason(tmp_path):
         assert "rationale" in head and "backend=" in head
 
         await pilot.press("y")
-        assert await wait_until(pilot, lambda: first in screen._sources)  # committed
+        assert await wait_until(pilot, lambda: first in screen.state.sources)  # committed
         assert await wait_until(pilot, lambda: queue(app).ids and queue(app).selected != first)
         second = queue(app).selected
         assert second is not None and second != first
@@ -107,7 +107,7 @@ async def test_review_accept_then_reject_with_a_reason(tmp_path):
         await pilot.press(*"too risky")
         await pilot.press("enter")
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), 5)
-        assert await wait_until(pilot, lambda: second in screen._sources)
+        assert await wait_until(pilot, lambda: second in screen.state.sources)
         assert "rejected 1" in text(app, "#state-facts")
         await pilot.press("x")
         assert await wait_until(pilot, lambda: "finished" in text(app, "#state-run"))
@@ -149,12 +149,12 @@ async def test_review_mode_cycles_and_hint_reaches_the_engine(tmp_path):
         await pilot.press("h")
         assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
         await pilot.press(*"try chunked overlap", "enter")
-        assert await wait_until(pilot, lambda: screen.engine.hints == ("try chunked overlap",), 5)
+        assert await wait_until(pilot, lambda: screen.search.hints == ("try chunked overlap",), 5)
         assert await wait_until(pilot, lambda: "hints      1" in text(app, "#state-facts"), 5)
         await pilot.press("m")  # review -> risky
-        assert await wait_until(pilot, lambda: screen.engine.review_mode == "risky", 5)
+        assert await wait_until(pilot, lambda: screen.search.review_mode == "risky", 5)
         await pilot.press("m")  # risky -> auto: what waits is accepted, the rest runs unattended
-        assert await wait_until(pilot, lambda: screen.engine.review_mode == "auto", 5)
+        assert await wait_until(pilot, lambda: screen.search.review_mode == "auto", 5)
         assert await wait_until(pilot, lambda: "finished: done" in text(app, "#state-run"), 30)
         assert not queue(app).ids and not screen.query_one(InFlightTable).candidates
 

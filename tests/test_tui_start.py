@@ -11,6 +11,7 @@ import pytest
 from textual.widgets import OptionList
 
 from cuco_tui.app.app import CucoApp
+from cuco_tui.app.live_search import LiveSearch, SearchNotStarted
 from cuco_tui.app.screens.browse import BrowseScreen
 from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.lineage import LineageScreen
@@ -19,7 +20,6 @@ from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.cli import tui_main
 from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.config import SearchConfig
-from cuco_tui.search.events import EventBus
 from cuco_tui.search.pool import GpuGroup, GpuPool
 from cuco_tui.workload.manifest import load_workload
 from pilot_helpers import wait_until
@@ -84,10 +84,40 @@ def _small_session(tmp_path: Path) -> Path:
     launch = SearchLaunch(w, config, fake_evaluate, tmp_path / "s1",
                           (("gpu_pool", GpuPool([GpuGroup(0, (0, 1))])), ("compile_ahead", False),
                            ("design_context", lambda point: "")), agent="offline")
-    engine = launch.start(EventBus())
-    engine.run()
-    engine.repo.close()
+    with LiveSearch(launch) as search:
+        search.start()
+        search.run()
     return tmp_path / "s1"
+
+
+def test_live_search_owns_the_session_it_opens_and_closes_it_once(tmp_path):
+    w = load_workload("gemm_allgather")
+    config = SearchConfig(workload="gemm_allgather", generations=2, islands=1, seed=0, max_concurrent_builds=1)
+    launch = SearchLaunch(w, config, fake_evaluate, tmp_path / "s2",
+                          (("gpu_pool", GpuPool([GpuGroup(0, (0, 1))])), ("compile_ahead", False),
+                           ("design_context", lambda point: "")), agent="offline")
+    search = LiveSearch(launch)
+    assert not search.started and not search.running and search.session is None
+    assert not search.works_on(tmp_path / "s2")
+    for control in (search.pause, lambda: search.add_hint("x"), search.open_repo, lambda: search.review_mode):
+        with pytest.raises(SearchNotStarted, match="still starting"):
+            control()
+    search.stop()  # before the engine exists: it stops as soon as it is built
+    search.start()
+    assert search.started and search.session == tmp_path / "s2" and search.works_on(tmp_path / "s2")
+    assert not search.works_on(tmp_path)
+    with pytest.raises(RuntimeError, match="starts once"):
+        search.start()
+    summary = search.run()
+    assert summary.reason == "stopped" and not search.running
+    with search.open_repo() as own:  # a handle of the caller's: the search's own stays open
+        assert {r.id for r in own.records()} == {"c0000"}  # the seed, then it stopped
+    search.close()
+    search.close()  # idempotent: the dashboard's worker closes it once, whatever ended the run
+    with pytest.raises(RuntimeError, match="starts once"):
+        search.start()
+    with SessionRepo.open(tmp_path / "s2") as repo:
+        assert [r.id for r in repo.records()] == ["c0000"]
 
 
 def test_resume_continues_the_session_with_its_own_workload(tmp_path, started):
@@ -97,13 +127,13 @@ def test_resume_continues_the_session_with_its_own_workload(tmp_path, started):
     assert tui_main(["--resume", str(path), "-g", "2"]) == 0
     launch = started[0].search_launch
     assert launch.resume == path and dict(launch.resume_overrides)["generations"] == 2
-    bus = EventBus()
-    engine = SearchLaunch(launch.workload, launch.config, fake_evaluate, resume=path, agent="offline",
-                          resume_overrides=(("generations", 2),),
-                          engine_options=(("gpu_pool", GpuPool([GpuGroup(0, (0, 1))])), ("compile_ahead", False),
-                                          ("design_context", lambda point: ""))).start(bus)
-    engine.run()
-    engine.repo.close()
+    resumed = SearchLaunch(launch.workload, launch.config, fake_evaluate, resume=path, agent="offline",
+                           resume_overrides=(("generations", 2),),
+                           engine_options=(("gpu_pool", GpuPool([GpuGroup(0, (0, 1))])), ("compile_ahead", False),
+                                           ("design_context", lambda point: "")))
+    with LiveSearch(resumed) as search:
+        search.start()
+        search.run()
     with SessionRepo.open(path) as repo:
         records = repo.records()
     assert before < {r.id for r in records}  # nothing lost, more added
@@ -136,7 +166,7 @@ async def test_without_a_gpu_the_search_compiles_only_under_a_banner(tmp_path, m
         assert await wait_until(pilot, lambda: banner.has_class("-visible"))
         assert "Press b to browse the example sessions" in str(banner.render())
         assert await wait_until(pilot, lambda: app.screen.state.statuses.get("no_gpu", 0) >= 1, timeout_s=180)
-        app.screen.engine.stop()
+        app.screen.search.stop()
     with SessionRepo.open(tmp_path / "live") as repo:
         seed = next(r for r in repo.records() if r.kind == "seed")
     assert seed.status == "no_gpu"

@@ -10,6 +10,7 @@ from textual.binding import Binding
 from pathlib import Path
 from typing import Any
 
+from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.evaluate import EvaluateFn, EvaluateScreen
 from cuco_tui.app.screens.lineage import LineageScreen
@@ -92,9 +93,13 @@ class CucoApp(App):
         self.start_search = start_search
         self.open_session = Path(open_session) if open_session is not None else None
         self.sessions_root = sessions_root  # None: cuco_tui.search.session.SESSIONS
+        # Made from search_launch once the app runs, started by the dashboard when it first opens;
+        # the lineage screens get it so that candidates of its session can be steered.
+        self.live_search: LiveSearch | None = None
         self._quit_asked = False
 
     def on_mount(self) -> None:
+        self.live_search = LiveSearch(self.search_launch)
         if self.start_search:
             self.action_search()
         elif self.open_session is not None:
@@ -138,7 +143,7 @@ class CucoApp(App):
         except SessionError as e:
             self.call_from_thread(self.notify, str(e), severity="error")
             return
-        self.call_from_thread(self.push_screen, LineageScreen(repo, owns_repo=True))
+        self.call_from_thread(self.push_screen, LineageScreen(repo, owns_repo=True, search=self.live_search))
 
     @property
     def dashboard(self) -> DashboardScreen | None:
@@ -158,8 +163,10 @@ class CucoApp(App):
 
     def action_search(self) -> None:
         """Open the search dashboard; the first time, this starts the search."""
+        if self.live_search is None:  # not mounted yet: no search to open
+            return
         if self.dashboard is None:
-            self.install_screen(DashboardScreen(self.search_launch), "dashboard")
+            self.install_screen(DashboardScreen(self.live_search), "dashboard")
         if self.screen is not self.dashboard:
             self.push_screen("dashboard")
 

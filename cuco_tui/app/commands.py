@@ -4,6 +4,7 @@ pairs and runs the action on the screen the palette was opened from."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Protocol, runtime_checkable
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
@@ -36,6 +37,15 @@ LINEAGE_COMMANDS = (
 )
 
 
+@runtime_checkable
+class ExplainsDisabled(Protocol):
+    """A screen that turns some of its actions off says why (CandidateScreen)."""
+
+    def explain_disabled(self, action: str) -> bool:
+        """Notify why `action` cannot run now; True when it cannot."""
+        ...
+
+
 class _ScreenCommands(Provider):
     COMMANDS: tuple[tuple[str, str], ...] = ()
 
@@ -52,8 +62,8 @@ class _ScreenCommands(Provider):
 
     async def _run(self, action: str) -> None:
         # Through the screen's own check: an action it has turned off says why, not nothing.
-        explain = getattr(self.screen, "explain_disabled", None)
-        if callable(explain) and explain(action):
+        screen = self.screen
+        if isinstance(screen, ExplainsDisabled) and screen.explain_disabled(action):
             return
         await self.screen.run_action(action)
 

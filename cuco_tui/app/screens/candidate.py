@@ -1,11 +1,11 @@
 """The candidate screen: one candidate of a session in full, in tabs that exist only when the
 candidate has something for them (source; a diff per parent; compiler errors with their lines;
 deadlock diagnosis; verification; timings per shape and per rank; run logs), and its actions:
-re-benchmark and make-parent (through the live search engine, when one runs this session) and
-export (always).
+re-benchmark and make-parent (through the live search, when the app runs one on this session)
+and export (always).
 
 Everything is read from the session (SessionRepo) in a thread worker, so the event loop never
-waits on git; the engine's commands are called from short workers too, as the dashboard does,
+waits on git; the search's controls are called from short workers too, as the dashboard does,
 since the engine's lock may be held across a git commit."""
 
 from __future__ import annotations
@@ -15,36 +15,22 @@ from typing import Callable
 
 from rich.text import Text
 from textual import events, work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, Tabs
 
 from cuco_tui.app.commands import CandidateCommands
+from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, export_candidate
 from cuco_tui.app.widgets.candidate.model import CandidateView, load_candidate
 from cuco_tui.app.widgets.candidate.tabs import CandidateTabs
 from cuco_tui.app.widgets.lineage.rows import status_style
 from cuco_tui.lineage import SessionError, SessionRepo
-from cuco_tui.search.engine import SearchEngine
 
 LIVE_ACTIONS = {"rebenchmark": "re-benchmark", "make_parent": "make parent"}
 LIVE_KEYS = {"r": "rebenchmark", "p": "make_parent"}
-
-
-def live_engine(app: App, session: Path) -> SearchEngine | None:
-    """The search engine the app runs on this session, if any (the dashboard's): browsing a
-    session some other process searches, or one that has finished, attaches none."""
-    dashboard = getattr(app, "dashboard", None)
-    engine = getattr(dashboard, "engine", None)
-    if not isinstance(engine, SearchEngine):
-        return None
-    try:
-        same = Path(engine.repo.path).resolve() == Path(session).resolve()
-    except OSError:
-        return None
-    return engine if same else None
 
 
 class CandidateScreen(Screen):
@@ -63,15 +49,15 @@ class CandidateScreen(Screen):
     ]
     COMMANDS = {CandidateCommands}
 
-    def __init__(self, repo: SessionRepo, candidate_id: str, *, engine: SearchEngine | None = None,
+    def __init__(self, repo: SessionRepo, candidate_id: str, *, search: LiveSearch | None = None,
                  owns_repo: bool = False, export_root: Path = DEFAULT_ROOT) -> None:
-        """`engine`: the live search on this session (None: browsing; re-benchmark and make
+        """`search`: the live search on this session (None: browsing; re-benchmark and make
         parent are off). `owns_repo`: close the repository when the screen goes away.
         `export_root`: where export writes <session>-<id>/ (relative: to the working folder)."""
         super().__init__()
         self.repo = repo
         self.candidate_id = candidate_id
-        self.engine = engine
+        self.search = search
         self.export_root = Path(export_root)
         self._owns_repo = owns_repo
         self.view: CandidateView | None = None  # set once loaded
@@ -152,7 +138,7 @@ class CandidateScreen(Screen):
     # ---- actions ---------------------------------------------------------------------------
 
     def _live(self) -> bool:
-        return self.engine is not None and self.engine.running
+        return self.search is not None and self.search.running
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in LIVE_ACTIONS and not self._live():
@@ -165,7 +151,7 @@ class CandidateScreen(Screen):
         """Notify why `action` cannot run now; True when it cannot (the palette asks first)."""
         if action in LIVE_ACTIONS and not self._live():
             what = LIVE_ACTIONS[action]
-            why = ("the search on this session has ended" if self.engine is not None else
+            why = ("the search on this session has ended" if self.search is not None else
                    "no search is running on this session (browsing)")
             self.notify(f"{what} needs a running search: {why}", severity="warning")
             return True
@@ -182,7 +168,7 @@ class CandidateScreen(Screen):
             self.explain_disabled(action)
 
     @work(thread=True, group="candidate-actions", exit_on_error=False)
-    def _engine_call(self, what: str, call: Callable[[], str]) -> None:
+    def _steer(self, what: str, call: Callable[[], str]) -> None:
         try:
             said = call()
         except Exception as exc:  # SteeringError: a sentence for the engineer
@@ -191,26 +177,26 @@ class CandidateScreen(Screen):
         self.app.call_from_thread(self.notify, said, title=what)
 
     def action_rebenchmark(self) -> None:
-        engine, cid = self.engine, self.candidate_id
-        if self.explain_disabled("rebenchmark") or engine is None:
+        search, cid = self.search, self.candidate_id
+        if self.explain_disabled("rebenchmark") or search is None:
             return
 
         def rebench() -> str:
-            new = engine.rebenchmark(cid)
+            new = search.rebenchmark(cid)
             return f"re-benchmark of {cid} queued: it will be committed as {new}, a child of {cid}"
 
-        self._engine_call("re-benchmark", rebench)
+        self._steer("re-benchmark", rebench)
 
     def action_make_parent(self) -> None:
-        engine, cid = self.engine, self.candidate_id
-        if self.explain_disabled("make_parent") or engine is None:
+        search, cid = self.search, self.candidate_id
+        if self.explain_disabled("make_parent") or search is None:
             return
 
         def prefer() -> str:
-            engine.prefer_parent(cid)
+            search.prefer_parent(cid)
             return f"the next proposal will start from {cid}"
 
-        self._engine_call("make parent", prefer)
+        self._steer("make parent", prefer)
 
     def action_export(self) -> None:
         if self.explain_disabled("export") or self.view is None:

@@ -1,14 +1,15 @@
-"""The search dashboard: the engine runs in a thread worker; its events come back as
-SearchEvent messages and redraw the state panel, the proposal queue, the evaluations in flight
-and the speedup chart; a telemetry panel polls the GPUs in its own thread. Keys steer the engine
-through its public controls (pause, resume, stop, review and edit, hints, review mode, budget),
-each called from a short thread worker: the engine's lock may be held across a git commit, and
-the event loop never waits on git. `o` opens a committed candidate in the candidate screen, on
-its own handle to the session, with this engine attached (re-benchmark, make parent)."""
+"""The search dashboard: the search (a LiveSearch) runs in a thread worker; its events come
+back as SearchEvent messages, are folded into a DashboardState (cuco_tui.app.search_state.apply),
+and each widget is handed its part: the state panel, the proposal queue, the evaluations in
+flight, the speedup chart; a telemetry panel polls the GPUs in its own thread. Keys steer the
+search through LiveSearch's controls (pause, resume, stop, review and edit, hints, review mode,
+budget), each called from a short thread worker: the engine's lock may be held across a git
+commit, and the event loop never waits on git. `o` opens a committed candidate in the candidate
+screen, on its own handle to the session, with the live search attached (re-benchmark, make
+parent)."""
 
 from __future__ import annotations
 
-import difflib
 import threading
 import traceback
 from dataclasses import replace
@@ -24,33 +25,24 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header
 
 from cuco_tui.app.commands import SearchCommands
+from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.messages import SearchCrashed, SearchEvent
 from cuco_tui.app.screens.candidate import CandidateScreen
-from cuco_tui.app.search_launch import SearchLaunch
+from cuco_tui.app.search_state import DashboardState, apply
 from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.app.widgets.search.editor import EditError, edit_source
 from cuco_tui.app.widgets.search.in_flight import InFlightTable
-from cuco_tui.app.widgets.search.proposal_queue import PendingProposal, ProposalQueue
+from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
 from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
-from cuco_tui.app.widgets.search.state_panel import SearchState, StatePanel
+from cuco_tui.app.widgets.search.state_panel import StatePanel
 from cuco_tui.app.widgets.telemetry.panel import TelemetryPanel
 from cuco_tui.app.widgets.text_prompt import TextPrompt
-from cuco_tui.lineage import SessionError, SessionRepo
-from cuco_tui.search import events as ev
-from cuco_tui.search.config import REVIEW_MODES
 from cuco_tui.core.records import id_number
-from cuco_tui.search.engine import SearchEngine
-from cuco_tui.search.events import EventBus
+from cuco_tui.lineage import SessionError
+from cuco_tui.search.config import REVIEW_MODES
 
-SOURCE = "candidate.cu"
 NO_GPU_SEARCH = ("No GPU on this machine: the search compiles every candidate (L0 + L1, status no_gpu) but "
                  "cannot verify or time it. Press b to browse the example sessions recorded on GPU hosts.")
-
-
-def unified_diff(parent_id: str, parent_source: str, child_id: str, child_source: str) -> str:
-    lines = difflib.unified_diff(parent_source.splitlines(), child_source.splitlines(),
-                                 f"{parent_id}/{SOURCE}", f"{child_id}/{SOURCE}", lineterm="")
-    return "\n".join(lines)
 
 
 class DashboardScreen(Screen):
@@ -70,20 +62,17 @@ class DashboardScreen(Screen):
     ]
     COMMANDS = {SearchCommands}
 
-    state: reactive[SearchState] = reactive(SearchState, always_update=True)
+    state: reactive[DashboardState] = reactive(DashboardState, always_update=True)
 
-    def __init__(self, launch: SearchLaunch, **kwargs) -> None:
+    def __init__(self, search: LiveSearch, **kwargs) -> None:
+        """`search`: not started yet; the dashboard starts it, runs it and closes it."""
         super().__init__(**kwargs)
-        self._launch = launch
-        self.events = EventBus()
-        self.engine: SearchEngine | None = None
+        self.search = search
         self._unsubscribe: Callable[[], None] | None = None
-        self._sources: dict[str, str] = {}  # committed candidates' sources, for the diffs (and what `o` opens)
-        self._points: list[tuple[int, float]] = []
         self._started = False
         self._quit_when_finished = False  # set by the first `q` while evaluations run
         self._mode_lock = threading.Lock()
-        self._wanted_mode = launch.config.review_mode
+        self._wanted_mode = search.launch.config.review_mode
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -99,126 +88,76 @@ class DashboardScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        what = f"resuming {self._launch.resume.name}" if self._launch.resume else self._launch.workload.name
-        self.sub_title = f"search · {what} · agent {self._launch.agent_kind}"
-        self.state = replace(self.state, review_mode=self._launch.config.review_mode,
-                             islands=self._launch.config.islands, generations=self._launch.config.generations,
-                             budget=self._launch.config.budget_usd)
+        launch = self.search.launch
+        what = f"resuming {launch.resume.name}" if launch.resume else launch.workload.name
+        self.sub_title = f"search · {what} · agent {launch.agent_kind}"
+        self.state = replace(self.state, review_mode=launch.config.review_mode, islands=launch.config.islands,
+                             generations=launch.config.generations, budget=launch.config.budget_usd)
         if not self._started:
             self._started = True
-            self._unsubscribe = self.events.subscribe(lambda e: self.post_message(SearchEvent(e)), replay=True)
+            self._unsubscribe = self.search.events.subscribe(lambda e: self.post_message(SearchEvent(e)),
+                                                             replay=True)
             self._run_search()
 
     def on_unmount(self) -> None:
-        if self.engine is not None:
-            self.engine.stop()
+        self.search.stop()
         if self._unsubscribe is not None:
             self._unsubscribe()
 
-    def watch_state(self, state: SearchState) -> None:
-        if self.is_mounted:
-            self.query_one(StatePanel).state = state
+    def watch_state(self, old: DashboardState, new: DashboardState) -> None:
+        """Hand each widget its part of the state (the proposal queue mounts rows: the event
+        handler awaits it); say what the engine reported; quit once finished if `q` asked."""
+        if not self.is_mounted:
+            return
+        self.query_one(StatePanel).state = new
+        if new.evaluations is not old.evaluations:
+            self.query_one(InFlightTable).show(new.evaluations)
+        if new.points is not old.points:
+            self.query_one(SpeedupChart).points = new.points
+        if new.session and new.session != old.session:
+            how = f", resumed at generation {new.resumed_at}" if new.resumed_at is not None else ""
+            self.sub_title = f"search · {new.workload} · session {Path(new.session).name}{how} · agent {new.agent}"
+        for error in new.errors[len(old.errors):]:
+            self.notify(error, title="search", severity="error")
+        if self._quit_when_finished and new.finished and not old.finished:
+            self.app.exit()
 
-    # --- the engine's thread ------------------------------------------------------------------
+    # --- the search's thread --------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="search", name="search", exit_on_error=False)
     def _run_search(self) -> None:
         try:
-            self.engine = self._launch.start(self.events)
-            self.engine.run()
+            self.search.start()
+            self.search.run()
         except Exception as exc:
             self.app.log.error(traceback.format_exc())
             self.post_message(SearchCrashed(f"the search stopped: {type(exc).__name__}: {exc}"))
         finally:
-            repo = getattr(self.engine, "repo", None)
-            close = getattr(repo, "close", None)
-            if callable(close):
-                close()
+            self.search.close()
 
     # --- events ---------------------------------------------------------------------------------
 
     async def on_search_event(self, message: SearchEvent) -> None:
-        e = message.event
-        s = self.state
-        queue = self.query_one(ProposalQueue)
-        flight = self.query_one(InFlightTable)
-        if isinstance(e, ev.SearchStarted):
-            how = f", resumed at generation {e.start_generation}" if e.resumed else ""
-            self.sub_title = f"search · {e.workload} · session {Path(e.session).name}{how} · agent {e.agent}"
-            s = replace(s, run="running", islands=e.islands, generations=e.generations, review_mode=e.review_mode,
-                        budget=e.budget_usd)
-        elif isinstance(e, ev.GenerationStarted):
-            s = replace(s, generation=e.generation, phase=e.phase)
-        elif isinstance(e, ev.AwaitingReview):
-            await queue.add(self._pending(e))
-            s = replace(s, held=len(queue.ids))
-        elif isinstance(e, ev.ReviewDecided):
-            await queue.discard(e.candidate)
-            s = replace(s, held=len(queue.ids))
-        elif isinstance(e, ev.StageStarted):
-            flight.started(e.candidate, e.level, e.gpus, e.message)
-            s = replace(s, in_flight=len(flight.candidates))
-        elif isinstance(e, ev.StageFinished):
-            if e.status:
-                flight.finished(e.candidate)
-            s = replace(s, in_flight=len(flight.candidates))
-        elif isinstance(e, ev.CandidateCommitted):
-            r = e.record
-            self._sources[r.id] = r.source
-            await queue.discard(r.id)
-            flight.finished(r.id)
-            statuses = dict(s.statuses)
-            status = "rejected" if r.review.startswith("rejected") else r.status
-            statuses[status] = statuses.get(status, 0) + 1
-            s = replace(s, statuses=statuses, held=len(queue.ids), in_flight=len(flight.candidates))
-            if r.speedup is not None:
-                self._points.append((id_number(r.id), float(r.speedup)))
-                self.query_one(SpeedupChart).points = tuple(self._points)
-        elif isinstance(e, ev.BestImproved):
-            s = replace(s, best_id=e.record.id, best_speedup=e.record.speedup)
-        elif isinstance(e, ev.BudgetSpent):
-            s = replace(s, spent=e.spent, budget=e.cap)
-        elif isinstance(e, ev.HintAdded):
-            s = replace(s, hints=s.hints + 1)
-        elif isinstance(e, ev.Paused):
-            s = replace(s, run="paused")
-        elif isinstance(e, ev.Resumed):
-            s = replace(s, run="running")
-        elif isinstance(e, ev.SearchFinished):
-            s = replace(s, run=f"finished: {e.reason}")
-            if self._quit_when_finished:
-                self.app.exit()
-        elif isinstance(e, ev.EngineError):
-            self.notify(e.message, title="search", severity="error")
-        self.state = s
+        old = self.state
+        self.state = new = apply(old, message.event)
+        if new.proposals is not old.proposals:
+            await self.query_one(ProposalQueue).show(new.proposals)
 
     def on_search_crashed(self, message: SearchCrashed) -> None:
         self.state = replace(self.state, run="failed")
         self.notify(message.error, title="search", severity="error", timeout=15)
 
-    def _pending(self, e: ev.AwaitingReview) -> PendingProposal:
-        diff = ""
-        if e.parents:
-            parent = e.parents[0]
-            known = self._sources.get(parent)
-            diff = (unified_diff(parent, known, e.candidate, e.source) if known is not None
-                    else f"(the source of {parent} is not known to the dashboard)")
-        else:
-            diff = unified_diff("(none)", "", e.candidate, e.source)
-        return PendingProposal(candidate=e.candidate, kind=e.kind, parents=tuple(e.parents),
-                               rationale=e.rationale, design=dict(e.design), why=e.why, diff=diff, source=e.source)
-
     # --- steering -------------------------------------------------------------------------------
 
-    def _ready(self) -> SearchEngine | None:
-        """The engine, when it can still be steered (else a notification says why not)."""
-        run = self.state.run
-        if run == "failed" or run.startswith("finished"):
-            self.notify(f"the search is over ({run})", severity="warning")
+    def _ready(self) -> LiveSearch | None:
+        """The search, when it can be steered (else a notification says why not)."""
+        if self.state.over:
+            self.notify(f"the search is over ({self.state.run})", severity="warning")
             return None
-        if self.engine is None:
+        if not self.search.started:
             self.notify("the search is still starting", severity="warning")
-        return self.engine
+            return None
+        return self.search
 
     @work(thread=True, group="controls", exit_on_error=False)
     def _control(self, what: str, call: Callable[[], object]) -> None:
@@ -228,17 +167,17 @@ class DashboardScreen(Screen):
             self.app.call_from_thread(self.notify, str(exc), title=what, severity="warning")
 
     def action_accept(self) -> None:
-        engine, cid = self._ready(), self.query_one(ProposalQueue).selected
-        if engine is None:
+        search, cid = self._ready(), self.query_one(ProposalQueue).selected
+        if search is None:
             return
         if cid is None:
             self.notify("no proposal is waiting for review", severity="warning")
             return
-        self._control("accept", lambda: engine.review(cid, "accept"))
+        self._control("accept", lambda: search.review(cid, "accept"))
 
     def action_accept_all(self) -> None:
-        engine, ids = self._ready(), self.query_one(ProposalQueue).ids
-        if engine is None:
+        search, ids = self._ready(), self.query_one(ProposalQueue).ids
+        if search is None:
             return
         if not ids:
             self.notify("no proposal is waiting for review", severity="warning")
@@ -246,13 +185,13 @@ class DashboardScreen(Screen):
 
         def accept_all() -> None:
             for cid in ids:
-                engine.review(cid, "accept")
+                search.review(cid, "accept")
 
         self._control("accept all", accept_all)
 
     def action_reject(self) -> None:
-        engine, cid = self._ready(), self.query_one(ProposalQueue).selected
-        if engine is None:
+        search, cid = self._ready(), self.query_one(ProposalQueue).selected
+        if search is None:
             return
         if cid is None:
             self.notify("no proposal is waiting for review", severity="warning")
@@ -260,14 +199,14 @@ class DashboardScreen(Screen):
 
         def rejected(reason: str | None) -> None:
             if reason is not None:
-                self._control("reject", lambda: engine.review(cid, "reject", reason))
+                self._control("reject", lambda: search.review(cid, "reject", reason))
 
         self.app.push_screen(TextPrompt(f"Why reject {cid}?", "the reason goes into the lineage"), rejected)
 
     def action_edit(self) -> None:
         """The selected proposal in $EDITOR; the edited code is evaluated instead of the agent's."""
-        engine, cid = self._ready(), self.query_one(ProposalQueue).selected
-        if engine is None:
+        search, cid = self._ready(), self.query_one(ProposalQueue).selected
+        if search is None:
             return
         proposal = self.query_one(ProposalQueue).proposal(cid) if cid else None
         if proposal is None:
@@ -284,16 +223,16 @@ class DashboardScreen(Screen):
         if not edited.strip():
             self.notify(f"the edit of {cid} is empty: nothing sent", severity="warning")
             return
-        self._control("edit", lambda: engine.review(cid, "edit", "edited in $EDITOR", edited))
+        self._control("edit", lambda: search.review(cid, "edit", "edited in $EDITOR", edited))
 
     def action_toggle_pause(self) -> None:
-        engine = self._ready()
-        if engine is not None:
-            self._control("pause", engine.resume if engine.paused else engine.pause)
+        search = self._ready()
+        if search is not None:
+            self._control("pause", search.resume if search.paused else search.pause)
 
     def action_cycle_review_mode(self) -> None:
-        engine = self._ready()
-        if engine is None:
+        search = self._ready()
+        if search is None:
             return
         previous = self.state.review_mode
         mode = REVIEW_MODES[(REVIEW_MODES.index(previous) + 1) % len(REVIEW_MODES)]
@@ -309,7 +248,7 @@ class DashboardScreen(Screen):
             with self._mode_lock:
                 wanted = self._wanted_mode
                 try:
-                    engine.set_review_mode(wanted)
+                    search.set_review_mode(wanted)
                 except Exception:
                     self.app.call_from_thread(self._mode_set, previous, False)
                     raise
@@ -323,20 +262,20 @@ class DashboardScreen(Screen):
         self.state = replace(self.state, review_mode=mode)
 
     def action_hint(self) -> None:
-        engine = self._ready()
-        if engine is None:
+        search = self._ready()
+        if search is None:
             return
 
         def hinted(text: str | None) -> None:
             if text and text.strip():
-                self._control("hint", lambda: engine.add_hint(text))
+                self._control("hint", lambda: search.add_hint(text))
 
         self.app.push_screen(TextPrompt("A hint for the agent:", "e.g. try chunked overlap"), hinted)
 
     def action_budget(self) -> None:
         """Change the dollar cap: a number (the new cap), +N (N more than now), or none (no cap)."""
-        engine = self._ready()
-        if engine is None:
+        search = self._ready()
+        if search is None:
             return
         s = self.state
         now = f"${s.budget:.2f}" if s.budget is not None else "no cap"
@@ -349,7 +288,7 @@ class DashboardScreen(Screen):
             except ValueError as e:
                 self.notify(str(e), title="budget", severity="warning")
                 return
-            self._control("budget", lambda: engine.set_budget(usd))
+            self._control("budget", lambda: search.set_budget(usd))
             self.notify("budget: no cap" if usd is None else f"budget: ${usd:.2f} (spent ${s.spent:.2f})")
 
         self.app.push_screen(TextPrompt(f"Budget in dollars (spent ${s.spent:.2f}; cap now {now}):",
@@ -357,43 +296,44 @@ class DashboardScreen(Screen):
 
     def action_open_candidate(self) -> None:
         """A committed candidate in the candidate screen; an empty answer opens the best."""
-        engine = self.engine
-        if engine is None:
+        if not self.search.started:
             self.notify("the search is still starting", severity="warning")
             return
-        if not self._sources:
+        committed = self.state.sources
+        if not committed:
             self.notify("no candidate is committed yet", severity="warning")
             return
         best = self.state.best_id
-        default = best or max(self._sources, key=id_number)
+        default = best or max(committed, key=id_number)
         what = "the best" if best else "the last committed"
 
         def answered(text: str | None) -> None:
             if text is None:
                 return
             cid = text.strip() or default
-            if cid not in self._sources:
+            if cid not in self.state.sources:
                 self.notify(f"no committed candidate {cid!r} in this search", severity="warning")
                 return
-            self._open_candidate(Path(engine.repo.path), cid, engine)
+            self._open_candidate(cid)
 
         self.app.push_screen(TextPrompt(f"Open which candidate? (empty: {what}, {default})", "e.g. c0007"), answered)
 
     @work(thread=True, group="open-candidate", exit_on_error=False)
-    def _open_candidate(self, session: Path, cid: str, engine: SearchEngine) -> None:
-        # Its own handle: the engine's closes when the search ends, and the screen may outlive it.
+    def _open_candidate(self, cid: str) -> None:
+        # Its own handle: the search's closes when the search ends, and the screen may outlive it.
         try:
-            repo = SessionRepo.open(session)
+            repo = self.search.open_repo()
         except SessionError as e:
             self.app.call_from_thread(self.notify, str(e), severity="error")
             return
-        self.app.call_from_thread(self.app.push_screen, CandidateScreen(repo, cid, engine=engine, owns_repo=True))
+        self.app.call_from_thread(self.app.push_screen,
+                                  CandidateScreen(repo, cid, search=self.search, owns_repo=True))
 
     def action_stop(self) -> None:
-        engine = self._ready()
-        if engine is not None:
+        search = self._ready()
+        if search is not None:
             self.state = replace(self.state, run="stopping")
-            self._control("stop", engine.stop)
+            self._control("stop", search.stop)
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 1:
@@ -402,12 +342,11 @@ class DashboardScreen(Screen):
     def quit_after_search(self) -> bool:
         """The first `q` while evaluations run: stop the search and quit once the evaluations in
         flight are committed (nothing is lost). False when there is nothing to wait for."""
-        engine = self.engine
-        if engine is None or not engine.running or self.state.in_flight == 0:
+        if not self.search.running or self.state.in_flight == 0:
             return False
         self._quit_when_finished = True
         self.state = replace(self.state, run="stopping")
-        self._control("stop", engine.stop)
+        self._control("stop", self.search.stop)
         self.notify(f"Stopping: {self.state.in_flight} evaluation(s) in flight finish and are committed, then "
                     "cuco-tui quits. Press q again to quit now (the process still waits for them to end, "
                     "each within its time limit).", title="quit", timeout=30)

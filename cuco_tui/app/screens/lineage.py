@@ -17,7 +17,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
 from cuco_tui.app.commands import LineageCommands
-from cuco_tui.app.screens.candidate import CandidateScreen, live_engine
+from cuco_tui.app.live_search import LiveSearch
+from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.widgets.lineage.candidate_details import CandidateDetails
 from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
 from cuco_tui.app.widgets.lineage.diff_view import CandidateDiff
@@ -50,11 +51,13 @@ class LineageScreen(Screen):
     ]
     COMMANDS = {LineageCommands}
 
-    def __init__(self, repo: SessionRepo, owns_repo: bool = False) -> None:
-        """`owns_repo`: close the repository when the screen goes away."""
+    def __init__(self, repo: SessionRepo, owns_repo: bool = False, search: LiveSearch | None = None) -> None:
+        """`owns_repo`: close the repository when the screen goes away. `search`: the search
+        the app runs, if any; candidates opened from here get it when it runs this session."""
         super().__init__()
         self.repo = repo
         self._owns_repo = owns_repo
+        self.search = search
         self.rows: list[LineageRow] = []
         self.shown: list[LineageRow] = []
         self.filter = LineageFilter()
@@ -157,13 +160,15 @@ class LineageScreen(Screen):
     # ---- open ------------------------------------------------------------------------------
 
     def action_open_candidate(self) -> None:
-        """The highlighted candidate in full; with the live search's engine when the app runs
-        one on this session (so re-benchmark and make parent work from there too)."""
+        """The highlighted candidate in full; with the live search when the app runs one on this
+        session (so re-benchmark and make parent work from there too)."""
         current = self.query_one(CandidateTable).highlighted_id
         if current is None:
             self.notify("no candidate is shown (clear the filters with 0)", severity="warning")
             return
-        self.app.push_screen(CandidateScreen(self.repo, current, engine=live_engine(self.app, self.repo.path)))
+        # Asked now, not when the screen opened: the search may have started since.
+        live = self.search if self.search is not None and self.search.works_on(self.repo.path) else None
+        self.app.push_screen(CandidateScreen(self.repo, current, search=live))
 
     # ---- compare ---------------------------------------------------------------------------
 

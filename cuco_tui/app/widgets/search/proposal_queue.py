@@ -1,10 +1,8 @@
 """The proposals waiting for the engineer: a list on top, the selected one below with its
-rationale, design coordinates and unified diff against its parent."""
+rationale, design coordinates and unified diff against its parent. The dashboard hands it the
+proposals of its state (show); the queue keeps the rows, the selection and the details."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Any
 
 from rich.syntax import Syntax
 from textual.app import ComposeResult
@@ -12,17 +10,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Label, ListItem, ListView, Static
 
-
-@dataclass(frozen=True)
-class PendingProposal:
-    candidate: str
-    kind: str
-    parents: tuple[str, ...]
-    rationale: str
-    design: dict[str, Any] = field(default_factory=dict)
-    why: str = ""  # why the engine holds it
-    diff: str = ""  # unified diff against the first parent ("" when the same code)
-    source: str = ""  # the proposal's code, whole (what an edit starts from)
+from cuco_tui.app.search_state import PendingProposal
 
 
 class ProposalRow(ListItem):
@@ -66,7 +54,17 @@ class ProposalQueue(Vertical):
     def proposal(self, candidate: str) -> PendingProposal | None:
         return next((r.proposal for r in self.query(ProposalRow) if r.proposal.candidate == candidate), None)
 
-    async def add(self, proposal: PendingProposal) -> None:
+    async def show(self, proposals: tuple[PendingProposal, ...]) -> None:
+        """Rows for exactly `proposals`: the decided ones go, new ones join at the end, and the
+        selection keeps its place."""
+        wanted = {p.candidate for p in proposals}
+        for cid in self.ids:
+            if cid not in wanted:
+                await self._discard(cid)
+        for proposal in proposals:
+            await self._add(proposal)
+
+    async def _add(self, proposal: PendingProposal) -> None:
         if proposal.candidate in self.ids:
             return
         view = self.query_one(ListView)
@@ -75,7 +73,7 @@ class ProposalQueue(Vertical):
             view.index = 0
         self._show_selected()
 
-    async def discard(self, candidate: str) -> None:
+    async def _discard(self, candidate: str) -> None:
         rows = [r for r in self.query(ProposalRow) if r.proposal.candidate == candidate]
         if not rows:
             return

@@ -1,9 +1,8 @@
 """The search's state at a glance: running/paused, phase, generation, islands, candidates per
-status, best speedup, dollars against the budget, review mode."""
+status, best speedup, dollars against the budget, review mode (the dashboard hands it its
+DashboardState)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -11,37 +10,21 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Label, Static
 
-
-@dataclass(frozen=True)
-class SearchState:
-    run: str = "starting"  # "starting" | "running" | "paused" | "stopping" | "finished: <reason>" | "failed"
-    phase: str = "-"
-    generation: int = 0
-    generations: int = 0
-    islands: int = 0
-    review_mode: str = "-"
-    statuses: dict[str, int] = field(default_factory=dict)  # committed candidates per status
-    held: int = 0
-    in_flight: int = 0
-    best_id: str | None = None
-    best_speedup: float | None = None
-    spent: float = 0.0
-    budget: float | None = None
-    hints: int = 0
+from cuco_tui.app.search_state import DashboardState
 
 
 RUN_TONE = {"running": "-ok", "paused": "-warn", "stopping": "-warn", "failed": "-bad"}
 
 
 class StatePanel(Vertical):
-    state: reactive[SearchState] = reactive(SearchState, always_update=True)
+    state: reactive[DashboardState] = reactive(DashboardState, always_update=True)
 
     def compose(self) -> ComposeResult:
         yield Label("Search", classes="panel-title")
         yield Static("", id="state-run")
         yield Static("", id="state-facts")
 
-    def watch_state(self, state: SearchState) -> None:
+    def watch_state(self, state: DashboardState) -> None:
         if not self.is_mounted:
             return
         run = self.query_one("#state-run", Static)
@@ -54,7 +37,7 @@ class StatePanel(Vertical):
         self.watch_state(self.state)
 
 
-def render_facts(s: SearchState) -> Content:
+def render_facts(s: DashboardState) -> Content:
     statuses = " ".join(f"{k} {v}" for k, v in sorted(s.statuses.items())) or "none yet"
     best = f"{s.best_speedup:.3f}x ({s.best_id})" if s.best_speedup is not None else "-"
     budget = f"${s.spent:.2f} of ${s.budget:.2f}" if s.budget is not None else f"${s.spent:.2f} (no cap)"

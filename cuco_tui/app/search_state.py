@@ -1,0 +1,230 @@
+"""What the search dashboard shows, as one frozen value, and the pure function that folds the
+engine's events (cuco_tui.search.events) into it. The dashboard replaces its DashboardState with
+apply(state, event) for every event and hands each widget its part; tests replay event
+sequences through apply without a screen. Nothing here imports Textual."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from cuco_tui.core.records import id_number
+from cuco_tui.search import events as ev
+
+SOURCE = "candidate.cu"
+
+
+def unified_diff(parent_id: str, parent_source: str, child_id: str, child_source: str) -> str:
+    lines = difflib.unified_diff(parent_source.splitlines(), child_source.splitlines(),
+                                 f"{parent_id}/{SOURCE}", f"{child_id}/{SOURCE}", lineterm="")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class PendingProposal:
+    """A proposal the engine holds for the engineer's review."""
+
+    candidate: str
+    kind: str
+    parents: tuple[str, ...]
+    rationale: str
+    design: Mapping[str, Any] = field(default_factory=dict)
+    why: str = ""  # why the engine holds it
+    diff: str = ""  # unified diff against the first parent ("" when the same code)
+    source: str = ""  # the proposal's code, whole (what an edit starts from)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """An evaluation in flight: the stage it reached, where it runs, the cascade's last words."""
+
+    candidate: str
+    level: int  # cuco_tui.core.result.Level
+    gpus: tuple[int, ...] = ()  # () until a stage names its GPU group (the CPU stages)
+    step: str = ""
+
+
+def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class DashboardState:
+    """`run`: "starting" | "running" | "paused" | "stopping" | "finished: <reason>" | "failed"
+    ("stopping" and "failed" are the dashboard's own: asked to stop, or could not start)."""
+
+    run: str = "starting"
+    phase: str = "-"
+    generation: int = 0
+    generations: int = 0
+    islands: int = 0
+    review_mode: str = "-"
+    statuses: Mapping[str, int] = field(default_factory=lambda: _frozen({}))  # committed, per status
+    best_id: str | None = None
+    best_speedup: float | None = None
+    spent: float = 0.0
+    budget: float | None = None
+    hints: int = 0
+    proposals: tuple[PendingProposal, ...] = ()  # awaiting review, in the order they came
+    evaluations: tuple[Evaluation, ...] = ()  # in flight, in the order they started
+    points: tuple[tuple[int, float], ...] = ()  # (candidate number, speedup) of the measured, in commit order
+    # Committed candidates' code: the diff of a held proposal against its parent, and what `o` opens.
+    sources: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
+    # From SearchStarted: which search this is (empty until it started).
+    session: str = ""
+    workload: str = ""
+    agent: str = ""
+    resumed_at: int | None = None  # the generation a resumed search went on from
+    errors: tuple[str, ...] = ()  # the engine's error messages, in order
+
+    @property
+    def held(self) -> int:
+        return len(self.proposals)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.evaluations)
+
+    @property
+    def finished(self) -> bool:
+        return self.run.startswith("finished")
+
+    @property
+    def over(self) -> bool:
+        """True once nothing can be steered: the search finished or could not start."""
+        return self.finished or self.run == "failed"
+
+    def proposal(self, candidate: str) -> PendingProposal | None:
+        return next((p for p in self.proposals if p.candidate == candidate), None)
+
+
+# ---------------------------------------------------------------------------- one fold per event type
+
+
+def _started(s: DashboardState, e: ev.SearchStarted) -> DashboardState:
+    return replace(s, run="running", islands=e.islands, generations=e.generations, review_mode=e.review_mode,
+                   budget=e.budget_usd, session=e.session, workload=e.workload, agent=e.agent,
+                   resumed_at=e.start_generation if e.resumed else None)
+
+
+def _generation(s: DashboardState, e: ev.GenerationStarted) -> DashboardState:
+    return replace(s, generation=e.generation, phase=e.phase)
+
+
+def _proposal_ready(s: DashboardState, e: ev.ProposalReady) -> DashboardState:
+    # Nothing to show yet: the queue shows a proposal once held (AwaitingReview), the table
+    # once its evaluation starts; the dollars come as BudgetSpent.
+    return s
+
+
+def _pending(s: DashboardState, e: ev.AwaitingReview) -> PendingProposal:
+    if e.parents:
+        parent = e.parents[0]
+        known = s.sources.get(parent)
+        diff = (unified_diff(parent, known, e.candidate, e.source) if known is not None
+                else f"(the source of {parent} is not known to the dashboard)")
+    else:
+        diff = unified_diff("(none)", "", e.candidate, e.source)
+    return PendingProposal(candidate=e.candidate, kind=e.kind, parents=tuple(e.parents), rationale=e.rationale,
+                           design=_frozen(e.design), why=e.why, diff=diff, source=e.source)
+
+
+def _awaiting(s: DashboardState, e: ev.AwaitingReview) -> DashboardState:
+    if s.proposal(e.candidate) is not None:
+        return s
+    return replace(s, proposals=(*s.proposals, _pending(s, e)))
+
+
+def _without_proposal(s: DashboardState, candidate: str) -> tuple[PendingProposal, ...]:
+    return tuple(p for p in s.proposals if p.candidate != candidate)
+
+
+def _without_evaluation(s: DashboardState, candidate: str) -> tuple[Evaluation, ...]:
+    return tuple(x for x in s.evaluations if x.candidate != candidate)
+
+
+def _decided(s: DashboardState, e: ev.ReviewDecided) -> DashboardState:
+    return replace(s, proposals=_without_proposal(s, e.candidate))
+
+
+def _stage_started(s: DashboardState, e: ev.StageStarted) -> DashboardState:
+    now = next((x for x in s.evaluations if x.candidate == e.candidate), None)
+    if now is None:
+        return replace(s, evaluations=(*s.evaluations, Evaluation(e.candidate, e.level, tuple(e.gpus), e.message)))
+    # A stage that names no GPUs (a CPU stage after a GPU one) leaves the group shown.
+    new = Evaluation(e.candidate, e.level, tuple(e.gpus) or now.gpus, e.message)
+    return replace(s, evaluations=tuple(new if x.candidate == e.candidate else x for x in s.evaluations))
+
+
+def _stage_finished(s: DashboardState, e: ev.StageFinished) -> DashboardState:
+    if not e.status:  # it goes on to the next stage
+        return s
+    return replace(s, evaluations=_without_evaluation(s, e.candidate))
+
+
+def _committed(s: DashboardState, e: ev.CandidateCommitted) -> DashboardState:
+    r = e.record
+    status = "rejected" if r.review.startswith("rejected") else r.status
+    statuses = dict(s.statuses)
+    statuses[status] = statuses.get(status, 0) + 1
+    points = s.points if r.speedup is None else (*s.points, (id_number(r.id), float(r.speedup)))
+    return replace(s, statuses=_frozen(statuses), sources=_frozen({**s.sources, r.id: r.source}),
+                   proposals=_without_proposal(s, r.id), evaluations=_without_evaluation(s, r.id), points=points)
+
+
+def _best(s: DashboardState, e: ev.BestImproved) -> DashboardState:
+    return replace(s, best_id=e.record.id, best_speedup=e.record.speedup)
+
+
+def _budget(s: DashboardState, e: ev.BudgetSpent) -> DashboardState:
+    return replace(s, spent=e.spent, budget=e.cap)
+
+
+def _hint(s: DashboardState, e: ev.HintAdded) -> DashboardState:
+    return replace(s, hints=s.hints + 1)
+
+
+def _paused(s: DashboardState, e: ev.Paused) -> DashboardState:
+    return replace(s, run="paused")
+
+
+def _resumed(s: DashboardState, e: ev.Resumed) -> DashboardState:
+    return replace(s, run="running")
+
+
+def _finished(s: DashboardState, e: ev.SearchFinished) -> DashboardState:
+    return replace(s, run=f"finished: {e.reason}")
+
+
+def _error(s: DashboardState, e: ev.EngineError) -> DashboardState:
+    return replace(s, errors=(*s.errors, e.message))
+
+
+_FOLDS: dict[type[ev.Event], Callable[[DashboardState, Any], DashboardState]] = {
+    ev.SearchStarted: _started,
+    ev.GenerationStarted: _generation,
+    ev.ProposalReady: _proposal_ready,
+    ev.AwaitingReview: _awaiting,
+    ev.ReviewDecided: _decided,
+    ev.StageStarted: _stage_started,
+    ev.StageFinished: _stage_finished,
+    ev.CandidateCommitted: _committed,
+    ev.BestImproved: _best,
+    ev.BudgetSpent: _budget,
+    ev.HintAdded: _hint,
+    ev.Paused: _paused,
+    ev.Resumed: _resumed,
+    ev.SearchFinished: _finished,
+    ev.EngineError: _error,
+}
+EVENT_TYPES = frozenset(_FOLDS)  # the event types apply() knows
+
+
+def apply(state: DashboardState, event: ev.Event) -> DashboardState:
+    """The state after `event`. An event type not in EVENT_TYPES leaves the state as it was: a
+    newer engine's event must not break a running dashboard (the tests check every type in
+    cuco_tui.search.events is known)."""
+    fold = _FOLDS.get(type(event))
+    return state if fold is None else fold(state, event)
