@@ -61,14 +61,14 @@ def test_edg_plain_error_and_warning_with_template_context(tmp_path):
     l13 = "template <typename T> __global__ void k(T* p) { p[threadIdx.x] = nothere(p); }"
     l14 = "static void use_k(float* p) { k<<<1, 32>>>(p); }"
     src = write_source(tmp_path / "e2.cu", {13: l13, 14: l14})
-    out = f"""\
+    out = """\
 e2.cu(13): error: identifier "nothere" is undefined
-  template <typename T> __attribute__((global)) void k(T* p) {{ p[threadIdx.x] = nothere(p); }}
+  template <typename T> __attribute__((global)) void k(T* p) { p[threadIdx.x] = nothere(p); }
                                                                                 ^
           detected during instantiation of "void k(T *) [with T=float]" at line 14
 
 e2.cu(14): warning #177-D: function "use_k" was declared but never referenced
-  static void use_k(float* p) {{ k<<<1, 32>>>(p); }}
+  static void use_k(float* p) { k<<<1, 32>>>(p); }
               ^
 
 Remark: The warnings can be suppressed with "-diag-suppress <warning-number>"

@@ -5,7 +5,6 @@ every backend) carries nothing that only another workload's files say."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 

@@ -6,7 +6,6 @@ offline agent searches its knobs, and on one GPU its reference matches float64."
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import numpy as np
 import pytest

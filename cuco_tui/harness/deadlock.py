@@ -143,7 +143,7 @@ def analyze(outcomes: list[RankOutcome], world: int | None = None) -> HangDiagno
             w = next(w for w in flag_waits if w.rank == a and w.peer == b)
             hops.append(f"rank {a} waits on rank {b} (line {w.site}, {w.kind} {w.id}: wants {w.expected}, "
                         f"saw {w.observed})")
-        summary = "Deadlock: a cycle of waits. " + "; ".join(hops) + f"; so none of them can go on."
+        summary = "Deadlock: a cycle of waits. " + "; ".join(hops) + "; so none of them can go on."
         return HangDiagnosis("cycle", summary, details, cycle, tuple(views))
 
     for w in flag_waits:
