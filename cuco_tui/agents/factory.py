@@ -21,12 +21,34 @@ def default_agent_kind(env: Mapping[str, str] | None = None) -> str:
     return "claude" if env.get("ANTHROPIC_API_KEY") else "offline"
 
 
-def make_agent(kind: str, workload: Workload, *, world: int | None = None, gpus: tuple[int, ...] = (), seed: int = 0,
-               budget_usd: float | None = None, model: str | None = None) -> Agent:
-    """The agent `kind` for a search of `workload` at `world` ranks (0: the workload's smallest)
-    on `gpus` (empty: any), with the search's random `seed` and dollar cap."""
+def check_agent(kind: str, workload: Workload, env: Mapping[str, str] | None = None) -> None:
+    """Raise AgentUnavailable (one sentence saying what to do) when agent `kind` cannot search
+    `workload` here: called before a session is created, so a refusal leaves nothing behind."""
+    env = os.environ if env is None else env
     if kind not in AGENT_KINDS:
         raise AgentUnavailable(f"no agent {kind!r}; the agents are {', '.join(AGENT_KINDS)}")
+    if kind == "claude" and not env.get("ANTHROPIC_API_KEY"):
+        raise AgentUnavailable("the Claude agent needs an Anthropic API key: set ANTHROPIC_API_KEY, or search with "
+                               "--agent offline")
+    if kind == "offline":
+        from cuco_tui.agents.offline.strategy import StrategyBook, StrategyError
+
+        try:
+            StrategyBook.load(workload.root, workload.seed)
+        except StrategyError as exc:
+            raise AgentUnavailable(str(exc)) from exc
+        except Exception as exc:  # the workload's own templates/strategies.py: report, do not crash
+            raise AgentUnavailable(f"{workload.root / 'templates' / 'strategies.py'} cannot be loaded: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+
+
+def make_agent(kind: str, workload: Workload, *, world: int | None = None, gpus: tuple[int, ...] = (), seed: int = 0,
+               budget_usd: float | None = None, model: str | None = None,
+               env: Mapping[str, str] | None = None) -> Agent:
+    """The agent `kind` for a search of `workload` at `world` ranks (0: the workload's smallest)
+    on `gpus` (empty: any), with the search's random `seed` and dollar cap. Raises
+    AgentUnavailable (see check_agent) before building anything it cannot."""
+    check_agent(kind, workload, env)
     if kind == "offline":
         from cuco_tui.agents.offline import OfflineAgent
         from cuco_tui.design.space import Capabilities

@@ -51,12 +51,19 @@ class LiveSearch:
         if launch.resume is not None:
             repo, workload, config = open_session(launch.resume)
             config = config.with_(**dict(launch.resume_overrides))
+            try:
+                agent = make_agent(launch.agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
+                                   seed=config.seed, budget_usd=config.budget_usd, model=launch.model)
+            except BaseException:
+                repo.close()
+                raise
         else:
             workload, config = launch.workload, launch.config
-            repo = create_session(workload, config, launch.session)
-        try:
+            # the agent before the session: an agent that cannot search here leaves no session behind
             agent = make_agent(launch.agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
                                seed=config.seed, budget_usd=config.budget_usd, model=launch.model)
+            repo = create_session(workload, config, launch.session)
+        try:
             kwargs: dict[str, Any] = dict(launch.engine_options)
             if launch.evaluate_fn is not None:
                 kwargs["evaluate_fn"] = launch.evaluate_fn

@@ -102,20 +102,27 @@ def cmd_search(args: argparse.Namespace) -> int:
         else:
             workload = workload_named(args.workload)
             config = SearchConfig(workload=args.workload, **{"generations": DEFAULT_GENERATIONS, **overrides})
-            repo = create_session(workload, config, Path(args.session) if args.session else None,
-                                  Path(args.root or SESSIONS))
+            repo = None
     except (SessionError, ConfigError) as exc:
         raise UsageError(str(exc)) from exc
+    try:  # the agent first: an agent that cannot search here leaves no session behind
+        agent = make_agent(agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
+                           seed=config.seed, budget_usd=config.budget_usd, model=args.model)
+    except AgentUnavailable as exc:
+        if repo is not None:
+            repo.close()
+        raise UsageError(str(exc)) from exc
+    if repo is None:
+        try:
+            repo = create_session(workload, config, Path(args.session) if args.session else None,
+                                  Path(args.root or SESSIONS))
+        except SessionError as exc:
+            raise UsageError(str(exc)) from exc
 
     bus = EventBus()
     err = sys.stderr
     bus.subscribe(ProgressPrinter(err))
     try:
-        try:
-            agent = make_agent(agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
-                               seed=config.seed, budget_usd=config.budget_usd, model=args.model)
-        except AgentUnavailable as exc:
-            raise UsageError(str(exc)) from exc
         engine = SearchEngine(workload, agent, repo, config, events=bus)
         previous = signal.getsignal(signal.SIGINT)
 

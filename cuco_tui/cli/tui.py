@@ -82,7 +82,14 @@ def _run(args: argparse.Namespace) -> int:
         except SessionError as exc:
             raise UsageError(str(exc)) from exc
         workload_name = str(workload.root)
-    workload_named(workload_name)
+    workload = workload_named(workload_name)
+    if not args.evaluate:  # refused here, in one line, before the app opens or a session exists
+        from cuco_tui.agents.factory import AgentUnavailable, check_agent
+
+        try:
+            check_agent(agent, workload)
+        except AgentUnavailable as exc:
+            raise UsageError(str(exc)) from exc
     try:
         config = SearchConfig(workload=Path(workload_name).name, **{"generations": DEFAULT_GENERATIONS, **overrides})
     except ConfigError as exc:

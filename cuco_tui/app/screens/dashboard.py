@@ -126,9 +126,13 @@ class DashboardScreen(Screen):
 
     @work(thread=True, exclusive=True, group="search", name="search", exit_on_error=False)
     def _run_search(self) -> None:
+        from cuco_tui.agents.factory import AgentUnavailable
+
         try:
             self.search.start()
             self.search.run()
+        except AgentUnavailable as exc:  # nothing was created: say why, in the agent's words
+            self.post_message(SearchCrashed(f"cannot search: {exc}"))
         except Exception as exc:
             self.app.log.error(traceback.format_exc())
             self.post_message(SearchCrashed(f"the search stopped: {type(exc).__name__}: {exc}"))
