@@ -106,8 +106,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.search.config import ConfigError, SearchConfig
     from cuco_tui.search.engine import SearchEngine
     from cuco_tui.search.events import EventBus
-    from cuco_tui.search.pool import PlacementError
-    from cuco_tui.search.session import SESSIONS, create_session, open_session, resolve_session
+    from cuco_tui.executors import PlacementError
+    from cuco_tui.search.sessions import SESSIONS, create_session, open_session, resolve_session
     from cuco_tui.core.workload import WorkloadError
 
     from cuco_tui.agents.factory import AgentUnavailable, default_agent_kind, make_agent
@@ -165,7 +165,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _root(args: argparse.Namespace) -> Path:
-    from cuco_tui.search.session import SESSIONS
+    from cuco_tui.search.sessions import SESSIONS
 
     return Path(args.root) if getattr(args, "root", None) else SESSIONS
 
@@ -198,7 +198,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 def _open(args: argparse.Namespace):
     """The session named or at the path, or a .bundle (imported into a temporary folder)."""
     from cuco_tui.lineage import SessionError, SessionRepo, open_session_or_bundle
-    from cuco_tui.search.session import resolve_session
+    from cuco_tui.search.sessions import resolve_session
 
     try:
         if str(args.session).endswith(".bundle") and Path(args.session).is_file():

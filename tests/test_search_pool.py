@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from cuco_tui.search.pool import GpuGroup, GpuPool, PlacementError, plan_groups
+from cuco_tui.executors import GpuGroup, GpuPool, PlacementError, plan_groups
 
 
 def full_mesh(n, links=18):

@@ -43,7 +43,7 @@ class SearchLaunch:
 
     def start(self, events: EventBus) -> SearchEngine:
         from cuco_tui.agents.factory import make_agent
-        from cuco_tui.search.session import create_session, open_session
+        from cuco_tui.search.sessions import create_session, open_session
 
         if self.resume is not None:
             repo, workload, config = open_session(self.resume)
