@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 
 class PlacementError(ValueError):
@@ -23,6 +23,7 @@ class GpuGroup:
         return ",".join(map(str, self.gpus)) if self.gpus else "cpu"
 
 
+@runtime_checkable
 class Executor(Protocol):
     """Lends GPU groups to evaluations. `lease()` blocks until a group is free and gives it back
     when the block ends, whatever happens inside; no group is ever lent twice at once, and no

@@ -108,7 +108,7 @@ class Proposer:
     the current population (it is rebuilt on resume); `lock` guards it."""
 
     def __init__(self, workload: Workload, agent: Agent, config: SearchConfig, drafts: Drafts, *,
-                 population: Callable[[], Population], lock: threading.RLock | threading.Condition,
+                 population: Callable[[], Population], lock: threading.Condition,
                  publish: Callable[[Event], None], account: Callable[[float], None], screen: StaticScreen,
                  design_context: Callable[[DesignPoint], str] | None = None) -> None:
         self.workload = workload
