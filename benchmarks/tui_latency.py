@@ -36,7 +36,7 @@ from cuco_tui.app.app import CucoApp
 from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.harness.gpus import inventory, parse_gpu_list
 from cuco_tui.search.config import SearchConfig
-from cuco_tui.search.pool import GpuGroup, GpuPool
+from cuco_tui.executors import GpuGroup, GpuPool
 
 
 def _summary(xs: list[float]) -> dict[str, float]:

@@ -123,6 +123,7 @@ def make_agent(server, sleeps):
         kw.setdefault("budget_usd", 10.0)
         kw.setdefault("retry_base_delay", 0.001)
         kw.setdefault("timeout", 10.0)
+        kw.setdefault("screen", check_static)  # as agents/factory.py wires it
         return ClaudeAgent(base_url=server.url, sleep=sleeps.append, rng=random.Random(0), **kw)
     return make
 
@@ -410,49 +411,69 @@ def test_agent_protocol_surface():
 
 def test_diff_search_must_match_exactly_once():
     reply = "<<<<<<< SEARCH\n  cuco_ctx* ctx = c->ctx;\n=======\n  cuco_ctx* ctx = c->ctx;  // x\n>>>>>>> REPLACE\n"
-    r = apply_diffs(SEED, reply)
+    r = apply_diffs(SEED, reply, screen=check_static)
     assert not r.ok and "matches the parent 2 times (at lines 35, 51)" in r.error
 
 
 def test_diff_no_match_says_where_it_diverges():
     reply = ("<<<<<<< SEARCH\n  const int W = ctx->world;\n  const size_t shard = (size_t)(c->M / W) * c->Q;\n"
              "=======\n  x\n>>>>>>> REPLACE\n")
-    r = apply_diffs(SEED, reply)
+    r = apply_diffs(SEED, reply, screen=check_static)
     assert "does not match" in r.error and "parent line 37" in r.error
 
 
 def test_diff_trailing_whitespace_fallback():
     reply = ("<<<<<<< SEARCH\n  c->ctx = ctx;   \n  c->M = cuco::dim(ctx, \"M\");\n=======\n  c->ctx = ctx;\n"
              "  c->M = cuco::dim(ctx, \"M\");  // rows\n>>>>>>> REPLACE\n")
-    r = apply_diffs(SEED, reply, seed=SEED)
+    r = apply_diffs(SEED, reply, seed=SEED, screen=check_static)
     assert r.ok and "// rows" in r.source
     assert any("trailing whitespace" in n for n in r.notes)
 
 
 def test_diff_marker_lines_as_unchanged_context_are_fine_but_insertions_outside_are_not():
     ok = apply_diffs(SEED, "<<<<<<< SEARCH\n// EVOLVE-BLOCK-END\n=======\n// new last line\n// EVOLVE-BLOCK-END\n"
-                           ">>>>>>> REPLACE\n")
+                           ">>>>>>> REPLACE\n", screen=check_static)
     assert ok.ok and "// new last line\n// EVOLVE-BLOCK-END" in ok.source
     bad = apply_diffs(SEED, "<<<<<<< SEARCH\n// EVOLVE-BLOCK-END\n=======\n// EVOLVE-BLOCK-END\n// after\n"
-                            ">>>>>>> REPLACE\n")
+                            ">>>>>>> REPLACE\n", screen=check_static)
     assert "inserts code after line 58, outside the EVOLVE blocks" in bad.error
 
 
 def test_static_checks_have_the_final_word():
     reply = "<<<<<<< SEARCH\n  c->ctx = ctx;\n=======\n  c->ctx = ctx;\n  system(\"nvidia-smi\");\n>>>>>>> REPLACE\n"
-    r = apply_diffs(SEED, reply, seed=SEED)
+    r = apply_diffs(SEED, reply, seed=SEED, screen=check_static)
     assert not r.ok and r.source == "" and "static checks" in r.error and "`system`" in r.error
     assert "system(" in r.draft
 
 
+def test_the_factory_wires_the_l0_screen_into_the_claude_agent(server, monkeypatch):
+    from cuco_tui.agents.factory import make_agent as build_agent
+
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+    server.reply("<<<<<<< SEARCH\n  c->ctx = ctx;\n=======\n  c->ctx = ctx;\n  system(\"nvidia-smi\");\n"
+                 ">>>>>>> REPLACE\n")
+    agent = build_agent("claude", WORKLOAD, budget_usd=1.0)
+    assert agent.screen is check_static
+    p = agent.propose(_request("diff"))
+    assert p.source == "" and "static checks" in p.error and "`system`" in p.error
+    assert "system(" in p.extra["draft"]
+
+
+def test_without_a_screen_the_edit_is_left_to_the_cascade():
+    reply = "<<<<<<< SEARCH\n  c->ctx = ctx;\n=======\n  c->ctx = ctx;\n  system(\"nvidia-smi\");\n>>>>>>> REPLACE\n"
+    r = apply_diffs(SEED, reply, seed=SEED)
+    assert r.ok and "system(" in r.source
+    assert is_rejected(check_static(r.source, SEED, "c.cu"))
+
+
 def test_full_rewrite_whole_file_and_block_count():
     whole = apply_full(SEED, "```cpp\n" + LSA.replace("CUCO_EXPORT int cuco_teardown", "CUCO_EXPORT int  cuco_teardown")
-                       + "```\n")
+                       + "```\n", screen=check_static)
     assert whole.ok and whole.source == LSA  # frozen text of the reply ignored, with a note
     assert any("outside the EVOLVE blocks differs" in n for n in whole.notes)
-    two = apply_full(SEED, "```cuda\n" + LSA_BLOCKS + "\n" + LSA_BLOCKS + "\n```\n")
+    two = apply_full(SEED, "```cuda\n" + LSA_BLOCKS + "\n" + LSA_BLOCKS + "\n```\n", screen=check_static)
     assert not two.ok and "has 2 EVOLVE blocks but the parent has 1" in two.error
-    nomark = apply_full(SEED, "```cuda\nint x;\n```\n")
+    nomark = apply_full(SEED, "```cuda\nint x;\n```\n", screen=check_static)
     assert "no EVOLVE-BLOCK markers" in nomark.error
 
 

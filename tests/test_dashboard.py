@@ -24,7 +24,7 @@ from cuco_tui.evaluate.cascade import Progress
 from cuco_tui.core.result import CascadeResult, Level, ShapeTiming, Spread, Status
 from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.config import SearchConfig
-from cuco_tui.search.pool import GpuGroup, GpuPool
+from cuco_tui.executors import GpuGroup, GpuPool
 from pilot_helpers import wait_until as _wait_until
 
 

@@ -28,7 +28,7 @@ from cuco_tui.lineage import SessionRepo  # noqa: E402
 from cuco_tui.search.config import SearchConfig  # noqa: E402
 from cuco_tui.search.engine import SearchEngine  # noqa: E402
 from cuco_tui.search.events import AwaitingReview, EventBus, SearchFinished  # noqa: E402
-from cuco_tui.search.session import create_session  # noqa: E402
+from cuco_tui.search.sessions import create_session  # noqa: E402
 from cuco_tui.workload.manifest import load_workload  # noqa: E402
 
 if not discover().can_compile:

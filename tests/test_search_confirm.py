@@ -14,7 +14,7 @@ import pytest
 from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.search.config import ConfigError, SearchConfig
 from cuco_tui.search.events import BestImproved, CandidateCommitted, ProposalReady
-from cuco_tui.search.pool import GpuGroup, GpuPool, plan_groups
+from cuco_tui.executors import GpuGroup, GpuPool, plan_groups
 
 from test_search_engine import ScriptedAgent, make, timing  # noqa: E402  (tests/ is on sys.path)
 

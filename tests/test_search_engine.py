@@ -28,7 +28,7 @@ from cuco_tui.search.events import (
     StageFinished,
     StageStarted,
 )
-from cuco_tui.search.pool import GpuGroup, GpuPool
+from cuco_tui.executors import GpuGroup, GpuPool
 from cuco_tui.core.records import CandidateRecord
 from cuco_tui.workload.manifest import load_workload
 
@@ -497,7 +497,7 @@ def test_a_failing_fast_path_is_retried_with_feedback_then_the_slow_path_starts(
 
 def test_a_real_session_is_written_and_resumed_from_its_folder(tmp_path):
     pytest.importorskip("cuco_tui.lineage", reason="the lineage store has not landed yet")
-    from cuco_tui.search.session import create_session
+    from cuco_tui.search.sessions import create_session
 
     def engine_kwargs():
         return dict(evaluate_fn=FakeEvaluator(), gpu_pool=GpuPool([GpuGroup(0, (0, 1))]), compile_ahead=False,

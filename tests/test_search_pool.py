@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from cuco_tui.search.pool import GpuGroup, GpuPool, PlacementError, plan_groups
+from cuco_tui.executors import Executor, GpuGroup, GpuPool, PlacementError, local_pool, plan_groups
 
 
 def full_mesh(n, links=18):
@@ -146,3 +146,14 @@ def test_acquire_times_out_when_all_groups_are_lent():
 def test_cpu_only_pool():
     pool = GpuPool.cpu_only(3)
     assert pool.size == 3 and all(g.gpus == () for g in pool.groups)
+
+
+def test_the_local_pool_is_an_executor_and_without_gpus_lends_cpu_slots(monkeypatch):
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+    pool = local_pool(2, (), cpu_slots=3)
+    assert isinstance(pool, Executor)
+    assert [g.gpus for g in pool.groups] == [(), (), ()] and pool.size == 3
+    with pool.lease() as a, pool.lease() as b:
+        assert a != b and pool.busy() == 2
+    assert pool.busy() == 0
+

@@ -20,7 +20,7 @@ from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.cli import tui_main
 from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.config import SearchConfig
-from cuco_tui.search.pool import GpuGroup, GpuPool
+from cuco_tui.executors import GpuGroup, GpuPool
 from cuco_tui.workload.manifest import load_workload
 from pilot_helpers import wait_until
 from test_dashboard import fake_evaluate

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.result import Diagnostic
 from cuco_tui.core.workload import Workload
+
+
+# The L0 static checks of a candidate, given to whoever screens sources early (an agent checking
+# its own edits, the engine's review gate): (source, the workload seed, file name) -> findings;
+# a finding of severity "error" rejects the source. The rules live in evaluate/ (check_static);
+# agents/factory.py and the engine hand them in, so the agents never import the evaluator.
+StaticScreen = Callable[[str, str, str], list[Diagnostic]]
+
+
+def screen_rejects(findings: list[Diagnostic]) -> bool:
+    return any(d.severity == "error" for d in findings)
 
 
 @dataclass(frozen=True)

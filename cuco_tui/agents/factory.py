@@ -1,5 +1,6 @@
 """Choosing and building the agent of a search, shared by `cuco search` and `cuco-tui`:
-Claude when ANTHROPIC_API_KEY is set, the offline agent otherwise, unless one is named."""
+Claude when ANTHROPIC_API_KEY is set, the offline agent otherwise, unless one is named. This is
+where an agent is wired to what it is given from other rooms (the L0 screen from evaluate/)."""
 
 from __future__ import annotations
 
@@ -65,4 +66,8 @@ def make_agent(kind: str, workload: Workload, *, world: int | None = None, gpus:
         from cuco_tui.agents.claude import DEFAULT_MODEL, ClaudeAgent
     except ImportError as exc:
         raise AgentUnavailable(f"the Claude agent is not available here ({exc}); use the offline agent") from exc
-    return ClaudeAgent(model=model or DEFAULT_MODEL, budget_usd=budget_usd)
+    from cuco_tui.evaluate.static_checks import check_static
+
+    # The agent screens its own edits with L0, so a reply that breaks a frozen line or calls a
+    # forbidden function goes back to the model as a sentence, not to the GPUs.
+    return ClaudeAgent(model=model or DEFAULT_MODEL, budget_usd=budget_usd, screen=check_static)

@@ -32,7 +32,7 @@ def latest_session(root: Path | None = None) -> Path | None:
     """The most recently modified session under `root` (default sessions/), else the newest
     bundle under its examples/, else None."""
     if root is None:
-        from cuco_tui.search.session import SESSIONS
+        from cuco_tui.search.sessions import SESSIONS
 
         root = SESSIONS
     sessions = list_sessions(root)
@@ -92,7 +92,7 @@ class CucoApp(App):
                                           resume_overrides=tuple((resume_overrides or {}).items()))
         self.start_search = start_search
         self.open_session = Path(open_session) if open_session is not None else None
-        self.sessions_root = sessions_root  # None: cuco_tui.search.session.SESSIONS
+        self.sessions_root = sessions_root  # None: cuco_tui.search.sessions.SESSIONS
         # Made from search_launch once the app runs, started by the dashboard when it first opens;
         # the lineage screens get it so that candidates of its session can be steered.
         self.live_search: LiveSearch | None = None

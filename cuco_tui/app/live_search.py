@@ -41,7 +41,7 @@ class LiveSearch:
     def start(self) -> None:
         """Create or reopen the session, build the agent and the engine. Once only."""
         from cuco_tui.agents.factory import make_agent
-        from cuco_tui.search.session import create_session, open_session
+        from cuco_tui.search.sessions import create_session, open_session
 
         with self._lock:
             if self._starting or self._closed:

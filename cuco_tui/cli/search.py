@@ -86,8 +86,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.search.config import ConfigError, SearchConfig
     from cuco_tui.search.engine import SearchEngine
     from cuco_tui.search.events import EventBus
-    from cuco_tui.search.pool import PlacementError
-    from cuco_tui.search.session import SESSIONS, create_session, open_session, resolve_session
+    from cuco_tui.executors import PlacementError
+    from cuco_tui.search.sessions import SESSIONS, create_session, open_session, resolve_session
     from cuco_tui.core.workload import WorkloadError
 
     from cuco_tui.agents.factory import AgentUnavailable, default_agent_kind, make_agent

@@ -19,7 +19,7 @@ from cuco_tui.core.errors import UsageError
 
 
 def _root(args: argparse.Namespace) -> Path:
-    from cuco_tui.search.session import SESSIONS
+    from cuco_tui.search.sessions import SESSIONS
 
     return Path(args.root) if getattr(args, "root", None) else SESSIONS
 
@@ -52,7 +52,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 def _open(args: argparse.Namespace):
     """The session named or at the path, or a .bundle (imported into a temporary folder)."""
     from cuco_tui.lineage import SessionError, SessionRepo, open_session_or_bundle
-    from cuco_tui.search.session import resolve_session
+    from cuco_tui.search.sessions import resolve_session
 
     try:
         if str(args.session).endswith(".bundle") and Path(args.session).is_file():

@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     workload_name = args.workload
     if args.resume:
         from cuco_tui.lineage import SessionError
-        from cuco_tui.search.session import open_session, resolve_session
+        from cuco_tui.search.sessions import open_session, resolve_session
 
         try:
             resume = resolve_session(args.resume)

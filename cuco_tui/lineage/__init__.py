@@ -5,7 +5,7 @@ from cuco_tui.lineage.bundle import export_bundle, import_bundle, open_session_o
 from cuco_tui.lineage.errors import SessionError
 from cuco_tui.lineage.index import CandidateSummary
 from cuco_tui.lineage.repo import SessionRepo
-from cuco_tui.lineage.sessions import SessionSummary, list_sessions, new_session_path
+from cuco_tui.lineage.listing import SessionSummary, list_sessions, new_session_path
 
 __all__ = [
     "CandidateSummary",

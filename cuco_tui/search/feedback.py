@@ -1,15 +1,11 @@
 """What an agent reads about a failed candidate in its next prompt: the reason, the compiler
-errors with their source lines, the deadlock report, the verification error; and the records
-the engine writes for outcomes that never reached the evaluator."""
+errors with their source lines, the deadlock report, the verification error. (The records the
+engine commits for each outcome are in outcomes.py.)"""
 
 from __future__ import annotations
 
-import traceback
-from dataclasses import replace
-from typing import Any
-
-from cuco_tui.core.result import CascadeResult, Diagnostic, Level, Status
 from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.result import CascadeResult
 
 MAX_FEEDBACK = 6000  # characters: enough for the first errors, short enough for a prompt
 
@@ -36,33 +32,3 @@ def render_failure(record: CandidateRecord, limit: int = MAX_FEEDBACK) -> str:
         parts.append("Deadlock report:\n" + result.deadlock_report)
     text = "\n\n".join(parts)
     return text if len(text) <= limit else text[: limit - 20] + "\n... (truncated)"
-
-
-def _result(record: CandidateRecord, status: Status, level: Level, reason: str,
-            diagnostics: list[Diagnostic] | None = None, logs: dict[str, str] | None = None) -> dict[str, Any]:
-    return CascadeResult(candidate=f"{record.id}.cu", workload="", status=status, level=level, reason=reason,
-                         diagnostics=diagnostics or [], logs=logs or {}).to_dict()
-
-
-def turned_away(record: CandidateRecord, by: str, reason: str, code: str, **extra: Any) -> CandidateRecord:
-    """A candidate stopped before evaluation (by "review", "novelty", "agent" or "engine"):
-    status rejected, the reason as its one diagnostic."""
-    diag = Diagnostic(level=int(Level.STATIC), severity="error", message=reason, code=code)
-    result = _result(record, Status.REJECTED, Level.STATIC, reason, [diag])
-    return replace(record, status=Status.REJECTED.value, result=result,
-                   extra={**record.extra, "rejected_by": by, **extra})
-
-
-def crashed(record: CandidateRecord, exc: BaseException) -> CandidateRecord:
-    """The evaluator raised instead of returning a result: a runtime error, with the traceback."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    reason = f"the evaluator crashed: {type(exc).__name__}: {exc}"
-    diag = Diagnostic(level=int(Level.COMPILE), severity="error", message=reason, code="engine")
-    result = _result(record, Status.RUNTIME_ERROR, Level.COMPILE, reason, [diag], {"traceback": text[-8000:]})
-    return replace(record, status=Status.RUNTIME_ERROR.value, result=result)
-
-
-def evaluated(record: CandidateRecord, result: CascadeResult) -> CandidateRecord:
-    latency = sum(t.candidate.median for t in result.timings) if result.timings else None
-    return replace(record, status=result.status.value, result=result.to_dict(), speedup=result.speedup,
-                   latency_ms=latency)

@@ -11,9 +11,9 @@
 - `full`: a rewrite of the parent's EVOLVE blocks.
 - `crossover`: 2-3 parents combined into one full rewrite.
 
-Every reply goes through `edits.apply_diffs` / `edits.apply_full`, which end with the L0 static
-checks; a reply that cannot be used becomes a `Proposal` with `error` set and `source == ""`,
-never an exception. API failures that outlast the retries (or cannot be retried) come back the
+Every reply goes through `edits.apply_diffs` / `edits.apply_full`, which end with the `screen`
+the agent was given (the L0 static checks, wired by agents/factory.py); a reply that cannot be
+used becomes a `Proposal` with `error` set and `source == ""`, never an exception. API failures that outlast the retries (or cannot be retried) come back the
 same way. `BudgetExhausted` is raised before a call once the ledger has reached the cap; within
 one `propose`, only its first call raises it (a fast path that runs out after its first call
 returns what it has, and the next `propose` raises).
@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 
 import anthropic
 
-from cuco_tui.agents.base import BudgetExhausted, Proposal, ProposalRequest
+from cuco_tui.agents.base import BudgetExhausted, Proposal, ProposalRequest, StaticScreen
 from cuco_tui.agents.claude.accounting import Charge, Ledger, Price
 from cuco_tui.agents.claude.edits import (
     EditResult,
@@ -129,6 +129,7 @@ class ClaudeAgent:
         workload: Workload | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
+        screen: StaticScreen | None = None,
     ) -> None:
         self.model = model
         self.judge_model = judge_model or model
@@ -147,6 +148,7 @@ class ClaudeAgent:
         self.prompts = prompts or Prompts()
         self.sleep = sleep
         self.rng = rng or random.Random()
+        self.screen = screen  # early L0 on every edited candidate; None: left to the cascade
         self.workload: Workload | None = workload  # the last workload proposed for (the summary's context)
         self.last_summary = ""
         self.last_error = ""
@@ -219,12 +221,12 @@ class ClaudeAgent:
         except _CallFailed as exc:
             return self._failed(request, tally, exc.sentence)
         edit = apply_diffs(parent.source, res.text, seed=self._seed(request), file_name=_file_name(request),
-                           stop_reason=res.stop_reason, max_tokens=self.max_tokens)
+                           stop_reason=res.stop_reason, max_tokens=self.max_tokens, screen=self.screen)
         notes: list[str] = []
         if (not edit.ok and not has_diff_blocks(res.text) and res.stop_reason != "max_tokens"
                 and any(f.has_markers for f in parse_fences(res.text))):
             full = apply_full(parent.source, res.text, seed=self._seed(request), file_name=_file_name(request),
-                              stop_reason=res.stop_reason, max_tokens=self.max_tokens)
+                              stop_reason=res.stop_reason, max_tokens=self.max_tokens, screen=self.screen)
             notes.append("the reply held a full rewrite of the blocks instead of SEARCH/REPLACE edits; "
                          "it was applied as one")
             edit = full
@@ -238,7 +240,7 @@ class ClaudeAgent:
         except _CallFailed as exc:
             return self._failed(request, tally, exc.sentence)
         edit = apply_full(parent.source, res.text, seed=self._seed(request), file_name=_file_name(request),
-                          stop_reason=res.stop_reason, max_tokens=self.max_tokens)
+                          stop_reason=res.stop_reason, max_tokens=self.max_tokens, screen=self.screen)
         return self._proposal(request, edit, explanation_of(res.text), tally)
 
     def _fast_path(self, request: ProposalRequest) -> Proposal:
@@ -267,7 +269,7 @@ class ClaudeAgent:
                 stopped = exc.sentence
                 break
             edit = apply_full(parent.source, res.text, seed=self._seed(request), file_name=_file_name(request),
-                              stop_reason=res.stop_reason, max_tokens=self.max_tokens)
+                              stop_reason=res.stop_reason, max_tokens=self.max_tokens, screen=self.screen)
             rationale = explanation_of(res.text)
             if not edit.ok:
                 rounds.append({"attempt": attempt, "error": edit.error})

@@ -22,7 +22,9 @@ Two reply formats:
   of the blocks are taken; they replace the parent's, one for one, and the parent's frozen text
   stays as it is.
 
-Either way the result goes through `check_static` against the workload seed as the final word.
+Either way the result goes through the `screen` given (the L0 static checks against the workload
+seed, handed in by agents/factory.py) as the final word; without one it is not screened here,
+and the cascade's L0 still judges it.
 Nothing here raises on a bad reply: every problem comes back as `EditResult.error`, one or two
 sentences a person (and the model, next round) can act on.
 """
@@ -33,7 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from cuco_tui.evaluate.static_checks import check_static, is_rejected
+from cuco_tui.agents.base import StaticScreen, screen_rejects
 from cuco_tui.source.regions import split_regions
 
 __all__ = [
@@ -246,9 +248,10 @@ def _spans_text(spans: list[tuple[int, int]]) -> str:
     return "the EVOLVE blocks are lines " + ", ".join(parts)
 
 
-def _final(source: str, seed: str, file_name: str, applied: int, notes: list[str]) -> EditResult:
-    diags = check_static(source, seed, file_name)
-    if is_rejected(diags):
+def _final(source: str, seed: str, file_name: str, applied: int, notes: list[str],
+           screen: StaticScreen | None) -> EditResult:
+    diags = screen(source, seed, file_name) if screen is not None else []
+    if screen_rejects(diags):
         errors = [d for d in diags if d.severity == "error"]
         shown = "; ".join(_one_line(d.render()) for d in errors[:_MAX_ERRORS_SHOWN])
         more = f" (and {len(errors) - _MAX_ERRORS_SHOWN} more)" if len(errors) > _MAX_ERRORS_SHOWN else ""
@@ -303,9 +306,10 @@ def _no_match_hint(parent: list[str], search: list[str]) -> str:
 
 
 def apply_diffs(parent_source: str, reply_text: str, *, seed: str | None = None, file_name: str = "candidate.cu",
-                stop_reason: str | None = None, max_tokens: int | None = None) -> EditResult:
+                stop_reason: str | None = None, max_tokens: int | None = None,
+                screen: StaticScreen | None = None) -> EditResult:
     """Apply the reply's SEARCH/REPLACE edits to the parent. `seed` is the workload seed the
-    static checks compare the frozen text against (the parent when not given)."""
+    `screen` compares the frozen text against (the parent when not given)."""
     truncated = truncation_error(stop_reason, max_tokens)
     if truncated:
         return EditResult(error=truncated)
@@ -385,7 +389,8 @@ def apply_diffs(parent_source: str, reply_text: str, *, seed: str | None = None,
     lines = list(parent)
     for start, end, _, new, _ in sorted(planned, key=lambda p: (p[0], p[1]), reverse=True):
         lines[start:end] = new
-    return _final(_join(lines, trailing), seed if seed is not None else parent_source, file_name, len(planned), notes)
+    return _final(_join(lines, trailing), seed if seed is not None else parent_source, file_name, len(planned), notes,
+                  screen)
 
 
 # ---------------------------------------------------------------------------- full rewrite
@@ -413,7 +418,8 @@ def _code_of(reply_text: str) -> tuple[list[str] | None, str]:
 
 
 def apply_full(parent_source: str, reply_text: str, *, seed: str | None = None, file_name: str = "candidate.cu",
-               stop_reason: str | None = None, max_tokens: int | None = None) -> EditResult:
+               stop_reason: str | None = None, max_tokens: int | None = None,
+               screen: StaticScreen | None = None) -> EditResult:
     """Put the EVOLVE-block bodies of the reply's code into the parent's frozen skeleton."""
     truncated = truncation_error(stop_reason, max_tokens)
     if truncated:
@@ -446,4 +452,5 @@ def apply_full(parent_source: str, reply_text: str, *, seed: str | None = None, 
     for old, new in reversed(list(zip(parent_regions.evolve, regions.evolve))):
         body = new.text.split("\n") if new.text else []
         lines[old.start_line - 1:old.end_line] = body
-    return _final(_join(lines, trailing), seed if seed is not None else parent_source, file_name, want, notes)
+    return _final(_join(lines, trailing), seed if seed is not None else parent_source, file_name, want, notes,
+                  screen)

@@ -36,7 +36,7 @@ class BrowseScreen(ModalScreen[Path | None]):
     def __init__(self, root: Path | None = None) -> None:
         super().__init__()
         if root is None:
-            from cuco_tui.search.session import SESSIONS
+            from cuco_tui.search.sessions import SESSIONS
 
             root = SESSIONS
         self.root = Path(root)

@@ -1,4 +1,6 @@
-"""The sessions under a folder (normally sessions/), for `cuco sessions` and --resume."""
+"""The sessions under a folder (normally sessions/): listing them for `cuco sessions` and the
+TUI's browser, naming a new one. Opening a session for a search (its workload and config) is
+cuco_tui.search.sessions, which knows the search's config."""
 
 from __future__ import annotations
 

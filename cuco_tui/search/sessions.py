@@ -1,6 +1,8 @@
-"""Where search sessions live and how one is started or reopened: a session is a lineage
-repository (cuco_tui.lineage.SessionRepo) whose root commit records the workload and the
-search config, so `--resume` needs nothing but the folder."""
+"""A search's sessions on disk: where they live (SESSIONS), finding one by name or path,
+starting one, reopening one to resume it. A session is a lineage repository
+(cuco_tui.lineage.SessionRepo) whose root commit records the workload and the search config,
+so `--resume` needs nothing but the folder. This is the one place to import them from; the
+lineage room lists sessions (list_sessions) but cannot read a search config, which lives here."""
 
 from __future__ import annotations
 

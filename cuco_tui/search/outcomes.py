@@ -1,0 +1,81 @@
+"""The record the engine commits for each way a proposal can end: evaluated (whatever the
+cascade found), crashed (the evaluator raised), or turned away before evaluation: the agent
+failed or gave no code, a duplicate, rejected in review, stopped before review. A turned-away
+record has status rejected and its reason as its one diagnostic, so the lineage, the TUI and
+the next prompt read it like any other failure."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import replace
+from typing import Any
+
+from cuco_tui.core.records import CandidateRecord, id_number
+from cuco_tui.core.result import CascadeResult, Diagnostic, Level, Status
+from cuco_tui.search.novelty import Verdict
+
+
+def _result(record: CandidateRecord, status: Status, level: Level, reason: str,
+            diagnostics: list[Diagnostic] | None = None, logs: dict[str, str] | None = None) -> dict[str, Any]:
+    return CascadeResult(candidate=f"{record.id}.cu", workload="", status=status, level=level, reason=reason,
+                         diagnostics=diagnostics or [], logs=logs or {}).to_dict()
+
+
+def turned_away(record: CandidateRecord, by: str, reason: str, code: str, **extra: Any) -> CandidateRecord:
+    """A candidate stopped before evaluation (by "review", "novelty", "agent" or "engine"):
+    status rejected, the reason as its one diagnostic."""
+    diag = Diagnostic(level=int(Level.STATIC), severity="error", message=reason, code=code)
+    result = _result(record, Status.REJECTED, Level.STATIC, reason, [diag])
+    return replace(record, status=Status.REJECTED.value, result=result,
+                   extra={**record.extra, "rejected_by": by, **extra})
+
+
+def crashed(record: CandidateRecord, exc: BaseException) -> CandidateRecord:
+    """The evaluator raised instead of returning a result: a runtime error, with the traceback."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    reason = f"the evaluator crashed: {type(exc).__name__}: {exc}"
+    diag = Diagnostic(level=int(Level.COMPILE), severity="error", message=reason, code="engine")
+    result = _result(record, Status.RUNTIME_ERROR, Level.COMPILE, reason, [diag], {"traceback": text[-8000:]})
+    return replace(record, status=Status.RUNTIME_ERROR.value, result=result)
+
+
+def evaluated(record: CandidateRecord, result: CascadeResult) -> CandidateRecord:
+    """The cascade's result, whatever it found; latency is the sum of the shapes' medians."""
+    latency = sum(t.candidate.median for t in result.timings) if result.timings else None
+    return replace(record, status=result.status.value, result=result.to_dict(), speedup=result.speedup,
+                   latency_ms=latency)
+
+
+def agent_failed(record: CandidateRecord, exc: Exception) -> CandidateRecord:
+    """The agent raised instead of proposing."""
+    return turned_away(record, "agent", f"the agent failed: {type(exc).__name__}: {exc}", "agent")
+
+
+def no_candidate(record: CandidateRecord, why: str) -> CandidateRecord:
+    """The agent answered without a usable candidate (`why`: its error, or an empty reply)."""
+    return turned_away(record, "agent", f"no candidate: {why}", "agent")
+
+
+def duplicate(record: CandidateRecord, verdict: Verdict) -> CandidateRecord:
+    """The novelty filter found the proposal already in the search."""
+    return turned_away(record, "novelty", f"novelty filter: {verdict.reason}", "novelty",
+                       duplicate_of=verdict.duplicate_of, similarity=round(verdict.similarity, 6))
+
+
+def rejected_in_review(record: CandidateRecord, reason: str) -> CandidateRecord:
+    """The engineer rejected the held proposal (`reason`: theirs, or "no reason given")."""
+    return turned_away(replace(record, review=f"rejected: {reason}"), "review", f"rejected in review: {reason}",
+                       "review")
+
+
+def stopped_before_review(record: CandidateRecord) -> CandidateRecord:
+    """The search stopped (or ended) while the proposal waited for the engineer."""
+    return turned_away(replace(record, review="rejected: the search stopped before review"), "review",
+                       "the search stopped before this proposal was reviewed", "review")
+
+
+def timed_beside(record: CandidateRecord, others: set[str]) -> CandidateRecord:
+    """An evaluated record marked with the evaluations that held other GPU groups meanwhile
+    (its figure may owe something to them: see scheduling.is_finalist)."""
+    return replace(record, extra={**record.extra, "concurrent": len(others),
+                                  "concurrent_with": sorted(others, key=id_number)})

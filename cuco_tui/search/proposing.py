@@ -1,0 +1,288 @@
+"""Proposing: from the population's choice of parents to a drafted candidate. The request the
+agent reads (the failure to learn from, the design context for the parent's point, the
+meta-summary, the engineer's hints), the call to the agent, and the first screens of its answer:
+no code at all, a duplicate (novelty), and, for the review gate, what is risky about it (a
+backend change, the L0 static checks' warnings, a design line the code contradicts).
+
+The L0 checks are given as a callable (`StaticScreen`, the engine passes evaluate's
+check_static), so proposing depends on no evaluator."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+from cuco_tui.agents.base import Agent, BudgetExhausted, Proposal, ProposalRequest, StaticScreen
+from cuco_tui.core.records import CandidateRecord, candidate_id, id_number
+from cuco_tui.core.workload import Workload
+from cuco_tui.design.space import DIMENSIONS, DesignPoint
+from cuco_tui.search import feedback, outcomes
+from cuco_tui.search.archive import design_point, is_failure
+from cuco_tui.search.config import SearchConfig
+from cuco_tui.search.events import EngineError, Event, ProposalReady
+from cuco_tui.search.novelty import Verdict
+from cuco_tui.search.population import Population, Selection
+from cuco_tui.source.regions import design_of as declared_design
+
+
+def design_of(design: dict[str, Any], source: str) -> dict[str, Any]:
+    """The proposal's design coordinates, or those its `// cuco-design:` line declares."""
+    if any(k in DIMENSIONS for k in design):
+        return dict(design)
+    declared = {k: v for k, v in (declared_design(source) or {}).items() if k in DIMENSIONS}
+    return {**declared, "knobs": dict(design.get("knobs", {}))}
+
+
+class Drafts:
+    """Candidate ids, handed out in order from any thread, and the pending records drafted
+    under them: the seed, an agent's proposal, a re-benchmark, a finalist's confirmation."""
+
+    def __init__(self, agent_name: str) -> None:
+        self._agent = agent_name
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def restore(self, records: list[CandidateRecord]) -> None:
+        """Continue after the highest id the lineage holds."""
+        with self._lock:
+            self._next = max((id_number(r.id) for r in records), default=-1) + 1
+
+    def new_id(self) -> str:
+        with self._lock:
+            cid = candidate_id(self._next)
+            self._next += 1
+            return cid
+
+    def draft(self, **fields: Any) -> CandidateRecord:
+        if "id" not in fields:
+            fields["id"] = self.new_id()
+        fields.setdefault("status", "pending")
+        fields.setdefault("created", time.time())
+        return CandidateRecord(**fields)
+
+    def seed(self, source: str) -> CandidateRecord:
+        return self.draft(kind="seed", generation=0, island=0, parents=(), source=source,
+                          design=design_of({}, source), rationale="the workload's seed: its reference strategy",
+                          agent="workload")
+
+    def proposal(self, cid: str, request: ProposalRequest, proposal: Proposal | None,
+                 known: dict[str, CandidateRecord]) -> CandidateRecord:
+        """The agent's answer to `request` as a pending record (`proposal` None: the agent
+        failed; the record keeps what was asked). Parents the search does not know are dropped."""
+        asked = tuple(p.id for p in request.parents)
+        parents = tuple(p for p in (proposal.parents if proposal else ()) if p in known) or asked
+        extra: dict[str, Any] = {"phase": request.phase, "asked": request.kind}
+        if request.hints:
+            extra["hints"] = list(request.hints)
+        if request.inspirations:
+            extra["inspirations"] = [r.id for r in request.inspirations]
+        if proposal is None:
+            return self.draft(id=cid, generation=request.generation, island=request.island, kind=request.kind,
+                              parents=asked, source="", design={}, rationale="", agent=self._agent, extra=extra)
+        kind = "fast_path" if request.kind == "fast_path" else (proposal.kind or request.kind)
+        return self.draft(
+            id=cid, generation=request.generation, island=request.island, kind=kind,
+            parents=parents, source=proposal.source, design=design_of(proposal.design, proposal.source),
+            rationale=proposal.rationale, agent=proposal.agent or self._agent, cost_usd=proposal.cost_usd,
+            tokens_in=proposal.tokens_in, tokens_out=proposal.tokens_out, extra={**extra, **proposal.extra})
+
+    def rebenchmark_of(self, original: CandidateRecord, generation: int) -> CandidateRecord:
+        return self.draft(generation=generation, island=original.island, kind="rebenchmark", parents=(original.id,),
+                          source=original.source, design=dict(original.design),
+                          rationale=f"re-benchmark of {original.id}", agent="engineer",
+                          extra={"rebenchmark_of": original.id})
+
+    def confirmation_of(self, finalist: CandidateRecord) -> CandidateRecord:
+        n = int(finalist.extra.get("concurrent", 0))
+        return self.draft(generation=finalist.generation, island=finalist.island, kind="confirm",
+                          parents=(finalist.id,), source=finalist.source, design=dict(finalist.design),
+                          rationale=f"re-measured alone: {finalist.id} was timed beside {n} other "
+                                    f"evaluation{'' if n == 1 else 's'}",
+                          agent="engine", extra={"confirm_of": finalist.id})
+
+
+class Proposer:
+    """Builds the agent's requests, asks it, and screens what comes back. `population` gives
+    the current population (it is rebuilt on resume); `lock` guards it."""
+
+    def __init__(self, workload: Workload, agent: Agent, config: SearchConfig, drafts: Drafts, *,
+                 population: Callable[[], Population], lock: threading.Condition,
+                 publish: Callable[[Event], None], account: Callable[[float], None], screen: StaticScreen,
+                 design_context: Callable[[DesignPoint], str] | None = None) -> None:
+        self.workload = workload
+        self.agent = agent
+        self.config = config
+        self._drafts = drafts
+        self._population = population
+        self._lock = lock
+        self._publish = publish
+        self._account = account
+        self._screen = screen
+        self._seed_source = workload.seed.read_text()
+        self._context_fn = design_context  # None: cuco_tui.design.context with this machine's facts
+        self._contexts: dict[str, str] = {}
+        self.meta = ""  # the agent's latest meta-summary
+        self._meta_fresh = False  # refreshed since the last generation started
+        self._meta_cost = 0.0  # summarize() costs not yet carried by a record
+
+    @property
+    def seed_source(self) -> str:
+        return self._seed_source
+
+    # ------------------------------------------------------------------ the request
+
+    def request(self, selection: Selection, *, generation: int, island: int, phase: str,
+                hints: tuple[str, ...]) -> ProposalRequest:
+        parent = selection.parents[0]
+        return ProposalRequest(
+            kind=selection.kind, workload=self.workload, parents=selection.parents,
+            inspirations=selection.inspirations, feedback=self._feedback(island, parent), meta_summary=self.meta,
+            hints=hints, design_context=self._context(parent), generation=generation, island=island, phase=phase)
+
+    def fast_path_request(self, seed: CandidateRecord, last_try: CandidateRecord | None,
+                          hints: tuple[str, ...]) -> ProposalRequest:
+        """A device-initiated rewrite of the seed, told why the previous try failed."""
+        return ProposalRequest(
+            kind="fast_path", workload=self.workload, parents=(seed,),
+            feedback=feedback.render_failure(last_try) if last_try else "", meta_summary=self.meta,
+            hints=hints, design_context=self._context(seed), generation=0, island=0, phase="init")
+
+    def _feedback(self, island: int, parent: CandidateRecord) -> str:
+        """The parent's failure when it failed, else the island's latest failure."""
+        with self._lock:
+            failed = parent if is_failure(parent) and parent.result else self._population().last_failure(island)
+        return feedback.render_failure(failed) if failed else ""
+
+    def _context(self, parent: CandidateRecord) -> str:
+        """The backend-conditioned notes for the parent's design point (cached per point)."""
+        point = design_point(parent)
+        key = point.line()
+        if key not in self._contexts:
+            if self._context_fn is None:
+                self._context_fn = self._default_context()
+            self._contexts[key] = self._context_fn(point)
+        return self._contexts[key]
+
+    def _default_context(self) -> Callable[[DesignPoint], str]:
+        try:
+            from cuco_tui.design.context import design_context, hardware_facts
+
+            facts = hardware_facts()
+        except Exception as exc:  # the notes are a help to the agent, never a reason to stop
+            self._publish(EngineError(message=f"no design context for the agent: {type(exc).__name__}: {exc}"))
+            return lambda point: ""
+        world = self.config.world or min(self.workload.world_sizes)
+        gpus = list(self.config.gpus) or None
+        notes = self.workload.design_notes  # the workload's own baseline and strategy notes
+        return lambda point: design_context(point, facts, world, gpus, notes_dir=notes)
+
+    # ------------------------------------------------------------------ the agent's answer
+
+    def ask(self, request: ProposalRequest, cid: str) -> CandidateRecord:
+        """The agent's candidate as a pending record under `cid`, or, when it failed or gave no
+        code, the record to commit as turned away. BudgetExhausted passes through."""
+        try:
+            proposal = self.agent.propose(request)
+        except BudgetExhausted:
+            raise
+        except Exception as exc:
+            return outcomes.agent_failed(self._drafts.proposal(cid, request, None, self._population().records), exc)
+        record = self._drafts.proposal(cid, request, proposal, self._population().records)
+        self._account(proposal.cost_usd)
+        self._publish(ProposalReady(candidate=cid, generation=record.generation, island=record.island,
+                                    kind=record.kind, parents=record.parents, design=record.design,
+                                    rationale=record.rationale, agent=record.agent, cost_usd=record.cost_usd))
+        if proposal.error or not proposal.source.strip():
+            return outcomes.no_candidate(record, proposal.error or "the reply held no candidate source")
+        return record
+
+    def claim_novelty(self, record: CandidateRecord) -> Verdict:
+        """Whether the proposal is new; a new one is known from now on, so a twin proposed
+        while this one runs is caught."""
+        with self._lock:
+            novelty = self._population().novelty
+            verdict = novelty.check(record.source, record.design)
+            if verdict.novel:
+                novelty.add(record.id, record.source, record.design)
+        return verdict
+
+    @staticmethod
+    def ask_again(request: ProposalRequest, verdict: Verdict) -> ProposalRequest:
+        """The request once more, telling the agent its last answer was a duplicate."""
+        note = f"Your previous proposal was {verdict.reason}; propose a different candidate."
+        return replace(request, feedback="\n\n".join(x for x in (request.feedback, note) if x))
+
+    def review_concerns(self, record: CandidateRecord) -> list[str]:
+        """What makes the proposal risky: a backend change from its parent, L0 warnings."""
+        reasons = []
+        parent = self._population().records.get(record.parents[0]) if record.parents else None
+        if parent is not None:
+            old, new = design_point(parent).backend, design_point(record).backend
+            if old != new:
+                reasons.append(f"it changes the backend from {old} to {new}")
+        warnings = list(dict.fromkeys(d.message for d in self._l0_findings(record) if d.severity == "warning"))
+        if warnings:
+            reasons.append("the static checks warn: " + "; ".join(warnings[:3]))
+        return reasons
+
+    def _l0_findings(self, record: CandidateRecord) -> list:
+        """What L0 says of the proposal: the static checks, and the design classifier's
+        comparison of the declared design with the code."""
+        found = self._screen(record.source, self._seed_source, f"{record.id}.cu")
+        try:
+            from cuco_tui.design.classify import check_declaration
+
+            found += check_declaration(record.source, f"{record.id}.cu")
+        except Exception as exc:  # the classifier is advice; its failure must not hold the search
+            self._publish(EngineError(message=f"the design classifier failed on {record.id}: {exc}",
+                                      candidate=record.id))
+        return found
+
+    # ------------------------------------------------------------------ the meta-summary
+
+    def summarize_if_due(self, generation: int) -> None:
+        """Every meta_interval generations, unless a summary was just made (on resume)."""
+        if (generation - 1) % self.config.meta_interval == 0 and not self._meta_fresh:
+            self.summarize()
+        self._meta_fresh = False
+
+    def summarize(self) -> None:
+        """Ask the agent for a fresh meta-summary of the search; what it cost is accounted now
+        and carried by the next committed record (take_meta_cost)."""
+        with self._lock:
+            history = sorted(self._population().records.values(), key=lambda r: id_number(r.id))
+        before = agent_spent(self.agent)
+        self.meta = self.agent.summarize(history)
+        self._meta_fresh = True
+        after = agent_spent(self.agent)
+        if before is not None and after is not None and after > before:
+            with self._lock:
+                self._meta_cost += after - before
+            self._account(after - before)
+
+    def take_meta_cost(self) -> float:
+        with self._lock:
+            cost, self._meta_cost = self._meta_cost, 0.0
+            return cost
+
+
+def agent_spent(agent: Agent) -> float | None:
+    """Dollars the agent says it spent (`spent_usd`, or its ledger's), if it keeps count."""
+    spent = getattr(agent, "spent_usd", None)
+    if spent is None:
+        spent = getattr(getattr(agent, "ledger", None), "spent_usd", None)
+    return float(spent) if isinstance(spent, (int, float)) else None
+
+
+def cap_agent(agent: Agent, cap: float | None) -> None:
+    """Give an agent with its own cap (`set_budget(usd)`, or a `ledger.cap_usd` as ClaudeAgent
+    has) a new one (None: no cap)."""
+    setter = getattr(agent, "set_budget", None)
+    if callable(setter):
+        setter(cap)
+        return
+    ledger = getattr(agent, "ledger", None)
+    if ledger is not None and hasattr(ledger, "cap_usd"):
+        ledger.cap_usd = cap

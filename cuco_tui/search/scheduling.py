@@ -1,0 +1,206 @@
+"""Scheduling: when and where each candidate is evaluated. A launched candidate is written to
+the scratch folder, compiled ahead on a CPU thread (toolchain.BuildPool) while the GPUs are
+busy, then evaluated by the cascade on a GPU group leased from the executor, and its outcome
+committed (through the engine's commit, given as a callable).
+
+A candidate timed while other groups ran evaluations, whose figure would lead or nearly lead,
+is a finalist (`is_finalist`): it is re-measured alone on an exclusive lease (`confirm`), and
+only that figure can make it the best (`ranking_view`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from cuco_tui.core.records import CandidateRecord, id_number
+from cuco_tui.core.result import CascadeResult, Level
+from cuco_tui.core.workload import Workload
+from cuco_tui.evaluate.cascade import EvalOptions, Progress
+from cuco_tui.executors import Executor, local_pool
+from cuco_tui.search import outcomes
+from cuco_tui.search.config import SearchConfig
+from cuco_tui.search.events import EngineError, Event, ProposalReady, StageFinished, StageStarted
+from cuco_tui.search.proposing import Drafts
+from cuco_tui.toolchain import BuildPool, BuildResult
+
+EvaluateFn = Callable[..., CascadeResult]  # evaluate(path, workload, options, progress=...)
+
+
+def ranking_view(record: CandidateRecord) -> CandidateRecord:
+    """The record as the population ranks it: a finalist's figure, timed beside other
+    evaluations, is withheld (speedup None), so neither the best, nor an island's head, nor an
+    archive cell is decided by it; its confirmation, the same source measured alone, ranks
+    instead. The lineage keeps the figure as measured."""
+    if record.extra.get("finalist") and record.speedup is not None:
+        return replace(record, speedup=None)
+    return record
+
+
+def is_finalist(record: CandidateRecord, best: CandidateRecord | None, config: SearchConfig) -> bool:
+    """Measured while other evaluations ran, and faster than the best or within
+    confirm_margin of it: its figure may owe something to the interference."""
+    if not config.confirm_alone or record.status != "measured" or record.speedup is None:
+        return False
+    if not record.extra.get("concurrent"):
+        return False
+    return best is None or best.speedup is None or record.speedup > best.speedup * (1.0 - config.confirm_margin)
+
+
+class Scheduler:
+    def __init__(self, workload: Workload, config: SearchConfig, evaluate_fn: EvaluateFn, *,
+                 executor: Executor | None, compile_ahead: bool, scratch: Path, cond: threading.Condition,
+                 publish: Callable[[Event], None], commit: Callable[[CandidateRecord], CandidateRecord],
+                 drafts: Drafts) -> None:
+        self.workload = workload
+        self.config = config
+        self._evaluate = evaluate_fn
+        self._executor = executor  # None: the local GPU pool, planned when the run starts
+        self._compile_ahead = compile_ahead
+        self.scratch = scratch
+        self._cond = cond
+        self._publish = publish
+        self._commit = commit
+        self._drafts = drafts
+        self._builds: BuildPool | None = None
+        self._threads: ThreadPoolExecutor | None = None
+        self._in_flight: dict[str, Future] = {}
+        self._on_gpu: dict[str, set[str]] = {}  # evaluation holding a GPU group -> those that overlapped it
+
+    @property
+    def world(self) -> int:
+        return self.config.world or min(self.workload.world_sizes)
+
+    def start(self) -> Executor:
+        """Ready to launch: the world checked against the workload, the GPU groups planned
+        (PlacementError when they cannot host one evaluation), the CPU builders started."""
+        cfg = self.config
+        self.workload.check_world(self.world)  # WorkloadError: this workload does not run on `world` ranks
+        if self._executor is None:
+            self._executor = local_pool(self.world, tuple(cfg.gpus), cfg.max_concurrent_builds)
+        if self._compile_ahead:
+            self._builds = BuildPool(cfg.max_concurrent_builds)
+        self._threads = ThreadPoolExecutor(max_workers=self._executor.size + cfg.max_concurrent_builds,
+                                           thread_name_prefix="cuco-eval")
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        return self._executor
+
+    def shutdown(self, wait: bool = True) -> None:
+        if self._threads is not None:
+            self._threads.shutdown(wait=wait, cancel_futures=not wait)
+        if self._builds is not None:
+            self._builds.shutdown(wait=wait)
+
+    def in_flight(self) -> bool:
+        with self._cond:
+            return bool(self._in_flight)
+
+    def launch(self, record: CandidateRecord, exclusive: bool = False) -> None:
+        """Write the candidate, start its compile on a CPU thread, queue its evaluation
+        (`exclusive`: on a GPU group lent while no other is, see Executor.lease)."""
+        path = self.scratch / f"{record.id}.cu"
+        path.write_text(record.source)
+        build: Future[BuildResult] | None = None
+        if self._builds is not None:
+            self._publish(StageStarted(candidate=record.id, level=int(Level.COMPILE), message="compiling ahead"))
+            build = self._builds.submit(path)
+        assert self._threads is not None
+        with self._cond:
+            future = self._threads.submit(self._evaluate_and_commit, record, path, build, exclusive)
+            self._in_flight[record.id] = future
+
+    def confirm_left_over(self, records: list[CandidateRecord]) -> None:
+        """On resume: the finalists whose confirmation never ran (the search was killed or
+        stopped between the two) are re-measured alone now; until then they do not rank."""
+        confirmed = {r.extra.get("confirm_of") for r in records if r.kind == "confirm"}
+        for r in sorted(records, key=lambda r: id_number(r.id)):
+            if r.extra.get("finalist") and r.id not in confirmed:
+                self.confirm(r)
+
+    def confirm(self, finalist: CandidateRecord) -> None:
+        """Re-measure a finalist alone: the same source, evaluated on a group lent while no other
+        evaluation runs, committed as its child (kind "confirm"). Only that figure can make the
+        code the best (see ranking_view)."""
+        record = self._drafts.confirmation_of(finalist)
+        self._publish(ProposalReady(candidate=record.id, generation=record.generation, island=record.island,
+                                    kind=record.kind, parents=record.parents, design=record.design,
+                                    rationale=record.rationale, agent=record.agent))
+        self.launch(record, exclusive=True)
+
+    def _evaluate_and_commit(self, record: CandidateRecord, path: Path, build: Future[BuildResult] | None,
+                             exclusive: bool = False) -> None:
+        try:
+            try:
+                result, beside = self._evaluate_on_gpus(record, path, build, exclusive)
+                done = outcomes.evaluated(record, result)
+                if beside is not None and self._executor is not None and self._executor.size > 1:
+                    done = outcomes.timed_beside(done, beside)
+            except Exception as exc:
+                done = outcomes.crashed(record, exc)
+                self._publish(StageFinished(candidate=record.id, level=int(Level.COMPILE), status=done.status))
+            committed = self._commit(done)
+        except Exception as exc:  # the commit itself failed: say so, keep the search going
+            self._publish(EngineError(message=f"could not commit {record.id}: {type(exc).__name__}: {exc}",
+                                      candidate=record.id))
+        else:
+            if committed.extra.get("finalist"):  # launched before this one leaves _in_flight: a drain waits for it
+                try:
+                    self.confirm(committed)
+                except Exception as exc:  # e.g. the run was interrupted: the finalist stays unconfirmed
+                    self._publish(EngineError(message=f"could not re-measure {record.id} alone: "
+                                                      f"{type(exc).__name__}: {exc}", candidate=record.id))
+        finally:
+            with self._cond:
+                self._in_flight.pop(record.id, None)
+                self._cond.notify_all()
+
+    def _evaluate_on_gpus(self, record: CandidateRecord, path: Path, build: Future[BuildResult] | None,
+                          exclusive: bool = False) -> tuple[CascadeResult, set[str] | None]:
+        """The cascade's result, and the evaluations that held another GPU group at some time
+        while this one held its own (None when it needed no GPU)."""
+        built_ok = True
+        if build is not None:
+            t0 = time.monotonic()
+            b = build.result()
+            built_ok = b.ok
+            self._publish(StageFinished(candidate=record.id, level=int(Level.COMPILE),
+                                        status="" if b.ok else "compile_error", seconds=time.monotonic() - t0))
+        assert self._executor is not None
+        if not built_ok:  # the cascade will stop at L1 (from the cache): no GPU needed
+            return self._run_cascade(record, path, ()), None
+        with self._executor.lease(exclusive) as group:
+            with self._cond:
+                others = set(self._on_gpu)
+                for other in others:
+                    self._on_gpu[other].add(record.id)
+                self._on_gpu[record.id] = others
+            try:
+                result = self._run_cascade(record, path, group.gpus)
+            finally:
+                with self._cond:
+                    beside = self._on_gpu.pop(record.id)
+        return result, beside
+
+    def _run_cascade(self, record: CandidateRecord, path: Path, gpus: tuple[int, ...]) -> CascadeResult:
+        stage: dict[str, Any] = {"level": None, "t": time.monotonic(), "last": None}
+
+        def progress(p: Progress) -> None:
+            level = int(p.level)
+            if stage["last"] == (level, p.message):  # every rank reports each step: say it once
+                return
+            stage["last"] = (level, p.message)
+            if stage["level"] is not None and stage["level"] != level:
+                self._publish(StageFinished(candidate=record.id, level=stage["level"],
+                                            seconds=time.monotonic() - stage["t"]))
+                stage["t"] = time.monotonic()
+            stage["level"] = level
+            self._publish(StageStarted(candidate=record.id, level=level, gpus=gpus, message=p.message))
+
+        options = EvalOptions(gpus=list(gpus) or None, world=self.world, run_root=self.scratch / "runs")
+        result = self._evaluate(path, self.workload, options, progress=progress)
+        self._publish(StageFinished(candidate=record.id, level=int(result.level), status=result.status.value,
+                                    seconds=time.monotonic() - stage["t"]))
+        return result
