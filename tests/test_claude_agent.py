@@ -548,3 +548,32 @@ def test_set_budget_lifts_and_lowers_the_cap(server, make_agent):
     with pytest.raises(BudgetExhausted):
         agent.propose(_request("full"))
     assert len(server.requests) == 2
+
+
+def test_a_judges_accept_of_a_still_host_driven_rewrite_is_overruled_by_the_classifier(server, make_agent):
+    from cuco_tui.agents.factory import host_driven_reason
+
+    still_host = ("Kept NCCL but on a second stream.\n\n```cuda\n" + evolve_blocks(SEED).replace(
+        "comm_sms=0", "comm_sms=0\n// (claims to be device-initiated)") + "\n```\n")
+    server.reply(still_host)
+    server.reply(JUDGE_ACCEPT)  # the judge is fooled
+    server.reply(FAST_REPLY_2)
+    server.reply(JUDGE_ACCEPT)
+    p = make_agent(host_driven=host_driven_reason).propose(_request("fast_path"))
+    assert p.error == "" and p.source == LSA
+    assert p.extra["judge"] == "accepted" and p.extra["attempts"] == 2
+    first = p.extra["rounds"][0]
+    assert first["accepted"] is False and "nccl_host" in first["classifier"]
+    assert "still host-driven" in server.requests[2].prompt  # the classifier's objection fed back
+
+
+def test_a_host_driven_rewrite_is_never_the_accepted_fast_path(server, make_agent):
+    from cuco_tui.agents.factory import host_driven_reason
+
+    still_host = "Same thing.\n\n```cuda\n" + evolve_blocks(SEED) + "\n```\n"
+    for _ in range(2):
+        server.reply(still_host)
+        server.reply(JUDGE_ACCEPT)
+    p = make_agent(host_driven=host_driven_reason, fast_path_iterations=2).propose(_request("fast_path"))
+    assert p.extra["judge"] == "not accepted"
+    assert "still host-driven" in p.rationale

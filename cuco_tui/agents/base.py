@@ -15,6 +15,9 @@ from cuco_tui.core.workload import Workload
 # a finding of severity "error" rejects the source. The rules live in evaluate/ (check_static);
 # agents/factory.py and the engine hand them in, so the agents never import the evaluator.
 StaticScreen = Callable[[str, str, str], list[Diagnostic]]
+# Why a candidate's communication is still host-driven ("" when it is device-initiated): the
+# static classifier's word, which a fast-path judge's ACCEPT cannot overrule.
+HostDrivenCheck = Callable[[str], str]
 
 
 def screen_rejects(findings: list[Diagnostic]) -> bool:

@@ -70,4 +70,21 @@ def make_agent(kind: str, workload: Workload, *, world: int | None = None, gpus:
 
     # The agent screens its own edits with L0, so a reply that breaks a frozen line or calls a
     # forbidden function goes back to the model as a sentence, not to the GPUs.
-    return ClaudeAgent(model=model or DEFAULT_MODEL, budget_usd=budget_usd, screen=check_static)
+    return ClaudeAgent(model=model or DEFAULT_MODEL, budget_usd=budget_usd, screen=check_static,
+                       host_driven=host_driven_reason)
+
+
+def host_driven_reason(source: str) -> str:
+    """Why the static classifier calls `source` host-driven ("" when some device-initiated
+    backend moves its data): what a fast-path judge's ACCEPT is checked against."""
+    from cuco_tui.design.classify import classify
+    from cuco_tui.design.space import DEVICE_BACKENDS
+
+    try:
+        evidence = classify(source)
+    except Exception as exc:  # a reader's failure must not pass a host-driven rewrite
+        return f"the classifier could not read it: {type(exc).__name__}"
+    moving = evidence.data_backends
+    if any(b in DEVICE_BACKENDS for b in moving):
+        return ""
+    return "its data moves by " + (", ".join(moving) if moving else "no transfer the classifier can see")

@@ -214,7 +214,7 @@ class SearchEngine:
                 self._scheduler.shutdown(wait=not interrupted)
             summary = SearchSummary.of(self._population.records.values(), session=str(self.repo.path),
                                        workload=self.workload.name, agent=self.agent.name, reason=reason,
-                                       seconds=time.monotonic() - started)
+                                       seconds=time.monotonic() - started, spent_usd=self._steering.spent)
             self._steering.end()
             self._publish(SearchFinished(summary=summary, reason=reason))
         if error is not None:

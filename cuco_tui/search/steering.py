@@ -16,6 +16,7 @@ from typing import Callable, Iterable
 
 from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.search.config import REVIEW_MODES, ConfigError, SearchConfig
+from cuco_tui.search.summary import record_cost
 from cuco_tui.search.events import AwaitingReview, BudgetSpent, Event, HintAdded, Paused, Resumed, ReviewDecided
 from cuco_tui.search.population import Selection, can_be_parent
 from cuco_tui.search.proposing import Drafts, design_of
@@ -248,11 +249,17 @@ class Steering:
         """Spending and hints as the lineage left them (on resume)."""
         records = list(records)
         with self._cond:
-            self._spent = sum(r.cost_usd + float(r.extra.get("meta_cost_usd", 0.0)) for r in records)
+            self._spent = sum(record_cost(r) for r in records)
             self._spent_before = self._spent
             latest = max(records, key=lambda r: id_number(r.id), default=None)
             if latest is not None and not self._hints:
                 self._hints = list(latest.extra.get("hints", []))
+
+    @property
+    def spent(self) -> float:
+        """Every dollar the session's agent calls have cost, this run's included."""
+        with self._cond:
+            return self._spent
 
     def account(self, usd: float) -> None:
         """Dollars the agent spent (a proposal, a summary)."""

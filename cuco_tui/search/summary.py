@@ -39,7 +39,9 @@ class SearchSummary:
 
     @classmethod
     def of(cls, records: Iterable[CandidateRecord], *, session: str = "", workload: str = "", agent: str = "",
-           reason: str = "", seconds: float = 0.0) -> "SearchSummary":
+           reason: str = "", seconds: float = 0.0, spent_usd: float | None = None) -> "SearchSummary":
+        """`spent_usd`: what the engine accounted (every model call, meta-summaries among them);
+        None: the records' own costs plus the meta-summary costs they carry."""
         recs = list(records)
         by_status: dict[str, int] = {}
         for r in recs:
@@ -57,7 +59,7 @@ class SearchSummary:
         return cls(
             session=session, workload=workload, agent=agent or _agents(recs), reason=reason,
             generations=max((r.generation for r in recs), default=0), candidates=len(recs), by_status=ordered,
-            spent_usd=round(sum(r.cost_usd for r in recs), 6),
+            spent_usd=round(spent_usd if spent_usd is not None else sum(record_cost(r) for r in recs), 6),
             best=best.id if best else None, best_speedup=best.speedup if best else None,
             best_design=dict(best.design) if best else {}, best_shapes=shapes,
             best_rationale=best.rationale if best else "", seconds=seconds,
@@ -99,3 +101,9 @@ class SearchSummary:
 def _agents(records: list[CandidateRecord]) -> str:
     names = sorted({r.agent for r in records if r.agent not in ("workload", "engineer", "engine")})
     return ", ".join(names)
+
+
+def record_cost(record: CandidateRecord) -> float:
+    """Dollars a record accounts for: its proposal's model calls, and the meta-summaries
+    refreshed just before it (carried in extra["meta_cost_usd"])."""
+    return record.cost_usd + float(record.extra.get("meta_cost_usd", 0.0) or 0.0)

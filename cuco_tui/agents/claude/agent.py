@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 
 import anthropic
 
-from cuco_tui.agents.base import BudgetExhausted, Proposal, ProposalRequest, StaticScreen
+from cuco_tui.agents.base import BudgetExhausted, Proposal, ProposalRequest, StaticScreen, HostDrivenCheck
 from cuco_tui.agents.claude.accounting import Charge, Ledger, Price
 from cuco_tui.agents.claude.edits import (
     EditResult,
@@ -130,6 +130,7 @@ class ClaudeAgent:
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
         screen: StaticScreen | None = None,
+        host_driven: HostDrivenCheck | None = None,
     ) -> None:
         self.model = model
         self.judge_model = judge_model or model
@@ -149,6 +150,7 @@ class ClaudeAgent:
         self.sleep = sleep
         self.rng = rng or random.Random()
         self.screen = screen  # early L0 on every edited candidate; None: left to the cascade
+        self.host_driven = host_driven  # the classifier's check of a fast-path result; None: the judge alone
         self.workload: Workload | None = workload  # the last workload proposed for (the summary's context)
         self.last_summary = ""
         self.last_error = ""
@@ -292,6 +294,14 @@ class ClaudeAgent:
             verdict = parse_judge(verdict_reply.text)
             rounds.append({"attempt": attempt, "accepted": verdict.accept, "device_initiated": verdict.device_initiated,
                            "correct": verdict.correct, "reasons": list(verdict.objections)})
+            still = self.host_driven(edit.source) if verdict.accept and self.host_driven else ""
+            if still:  # the judge said yes; the code says the bytes still move by host collectives
+                objection = (f"the static classifier finds the communication still host-driven ({still}); move "
+                             f"the data with device-initiated code (LSA stores, CUDA-IPC peer stores or loads)")
+                rounds[-1].update(accepted=False, classifier=still)
+                objections, previous_source, previous_error = (objection,), edit.source, ""
+                best_objections = objections
+                continue
             if verdict.accept:
                 why = rationale
                 if verdict.reasons:
