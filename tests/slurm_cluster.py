@@ -27,6 +27,7 @@ from pathlib import Path
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scancel", "sinfo", "scontrol")
 PARTITION = "debug"
+URGENT = "urgent"
 NODE = "cuco-node1"
 INSTALL_HINT = "apt-get install -y slurm-wlm munge"
 
@@ -68,7 +69,12 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 GresTypes=gpu
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 {gres}State=UNKNOWN
-PartitionName={partition} Nodes={node} Default=YES MaxTime=INFINITE State=UP
+# A job in the partition {urgent} preempts (cancels) the jobs of {partition} it needs room from:
+# how tests make a job end PREEMPTED.
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName={partition} Nodes={node} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName={urgent} Nodes={node} MaxTime=INFINITE State=UP PriorityTier=2
 """
 
 # Read by slurmd when it exists; nothing here is constrained (task/none, proctrack/linuxproc).
@@ -112,6 +118,7 @@ class SlurmCluster:
     cpus: int
     gpus: int
     partition: str = PARTITION
+    urgent: str = URGENT
     node: str = NODE
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
@@ -157,8 +164,18 @@ class SlurmCluster:
         raise RuntimeError(f"test Slurm: {what} not reached in {timeout:.0f} s\n{self.log_tail()}")
 
     def node_state(self) -> str:
+        """The node's state as sinfo prints it (once per partition, the same in each)."""
         r = self.command("sinfo", "-h", "-N", "-n", self.node, "-o", "%T")
-        return r.stdout.strip() if r.returncode == 0 else ""
+        return r.stdout.split()[0] if r.returncode == 0 and r.stdout.strip() else ""
+
+    def fail_node(self, reason: str = "test: node lost", timeout: float = 30) -> None:
+        """Mark the node DOWN as if it died: its jobs end NODE_FAIL (reason NodeDown). slurmd
+        lives on, so the node registers again and, with ReturnToService=2, is idle once more;
+        this returns when it is."""
+        r = self.command("scontrol", "update", f"nodename={self.node}", "state=down", f"reason={reason}")
+        if r.returncode != 0:
+            raise RuntimeError(f"scontrol could not mark {self.node} down: {r.stderr.strip()}")
+        self._wait(f"node {self.node} idle again", lambda: self.node_state() == "idle", timeout)
 
     def start(self, timeout: float = 60) -> None:
         for sub in ("etc", "munge", "run", "state", "spool", "log", "gpus"):
@@ -181,7 +198,7 @@ class SlurmCluster:
         self.conf.write_text(SLURM_CONF.format(
             host=socket.gethostname().split(".")[0], ctld_port=free_port(), slurmd_port=free_port(),
             munge_socket=munge_socket, root=self.root, node=self.node, cpus=self.cpus, gres=gres,
-            partition=self.partition))
+            partition=self.partition, urgent=self.urgent))
         (self.conf.parent / "cgroup.conf").write_text(CGROUP_CONF)
 
         self._spawn("munged", [

@@ -127,6 +127,9 @@ def test_missing_commands_say_so():
     client = SlurmClient(env={"PATH": "/nonexistent"})
     with pytest.raises(SlurmNotInstalled, match="^sinfo is not on PATH: install Slurm's client commands"):
         client.cluster()
+    # A SLURM_CONF that names no file is said at once (Slurm's commands retry it for 60 s).
+    with pytest.raises(SlurmError, match="^squeue: SLURM_CONF names /nonexistent/slurm.conf, which does not exist"):
+        SlurmClient(env={"SLURM_CONF": "/nonexistent/slurm.conf"}).my_jobs()
     # Nothing asked, nothing run.
     assert client.status([]) == {}
     client.cancel([])

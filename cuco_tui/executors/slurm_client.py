@@ -58,10 +58,16 @@ class SlurmClient:
 
     def _run(self, tool: str, args: Sequence[str], stdin: str | None = None,
              extra_env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, **self.env, **(extra_env or {})}
+        conf = env.get("SLURM_CONF")
+        if conf and not os.path.exists(conf):
+            # Slurm's commands would retry reading it for 60 s before saying so.
+            raise SlurmError(f"{tool}: SLURM_CONF names {conf}, which does not exist (unset it or point it at "
+                             "the cluster's slurm.conf)")
         try:
             return subprocess.run(
-                [tool, *args], input=stdin, capture_output=True, text=True, timeout=self.timeout_s,
-                env={**os.environ, **self.env, **(extra_env or {})}, check=False)
+                [tool, *args], input=stdin, capture_output=True, text=True, timeout=self.timeout_s, env=env,
+                check=False)
         except FileNotFoundError:
             raise SlurmNotInstalled(f"{tool} is not on PATH: install Slurm's client commands, or run this on the "
                              "cluster's login node") from None
@@ -78,7 +84,8 @@ class SlurmClient:
     # -- submitting ------------------------------------------------------------------------
 
     def submit(self, spec: JobSpec) -> str:
-        """Submit a batch job; its id."""
+        """Submit a batch job; its id. When sbatch gives no answer in time the job may still have
+        been queued: look for its name (`session_jobs`) before submitting it again."""
         r = self._run("sbatch", spec.sbatch_args(), stdin=spec.script, extra_env=spec.env)
         if r.returncode != 0:
             raise self._submit_failure(spec, r.stderr, r.returncode)
@@ -93,17 +100,19 @@ class SlurmClient:
             return SlurmError(f"sbatch: account '{spec.account}' may not submit to partition "
                               f"'{spec.partition or 'default'}' (`sacctmgr show assoc user=$USER` lists yours)")
         if "invalid partition specified" in stderr or "Invalid partition name specified" in stderr:
+            if spec.partition is None:
+                return SlurmError(f"sbatch: this cluster has no default partition; name one "
+                                  f"(partitions: {self._partition_names()})")
             return SlurmError(f"sbatch: no partition '{spec.partition}' on this cluster "
                               f"(partitions: {self._partition_names()})")
         if "Invalid feature specification" in stderr:
             return SlurmError(f"sbatch: no node offers the constraint '{spec.constraint}' "
                               f"(features here: {self._features()})")
-        if "Invalid generic resource" in stderr:
+        if "Invalid generic resource" in stderr and spec.gpus_per_node:
             return SlurmError(f"sbatch: partition '{spec.partition or 'default'}' has no GPUs Slurm knows of "
                               f"(gres/gpu) for --gpus-per-node={spec.gpus_per_node}")
         if "Requested node configuration is not available" in stderr:
-            return SlurmError(f"sbatch: partition '{spec.partition or 'default'}' has no {spec.nodes} node(s) with "
-                              f"{spec.gpus_per_node} GPU(s) each{self._constraint_words(spec)} "
+            return SlurmError(f"sbatch: partition '{spec.partition or 'default'}' has no {self._request_words(spec)} "
                               f"({self._partition_gpus(spec.partition)})")
         if "Requested time limit is invalid" in stderr:
             return SlurmError(f"sbatch: the time limit is above partition '{spec.partition or 'default'}''s "
@@ -136,7 +145,8 @@ class SlurmClient:
         part = info.partition(name) if info else None
         if part is None:
             return "sinfo did not answer"
-        return f"{len(part.nodes)} node(s) there, at most {part.gpus_per_node} GPU(s) each"
+        cpus = max((n.cpus for n in part.nodes), default=0)
+        return f"{len(part.nodes)} node(s) there, at most {part.gpus_per_node} GPU(s) and {cpus} CPU(s) each"
 
     def _partition_limit(self, name: str | None) -> str:
         info = self._cluster_or_none()
@@ -144,8 +154,13 @@ class SlurmClient:
         return part.time_limit if part else "unknown"
 
     @staticmethod
-    def _constraint_words(spec: JobSpec) -> str:
-        return f" and the constraint '{spec.constraint}'" if spec.constraint else ""
+    def _request_words(spec: JobSpec) -> str:
+        """The request in words: "2 node(s) with 8 GPU(s) and 16 CPU(s) per task each, and the
+        constraint 'h100'"."""
+        each = [f"{spec.gpus_per_node} GPU(s)"] if spec.gpus_per_node else []
+        each += [f"{spec.cpus_per_task} CPU(s) per task"] if spec.cpus_per_task else []
+        words = f"{spec.nodes} node(s)" + (f" with {' and '.join(each)} each" if each else "")
+        return words + (f", and the constraint '{spec.constraint}'" if spec.constraint else "")
 
     # -- states ----------------------------------------------------------------------------
 

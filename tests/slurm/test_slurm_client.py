@@ -102,6 +102,24 @@ def test_cancelled_running_job_is_cancelled(slurm, tmp_path):
     slurm.cancel([job, "999999"])
 
 
+def test_job_preempted_by_a_higher_partition_is_preempted(slurm, slurm_cluster, tmp_path):
+    victim = slurm.submit(JobSpec(script=gated(tmp_path), name=job_name("s1", "c0012"),
+                                  cpus_per_task=slurm_cluster.cpus, output=f"{tmp_path}/%j.out"))
+    wait_for(slurm, victim, lambda j: j.state is JobState.RUNNING, "running")
+    slurm.submit(JobSpec(script="#!/bin/bash\ntrue\n", name="urgent-work", partition=slurm_cluster.urgent,
+                         cpus_per_task=slurm_cluster.cpus, output=f"{tmp_path}/%j.out"))
+    done = wait_for(slurm, victim, lambda j: j.finished, "finished")
+    assert (done.state, done.node_list) == (JobState.PREEMPTED, slurm_cluster.node)
+
+
+def test_job_on_a_failed_node_ends_node_fail(slurm, slurm_cluster, tmp_path):
+    job = slurm.submit(JobSpec(script=gated(tmp_path), name=job_name("s1", "c0013"), output=f"{tmp_path}/%j.out"))
+    wait_for(slurm, job, lambda j: j.state is JobState.RUNNING, "running")
+    slurm_cluster.fail_node()
+    done = wait_for(slurm, job, lambda j: j.finished, "finished")
+    assert (done.state, done.reason, done.node_list) == (JobState.NODE_FAIL, "NodeDown", slurm_cluster.node)
+
+
 def test_cancel_session_leaves_none_of_its_jobs_and_spares_the_sibling(slurm, slurm_cluster, tmp_path):
     session, sibling = "moe-20261124-0930", "moe-20261124-0930-2"
     ours = [slurm.submit(JobSpec(script=gated(tmp_path), name=job_name(session, "c0001"), output=f"{tmp_path}/%j.out"))]
@@ -128,6 +146,7 @@ def test_cancel_session_leaves_none_of_its_jobs_and_spares_the_sibling(slurm, sl
 
 def test_cluster_reports_partition_nodes_and_gpus(slurm, slurm_cluster):
     info = slurm.cluster()
+    assert info.names() == f"{slurm_cluster.partition}, {slurm_cluster.urgent}"
     part = info.partition(None)
     assert part is not None and part is info.partition(slurm_cluster.partition)
     assert (part.name, part.default, part.available) == (slurm_cluster.partition, True, True)
@@ -139,14 +158,15 @@ def test_cluster_reports_partition_nodes_and_gpus(slurm, slurm_cluster):
 def test_unknown_partition_is_one_line_naming_the_partitions(slurm, slurm_cluster):
     with pytest.raises(SlurmError) as e:
         slurm.submit(JobSpec(script="#!/bin/bash\ntrue\n", name=job_name("s1", "c0009"), partition="gpu"))
-    assert str(e.value) == f"sbatch: no partition 'gpu' on this cluster (partitions: {slurm_cluster.partition})"
+    assert str(e.value) == (f"sbatch: no partition 'gpu' on this cluster "
+                            f"(partitions: {slurm_cluster.partition}, {slurm_cluster.urgent})")
 
 
 def test_more_gpus_than_a_node_has_is_one_line(slurm, slurm_cluster):
     with pytest.raises(SlurmError) as e:
         slurm.submit(JobSpec(script="#!/bin/bash\ntrue\n", name=job_name("s1", "c0010"), gpus_per_node=8))
     assert str(e.value) == (f"sbatch: partition 'default' has no 1 node(s) with 8 GPU(s) each "
-                            f"(1 node(s) there, at most {slurm_cluster.gpus} GPU(s) each)")
+                            f"(1 node(s) there, at most {slurm_cluster.gpus} GPU(s) and {slurm_cluster.cpus} CPU(s) each)")
 
 
 def test_unknown_constraint_is_one_line(slurm):
