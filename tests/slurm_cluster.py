@@ -180,7 +180,8 @@ class SlurmCluster:
     def start(self, timeout: float = 60) -> None:
         for sub in ("etc", "munge", "run", "state", "spool", "log", "gpus"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        # munged checks that its socket's folder is searchable by all.
+        # munged wants its socket's folders searchable by all (mkdtemp made the root 0700).
+        self.root.chmod(0o711)
         (self.root / "run").chmod(0o755)
         key = self.root / "munge" / "munge.key"
         key.write_bytes(os.urandom(128))
