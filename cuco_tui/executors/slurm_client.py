@@ -69,8 +69,8 @@ class SlurmClient:
                 [tool, *args], input=stdin, capture_output=True, text=True, timeout=self.timeout_s, env=env,
                 check=False)
         except FileNotFoundError:
-            raise SlurmNotInstalled(f"{tool} is not on PATH: install Slurm's client commands, or run this on the "
-                             "cluster's login node") from None
+            raise SlurmNotInstalled(f"{tool} is not on PATH: install Slurm's client commands, or run this on "
+                                    "the cluster's login node") from None
         except subprocess.TimeoutExpired:
             raise SlurmError(f"{tool} gave no answer in {self.timeout_s:.0f} s: the Slurm controller is "
                              "overloaded or unreachable (`scontrol ping` tells)") from None
@@ -113,7 +113,7 @@ class SlurmClient:
                               f"(gres/gpu) for --gpus-per-node={spec.gpus_per_node}")
         if "Requested node configuration is not available" in stderr:
             return SlurmError(f"sbatch: partition '{spec.partition or 'default'}' has no {self._request_words(spec)} "
-                              f"({self._partition_gpus(spec.partition)})")
+                              f"({self._partition_offers(spec.partition)})")
         if "Requested time limit is invalid" in stderr:
             return SlurmError(f"sbatch: the time limit is above partition '{spec.partition or 'default'}''s "
                               f"({self._partition_limit(spec.partition)}); ask for less")
@@ -140,7 +140,7 @@ class SlurmClient:
         found = sorted({f for p in info.partitions for n in p.nodes for f in n.features}) if info else []
         return ", ".join(found) or "none"
 
-    def _partition_gpus(self, name: str | None) -> str:
+    def _partition_offers(self, name: str | None) -> str:
         info = self._cluster_or_none()
         part = info.partition(name) if info else None
         if part is None:
