@@ -41,9 +41,27 @@ STATUS_STYLE = {
 
 
 def gpu_list(text: str | None) -> list[int] | None:
-    """--gpus as indices (None when not given)."""
+    """--gpus as indices (None when not given): a GPU named twice, or one this machine does not
+    have, is a usage error; on a machine with no usable GPU a warning says that nothing will run."""
     if text is None:
         return None
+    from cuco_tui.harness.gpus import inventory, missing_gpus  # looked up when asked: tests stand in GPUs
+
+    try:
+        gpus = parse_gpu_list(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    inv = inventory()
+    absent = missing_gpus(gpus, inv)
+    if absent:
+        raise UsageError(absent)
+    if not inv.count:
+        print(f"cuco: warning: --gpus {text} cannot be checked here ({inv.problem or 'no usable GPU'}); "
+              f"candidates are compiled, not run", file=sys.stderr)
+    return gpus
+
+
+def _parsed(text: str) -> list[int]:
     try:
         return parse_gpu_list(text)
     except ValueError as exc:
@@ -62,7 +80,7 @@ def share_gpu_asked(args: argparse.Namespace) -> bool:
     """--share-gpu, refused where it cannot mean what it says."""
     if not args.share_gpu:
         return False
-    if args.gpus and len(gpu_list(args.gpus)) > 1:
+    if args.gpus and len(_parsed(args.gpus)) > 1:
         raise UsageError("--share-gpu puts every rank on one GPU: name one with --gpus, e.g. --gpus 0")
     if getattr(args, "shapes", None):
         raise UsageError("--share-gpu checks correctness only and times nothing: drop --shapes")
@@ -84,8 +102,8 @@ def config_overrides(args: argparse.Namespace, agent_kind: str, keys: tuple[str,
     """The SearchConfig fields the command line sets (`keys` given as flags, --gpus, --budget),
     shared by `cuco search` and `cuco-tui`; a new Claude session gets the default dollar cap."""
     overrides = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
-    if args.gpus is not None:
-        overrides["gpus"] = tuple(gpu_list(args.gpus) or ())
+    if args.gpus is not None:  # checked against this machine by gpu_list, which every command calls
+        overrides["gpus"] = tuple(_parsed(args.gpus))
     if args.budget is not None:
         overrides["budget_usd"] = args.budget
     elif agent_kind == "claude" and not args.resume:
@@ -136,3 +154,13 @@ def render_result(result: CascadeResult) -> Group:
     if result.deadlock_report:
         parts.append(Panel(result.deadlock_report, title="deadlock report", expand=False))
     return Group(*parts)
+
+
+def package_version() -> str:
+    """The installed cuco-tui's version (`cuco --version`, `cuco-tui --version`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cuco-tui")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed: pip install -e .)"

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from cuco_tui.cli.common import package_version
 from cuco_tui.cli.doctor import add_doctor_parser
 from cuco_tui.cli.evaluate import add_eval_parsers, add_selftest_parsers
 from cuco_tui.cli.search import add_search_parser
@@ -20,6 +21,7 @@ from cuco_tui.core.errors import UsageError
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cuco", description="co-design of computation and communication in multi-GPU CUDA kernels")
+    p.add_argument("--version", action="version", version=f"cuco {package_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     # the order of `cuco --help`
     add_eval_parsers(sub)  # eval, baseline

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from cuco_tui.cli.common import DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, config_overrides, workload_named
+from cuco_tui.cli.common import DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, config_overrides, gpu_list, workload_named
 from cuco_tui.core.errors import UsageError
 
 
@@ -24,6 +24,7 @@ class ProgressPrinter:
     def __init__(self, stream: TextIO, started: float | None = None) -> None:
         self.stream = stream
         self.started = started if started is not None else time.monotonic()
+        self._said: set[str] = set()  # reasons given once already (every no_gpu commit has the same)
 
     def __call__(self, event: Any) -> None:
         line = self.line(event)
@@ -45,7 +46,7 @@ class ProgressPrinter:
         if isinstance(e, ev.ProposalReady):
             parents = ",".join(e.parents) or "-"
             first = (e.rationale.strip().splitlines() or [""])[0]
-            return f"proposed {e.candidate} {e.kind} on island {e.island} from {parents}: {first[:100]}"
+            return f"proposed {e.candidate} {e.kind} on island {e.island} from {parents}: {shorten(first, 100)}"
         if isinstance(e, ev.AwaitingReview):
             return f"review {e.candidate}: held ({e.why})"
         if isinstance(e, ev.ReviewDecided):
@@ -56,9 +57,12 @@ class ProgressPrinter:
             r = e.record
             speed = f" {r.speedup:.3f}x" if r.speedup is not None else ""
             reason = (r.result or {}).get("reason", "")
+            if r.status == "no_gpu":  # the same sentence for every candidate: once is enough
+                reason = "compiled only" if "no_gpu" in self._said else reason
+                self._said.add("no_gpu")
             backend = r.design.get("backend", "?") if r.design else "?"
             return (f"committed {r.id} {r.status}{speed} (gen {r.generation}, island {r.island}, {r.kind}, "
-                    f"{backend}, parents {','.join(r.parents) or '-'}): {reason[:120]}")
+                    f"{backend}, parents {','.join(r.parents) or '-'}): {shorten(reason, 160)}")
         if isinstance(e, ev.BestImproved):
             was = f" (was {e.previous} {e.previous_speedup:.3f}x)" if e.previous and e.previous_speedup else ""
             return f"best {e.record.id} {e.record.speedup:.3f}x{was}"
@@ -78,6 +82,15 @@ class ProgressPrinter:
         return ""
 
 
+def shorten(text: str, width: int) -> str:
+    """`text` cut at a word boundary to at most `width` characters, with an ellipsis when cut."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    cut = text[:width - 1].rsplit(" ", 1)[0] if " " in text[:width - 1] else text[:width - 1]
+    return cut.rstrip(",;:") + "…"
+
+
 # ---------------------------------------------------------------------------- cuco search
 
 
@@ -93,6 +106,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.agents.factory import AgentUnavailable, default_agent_kind, make_agent
 
     agent_kind = args.agent or default_agent_kind()
+    gpu_list(args.gpus)  # a GPU named twice or not on this machine: refused before anything starts
     overrides = config_overrides(args, agent_kind, ("generations", "islands", "world", "seed"))
 
     try:
@@ -136,7 +150,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         try:
             summary = engine.run()
         except (PlacementError, WorkloadError) as exc:
-            raise UsageError(str(exc)) from exc
+            raise UsageError(placement_hint(str(exc), workload, config)) from exc
+        except KeyboardInterrupt:
+            err.write(f"cuco: interrupted: evaluations in flight were dropped, every committed candidate is kept; "
+                      f"continue with `cuco search --resume {resume_name(repo.path, args)}`\n")
+            raise
         finally:
             signal.signal(signal.SIGINT, previous)
     finally:
@@ -145,7 +163,31 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_dict(), indent=1))
     else:
         print(summary.render())
+        if summary.reason in ("stopped", "interrupted", "budget", "plateau"):
+            print(f"continue with `cuco search --resume {resume_name(repo.path, args)}`"
+                  + (" and a higher --budget" if summary.reason == "budget" else ""))
     return 0
+
+
+def resume_name(session: Path, args: argparse.Namespace) -> str:
+    """What to type after --resume: the session's name when it lives under the default root."""
+    from cuco_tui.search.sessions import SESSIONS
+
+    root = Path(args.root) if args.root else SESSIONS
+    return session.name if Path(session).parent.resolve() == root.resolve() and not args.root else str(session)
+
+
+def placement_hint(message: str, workload, config) -> str:
+    """A placement error, plus what a machine with too few GPUs can still do."""
+    from cuco_tui.harness.gpus import inventory
+
+    have = inventory().count
+    world = config.world or min(workload.world_sizes)
+    if 0 < have < world:
+        message += (f"; this machine has {have} GPU{'s' if have > 1 else ''}: `cuco eval CANDIDATE --workload "
+                    f"{workload.name} --share-gpu --world {world}` verifies a candidate with its ranks sharing one "
+                    f"GPU (nothing timed), and `cuco search` on this machine compiles only with CUCO_NO_GPU=1")
+    return message
 
 
 # ---------------------------------------------------------------------------- wiring

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
-from cuco_tui.cli.common import render_result
+from cuco_tui.cli.common import render_result, stdout_console
 from cuco_tui.core.errors import UsageError
 
 
@@ -31,19 +32,31 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{"name": s.name, "path": str(s.path), "workload": s.workload, "candidates": s.candidates,
                            "best_id": s.best_id, "best_speedup": s.best_speedup, "created": s.created,
-                           "modified": s.modified} for s in sessions], indent=1))
+                           "modified": s.modified, "state": s.state, "generations_done": s.generations_done,
+                           "generations_planned": s.generations_planned} for s in sessions], indent=1))
         return 0
     if not sessions:
         print(f"no sessions under {_root(args)}; start one with `cuco search`")
         return 0
-    t = Table(title=f"sessions under {_root(args)}", title_justify="left")
-    for col in ("name", "workload", "candidates", "best", "modified"):
-        t.add_column(col, justify="right" if col == "candidates" else "left")
+    rows = [("name", "workload", "state", "generations", "candidates", "best", "modified")]
     for s in sessions:
         best = f"{s.best_id} {s.best_speedup:.3f}x" if s.best_id and s.best_speedup else "-"
-        t.add_row(s.name, s.workload, str(s.candidates), best, time.strftime("%Y-%m-%d %H:%M", time.localtime(s.modified)))
-    Console().print(t)
+        planned = f"/{s.generations_planned}" if s.generations_planned else ""
+        rows.append((s.name, Path(s.workload).name if "/" in s.workload else s.workload, s.state,
+                     f"{s.generations_done}{planned}", str(s.candidates), best,
+                     time.strftime("%Y-%m-%d %H:%M", time.localtime(s.modified))))
+    print(f"sessions under {_root(args)}")
+    print(plain_table(rows))
+    stopped = [s for s in sessions if s.state == "stopped"]
+    if stopped:
+        print(f"\na stopped session continues with `cuco search --resume NAME` (e.g. {stopped[0].name})")
     return 0
+
+
+def plain_table(rows: list[tuple[str, ...]]) -> str:
+    """Aligned columns, nothing cut: it reads the same in a terminal, a pipe or a log."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
 
 # ---------------------------------------------------------------------------- cuco show
@@ -60,6 +73,13 @@ def _open(args: argparse.Namespace):
         return SessionRepo.open(resolve_session(args.session, _root(args)))
     except SessionError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def _shown_as(args: argparse.Namespace, repo) -> str:
+    """How a session is named to the reader: a bundle by its own path (not the temporary folder
+    it is read from), a session by its folder."""
+    given = Path(args.session)
+    return str(given) if given.suffix == ".bundle" and given.is_file() else str(repo.path)
 
 
 def _record(repo, candidate: str):
@@ -79,7 +99,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             return _show_candidate(repo, args)
         records = repo.records()
         info = repo.session_info()
-        summary = SearchSummary.of(records, session=str(repo.path), workload=str(info.get("workload", "")))
+        summary = SearchSummary.of(records, session=_shown_as(args, repo), workload=str(info.get("workload", "")))
         heads = repo.island_heads()
         if args.json:
             print(json.dumps({**summary.to_dict(), "island_heads": heads, "best_tag": repo.best(),
@@ -115,7 +135,7 @@ def _show_candidate(repo, args: argparse.Namespace) -> int:
         d["diff_vs_parent"] = diff
         print(json.dumps(d, indent=1))
         return 0
-    console = Console()
+    console = stdout_console()
     head = Table.grid(padding=(0, 2))
     head.add_row("candidate", f"{r.id} ({r.kind}, generation {r.generation}, island {r.island})")
     head.add_row("parents", ", ".join(r.parents) or "-")
@@ -132,10 +152,14 @@ def _show_candidate(repo, args: argparse.Namespace) -> int:
         console.print("\n[bold]rationale[/bold]\n" + r.rationale.strip())
     console.print()
     if r.result:
-        console.print(render_result(CascadeResult.from_dict(r.result)))
+        result = CascadeResult.from_dict(r.result)
+        # the path it had on the machine that evaluated it means nothing here: its lineage name does
+        console.print(render_result(replace(result, candidate=f"{r.id}.cu")))
     if r.parents:
         console.print(f"\n[bold]diff against {r.parents[0]}[/bold]")
-        console.print(diff or "(no change)", markup=False, highlight=False)
+        console.file.flush()
+        # raw, never wrapped or styled: `cuco show S C > c.patch` is a patch `git apply` takes
+        sys.stdout.write((diff or "(no change)\n") if diff.endswith("\n") or not diff else diff + "\n")
     return 0
 
 
@@ -143,23 +167,26 @@ def _show_candidate(repo, args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.best and args.out and args.best != args.out:
+        raise UsageError("--best DIR and --out DIR name the folder to write into: give one of them")
+    out = Path(args.out or args.best or "export")
     with _open(args) as repo:
         cid = args.candidate
         if cid is None:
             best = repo.best_measured()
             if best is None:
-                raise UsageError(f"session {repo.path} has no measured candidate yet, so there is no best to export; "
-                                 f"name one with --candidate ID")
+                raise UsageError(f"session {_shown_as(args, repo)} has no measured candidate yet, so there is no "
+                                 f"best to export; name one with --candidate ID")
             cid = best[0]
         r = _record(repo, cid)
-        out = Path(args.best)
+        name = Path(_shown_as(args, repo)).stem if str(args.session).endswith(".bundle") else repo.path.name
         out.mkdir(parents=True, exist_ok=True)
-        kernel = out / f"{repo.path.name}-{r.id}.cu"
+        kernel = out / f"{name}-{r.id}.cu"
         kernel.write_text(r.source)
-        (out / "result.json").write_text(json.dumps({"session": str(repo.path), "candidate": r.id,
-                                                      "status": r.status, "speedup": r.speedup,
-                                                      "design": r.design, "result": r.result}, indent=1) + "\n")
-        print(f"wrote {kernel} and {out / 'result.json'} ({r.id}, {r.status}"
+        result = out / "result.json"
+        result.write_text(json.dumps({"session": _shown_as(args, repo), "candidate": r.id, "status": r.status,
+                                      "speedup": r.speedup, "design": r.design, "result": r.result}, indent=1) + "\n")
+        print(f"wrote {kernel} and {result} ({r.id}, {r.status}"
               + (f", {r.speedup:.3f}x" if r.speedup is not None else "") + ")")
     return 0
 
@@ -181,9 +208,10 @@ def add_session_parsers(sub: argparse._SubParsersAction) -> None:
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(fn=cmd_show)
 
-    ex = sub.add_parser("export", help="write a session's best kernel (.cu) and its result.json into a folder")
-    ex.add_argument("session", help="a session folder, or a name under sessions/")
-    ex.add_argument("--best", required=True, metavar="DIR", help="the folder to write into")
+    ex = sub.add_parser("export", help="write a session's best kernel (or --candidate ID) and its result into a folder")
+    ex.add_argument("session", help="a session folder, a name under sessions/, or a .bundle")
+    ex.add_argument("--out", metavar="DIR", help="the folder to write into (default: export/)")
+    ex.add_argument("--best", metavar="DIR", help="the same as --out DIR (the best measured candidate, as before)")
     ex.add_argument("--candidate", help="export this candidate instead of the best measured one")
     ex.add_argument("--root")
     ex.set_defaults(fn=cmd_export)

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cuco_tui.cli.common import DEFAULT_GENERATIONS, config_overrides, gpu_list, workload_named
+from cuco_tui.cli.common import DEFAULT_GENERATIONS, config_overrides, gpu_list, package_version, workload_named
 from cuco_tui.core.errors import UsageError
 
 
@@ -19,6 +19,7 @@ def tui_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="cuco-tui", description="supervise the co-design of multi-GPU kernels: opens on a new search of the "
         "workload (its dashboard), on every local GPU; `cuco-tui open SESSION_OR_BUNDLE` browses a session")
+    parser.add_argument("--version", action="version", version=f"cuco-tui {package_version()}")
     parser.add_argument("--workload", "-w", default="gemm_allgather")
     parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: every GPU)")
     parser.add_argument("--agent", choices=("offline", "claude"),
@@ -46,9 +47,24 @@ def _open(argv: list[str]) -> int:
     opener.add_argument("session", help="a session folder, or a .bundle (imported into a temporary folder)")
     opener.add_argument("--workload", "-w", default="gemm_allgather")
     opened = opener.parse_args(argv)
-    if not Path(opened.session).exists():
-        print(f"cuco-tui: no session or bundle at {opened.session}", file=sys.stderr)
-        return 2
+    from cuco_tui.lineage import SessionError
+    from cuco_tui.search.sessions import resolve_session
+
+    target = Path(opened.session)
+    if target.is_file() and target.suffix == ".bundle":
+        from cuco_tui.lineage import open_session_or_bundle
+
+        try:  # a bundle that is not one of a session's is refused here, not inside the app
+            open_session_or_bundle(target).close()
+        except SessionError as exc:
+            print(f"cuco-tui: {exc}", file=sys.stderr)
+            return 2
+    else:
+        try:  # a folder made by a search (or a session's name under sessions/), nothing else
+            target = resolve_session(opened.session)
+        except SessionError as exc:
+            print(f"cuco-tui: {exc}", file=sys.stderr)
+            return 2
     try:
         workload_named(opened.workload)
     except UsageError as exc:
@@ -56,7 +72,7 @@ def _open(argv: list[str]) -> int:
         return 2
     from cuco_tui.app.app import CucoApp
 
-    CucoApp(workload_name=opened.workload, open_session=Path(opened.session)).run()
+    CucoApp(workload_name=opened.workload, open_session=target).run()
     return 0
 
 

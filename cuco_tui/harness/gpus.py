@@ -32,8 +32,9 @@ def is_shared(gpus: list[int]) -> bool:
 
 
 def parse_gpu_list(text: str) -> list[int]:
-    """`0,1,2,3`, `0-3` or `0-1,4-5` -> sorted list of distinct indices."""
-    out: set[int] = set()
+    """`0,1,2,3`, `0-3` or `0-1,4-5` -> sorted list of distinct indices; a GPU named twice is
+    refused (each rank gets a GPU of its own; --share-gpu is the way to put ranks on one)."""
+    out: list[int] = []
     for part in text.replace(" ", "").split(","):
         if not part:
             continue
@@ -41,14 +42,30 @@ def parse_gpu_list(text: str) -> list[int]:
             lo, hi = part.split("-", 1)
             if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
                 raise ValueError(f"bad GPU range {part!r}: write it as LOW-HIGH, e.g. 0-3")
-            out.update(range(int(lo), int(hi) + 1))
+            out.extend(range(int(lo), int(hi) + 1))
         elif part.isdigit():
-            out.add(int(part))
+            out.append(int(part))
         else:
             raise ValueError(f"bad GPU index {part!r}: use numbers such as 0,1 or a range 0-3")
     if not out:
         raise ValueError("no GPUs named: use e.g. --gpus 0,1 or --gpus 0-3")
+    twice = sorted({g for g in out if out.count(g) > 1})
+    if twice:
+        raise ValueError(f"GPU {twice[0]} is named twice in {text!r}: each rank needs a GPU of its own "
+                         f"(--share-gpu puts every rank on one GPU)")
     return sorted(out)
+
+
+def missing_gpus(gpus: list[int], inv: GpuInventory) -> str:
+    """A sentence when `gpus` names GPUs this machine does not have ("" when all are there, or
+    when it has no usable GPU at all: then nothing runs and the caller says so)."""
+    if not inv.count:
+        return ""
+    absent = [g for g in gpus if g >= inv.count]
+    if not absent:
+        return ""
+    have = "GPU 0" if inv.count == 1 else f"GPUs 0-{inv.count - 1}"
+    return f"no GPU {absent[0]} on this machine: it has {have} (`cuco doctor` lists them)"
 
 
 def inventory() -> GpuInventory:

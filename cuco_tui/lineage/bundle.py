@@ -60,8 +60,14 @@ def open_session_or_bundle(path: Path) -> SessionRepo:
     """A session folder, opened; a .bundle, imported into a new temporary folder and opened."""
     path = Path(path)
     if path.is_file() and path.suffix == ".bundle":
-        dest = Path(tempfile.mkdtemp(prefix="cuco-lineage-")) / path.stem
-        return import_bundle(path, dest)
+        scratch = Path(tempfile.mkdtemp(prefix="cuco-lineage-"))
+        try:
+            repo = import_bundle(path, scratch / path.stem)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        repo.remove_on_close(scratch)
+        return repo
     if not path.exists():
         raise SessionError(f"no session or bundle at {path}")
     return SessionRepo.open(path)

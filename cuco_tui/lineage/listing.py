@@ -23,11 +23,25 @@ class SessionSummary:
     best_id: str | None
     created: float  # unix time
     modified: float  # unix time of the newest commit
+    generations_done: int = 0  # the last generation committed (0: the seed and the fast path)
+    generations_planned: int = 0  # the session's config: generations 1..N follow generation 0
+
+    @property
+    def state(self) -> str:
+        """"finished" (every planned generation committed), "stopped" (a search may continue it
+        with --resume), or "empty" (nothing committed yet)."""
+        if not self.candidates:
+            return "empty"
+        if self.generations_planned and self.generations_done >= self.generations_planned:
+            return "finished"
+        return "stopped"
 
 
 def summarize(repo: SessionRepo) -> SessionSummary:
     info = repo.session_info()
     best = repo.best_measured()
+    summaries = repo.summaries()
+    planned = (info.get("config") or {}).get("generations", 0)
     return SessionSummary(
         name=repo.path.name,
         path=repo.path,
@@ -37,6 +51,8 @@ def summarize(repo: SessionRepo) -> SessionSummary:
         best_id=best[0] if best else None,
         created=float(info.get("created", 0.0)),
         modified=repo.last_modified(),
+        generations_done=max((s.generation for s in summaries), default=0),
+        generations_planned=int(planned) if isinstance(planned, int) else 0,
     )
 
 

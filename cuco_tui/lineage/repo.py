@@ -19,6 +19,7 @@ import difflib
 import json
 import re
 import sqlite3
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -119,6 +120,7 @@ class SessionRepo:
         self._root = repo.commit(ROOT_TAG).hexsha
         self._lock = threading.RLock()
         self._stale = False  # True while git may hold a change the index does not
+        self._remove_on_close: Path | None = None  # a bundle's temporary import (remove_on_close)
 
     # ---- opening --------------------------------------------------------------------------
 
@@ -177,6 +179,13 @@ class SessionRepo:
         with self._lock:
             self._index.close()
             self._repo.close()
+            scratch, self._remove_on_close = self._remove_on_close, None
+        if scratch is not None:  # a bundle imported only to be read: nothing of it outlives the reader
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def remove_on_close(self, folder: Path) -> None:
+        """Delete `folder` (holding this session) when the repository is closed."""
+        self._remove_on_close = Path(folder)
 
     def __enter__(self) -> "SessionRepo":
         return self

@@ -205,6 +205,7 @@ class SearchEngine:
             self._publish(EngineError(message=f"{type(exc).__name__}: {exc}"))
         except BaseException:  # KeyboardInterrupt, SystemExit: leave without waiting for anything
             reason, interrupted = "interrupted", True
+            self._scheduler.abandon()
             raise
         finally:
             try:

@@ -68,6 +68,7 @@ class Scheduler:
         self._builds: BuildPool | None = None
         self._threads: ThreadPoolExecutor | None = None
         self._in_flight: dict[str, Future] = {}
+        self._abandoned = False  # abandon(): an interrupted run commits nothing more
         self._on_gpu: dict[str, set[str]] = {}  # evaluation holding a GPU group -> those that overlapped it
 
     @property
@@ -87,6 +88,12 @@ class Scheduler:
                                            thread_name_prefix="cuco-eval")
         self.scratch.mkdir(parents=True, exist_ok=True)
         return self._executor
+
+    def abandon(self) -> None:
+        """The run was interrupted: evaluations still in flight end uncommitted (a kill loses at
+        most those; --resume proposes again), and say nothing once the lineage is closed."""
+        with self._cond:
+            self._abandoned = True
 
     def shutdown(self, wait: bool = True) -> None:
         if self._threads is not None:
@@ -141,6 +148,9 @@ class Scheduler:
             except Exception as exc:
                 done = outcomes.crashed(record, exc)
                 self._publish(StageFinished(candidate=record.id, level=int(Level.COMPILE), status=done.status))
+            with self._cond:
+                if self._abandoned:
+                    return
             committed = self._commit(done)
         except Exception as exc:  # the commit itself failed: say so, keep the search going
             self._publish(EngineError(message=f"could not commit {record.id}: {type(exc).__name__}: {exc}",

@@ -49,8 +49,11 @@ def _check_fields(data: dict, path: Path) -> None:
             raise WorkloadError(f"{path}: [divisible] {key} must be a positive integer, not {value!r}")
     for key in ("split_dims", "flag_dims"):
         value = data.get(key, [])
-        if not isinstance(value, list) or not set(value) <= set(dims):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise WorkloadError(f"{path}: `{key}` lists dims of this workload ({', '.join(dims)}), not {value!r}")
+        extra = sorted(set(value) - set(dims))
+        if extra:
+            raise WorkloadError(f"{path}: {key} names {', '.join(extra)}, which is not in dims")
     worlds = data.get("world_sizes")
     if not isinstance(worlds, list) or not worlds or any(isinstance(w, bool) or not isinstance(w, int) or w < 1
                                                          for w in worlds):
