@@ -16,7 +16,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 _ids = itertools.count(1)
 
@@ -56,7 +56,10 @@ class Recorded:
 
 
 class FakeMessagesServer:
-    def __init__(self) -> None:
+    def __init__(self, responder: Callable[["Recorded"], "Scripted | None"] | None = None) -> None:
+        # `responder` answers a request when the queue is empty (a search's calls are too many,
+        # and in an order too variable, to script one by one); None from it means "no answer".
+        self.responder = responder
         self.queue: deque[Scripted] = deque()
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
@@ -76,8 +79,11 @@ class FakeMessagesServer:
                 except ValueError:
                     body = {"_raw": raw.decode("utf-8", "replace")}
                 with server._lock:
-                    server.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                    recorded = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                    server.requests.append(recorded)
                     item = server.queue.popleft() if server.queue else None
+                    if item is None and server.responder is not None:
+                        item = server.responder(recorded)
                 if self.path.split("?")[0] != "/v1/messages":
                     item = Scripted(404, _error_body("not_found_error", f"no route {self.path}"))
                 elif item is None:
@@ -134,16 +140,8 @@ class FakeMessagesServer:
     def reply(self, text: str, *, stop_reason: str = "end_turn", input_tokens: int = 1000,
               output_tokens: int = 500, model: str = "claude-sonnet-4-5", **usage: int) -> None:
         """Queue one successful Messages API response whose content is `text`."""
-        self.queue.append(Scripted(200, {
-            "id": f"msg_fake_{next(_ids)}",
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": stop_reason,
-            "stop_sequence": None,
-            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens, **usage},
-        }))
+        self.queue.append(message(text, stop_reason=stop_reason, input_tokens=input_tokens,
+                                  output_tokens=output_tokens, model=model, **usage))
 
     def error(self, status: int, error_type: str = "overloaded_error", message: str = "Overloaded",
               headers: dict[str, str] | None = None) -> None:
@@ -157,3 +155,18 @@ class FakeMessagesServer:
 
 def _error_body(error_type: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_type, "message": message}}
+
+
+def message(text: str, *, stop_reason: str = "end_turn", input_tokens: int = 1000, output_tokens: int = 500,
+            model: str = "claude-sonnet-4-5", **usage: int) -> Scripted:
+    """One successful Messages API response whose content is `text`."""
+    return Scripted(200, {
+        "id": f"msg_fake_{next(_ids)}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens, **usage},
+    })
