@@ -148,3 +148,29 @@ def test_the_reference_matches_float64_on_one_gpu(shape):
         c = compare(np, cupy.asnumpy(outputs[name]), _bits(want[name]), "bf16", W.floor)
         assert c.passed(W.rtol) and c.l2_rel_error < 1e-2, (name, c)
     env.comm.destroy()
+
+
+def _ring(parts, order):
+    acc = parts[order[0]]
+    for i in order[1:]:
+        acc = _bf16(acc + parts[i])
+    return acc
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_the_tolerance_holds_any_bf16_all_reduce_order_and_no_dropped_rank(world):
+    """Two correct programs may all-reduce bf16 partials in different orders (NCCL's ring or tree,
+    chunked or not): the tolerance must pass that, and still fail a rank's partial left out."""
+    rng = np.random.default_rng(world)
+    T, H = 96, 1024
+    worst, dropped = 0.0, []
+    for _ in range(6):
+        parts = [_bf16(rng.standard_normal((T, H)) / np.sqrt(world)) for _ in range(world)]
+        residual = _bf16(rng.standard_normal((T, H)))
+        a = _bf16(_ring(parts, list(range(world))) + residual)
+        b = _bf16(_ring(parts, list(rng.permutation(world))) + residual)
+        worst = max(worst, compare(np, _bits(b), _bits(a), "bf16").max_rel_error)
+        short = _bf16(_ring(parts[1:], list(range(world - 1))) + residual) if world > 1 else residual
+        dropped.append(compare(np, _bits(short), _bits(a), "bf16").passed(W.rtol))
+    assert worst < W.rtol, worst
+    assert not any(dropped)
