@@ -1127,7 +1127,7 @@ def _book():
 def test_every_strategy_renders_every_knob_setting_through_l0():
     book = _book()
     assert {s.name for s in book.strategies} >= {"host_sequential", "dispatch_overlap", "chunked_pipeline",
-                                                  "ipc_dispatch", "expert_pipeline"}
+                                                  "ipc_dispatch", "expert_pipeline", "arrival_pipeline"}
     assert book.render(book.get("host_sequential"), {}) == SEED
     for s in book.strategies:
         for values in itertools.product(*s.knobs.values()):
@@ -1146,25 +1146,54 @@ def test_fast_path_is_the_ipc_store_dispatch():
     assert p.error == "" and p.design["backend"] == "cuda_ipc" and p.design["knobs"]["strategy"] == "ipc_dispatch"
 
 
+def _every_point(book):
+    """{rendered source: (strategy, knobs)} for every knob combination of every strategy,
+    normalized (knobs a template ignores are pinned), one entry per distinct source."""
+    out = {}
+    for s in book.strategies:
+        for values in itertools.product(*s.knobs.values()):
+            knobs = s.normalized(dict(zip(s.knobs, values)))
+            out.setdefault(book.render(s, knobs), (s.name, knobs))
+    return out
+
+
 @can_compile
-def test_strategy_templates_compile(tmp_path):
+def test_every_strategy_point_compiles_and_stops_with_no_gpu(tmp_path, monkeypatch):
+    """What `cuco eval FILE --workload moe_dispatch_combine` does without a GPU, for every point
+    of the offline agent's space: L0 and L1 pass and the cascade stops at no_gpu. The builds run
+    in parallel into the session's build cache first; the cascade then finds them built."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
     from cuco_tui.toolchain import BuildCache, compile_candidate
 
     book = _book()
-    variants = [(s, s.default_knobs()) for s in book.strategies if s.name != "host_sequential"]  # = the seed
-    variants += [(book.get("dispatch_overlap"), {"comm_priority": "same"}),
-                 (book.get("chunked_pipeline"), {"chunks": 8}),
-                 (book.get("ipc_dispatch"), {"mover": "copy_engine", "mover_blocks": 16}),
-                 (book.get("ipc_dispatch"), {"mover": "ipc", "mover_blocks": 64}),
-                 (book.get("expert_pipeline"), {"mover": "ipc", "groups": 8, "mover_blocks": 64, "results": "separate"}),
-                 (book.get("expert_pipeline"), {"mover": "copy_engine", "groups": 4, "mover_blocks": 16,
-                                                "results": "separate"})]
-    cache = BuildCache(tmp_path / "cache")
-    for s, knobs in variants:
-        path = tmp_path / (s.name + "".join(f"-{v}" for v in knobs.values()) + ".cu")
-        path.write_text(book.render(s, knobs))
-        r = compile_candidate(path, discover(), cache)
-        assert r.ok, f"{path.name}:\n" + "\n".join(d.render() for d in r.diagnostics)
+    points = _every_point(book)
+    named = {(name, tuple(sorted(knobs.items()))) for name, knobs in points.values()}
+    for name, knobs in [("dispatch_overlap", {"comm_priority": "same"}), ("chunked_pipeline", {"chunks": 8}),
+                        ("ipc_dispatch", {"mover": "copy_engine", "mover_blocks": 16}),
+                        ("ipc_dispatch", {"mover": "ipc", "mover_blocks": 64}),
+                        ("expert_pipeline", {"mover": "ipc", "groups": 8, "mover_blocks": 64, "results": "separate"}),
+                        ("expert_pipeline", {"mover": "copy_engine", "groups": 4, "mover_blocks": 16,
+                                             "results": "separate"}),
+                        ("arrival_pipeline", {"mover": "copy_engine", "chunks": 1, "mover_blocks": 16}),
+                        ("arrival_pipeline", {"mover": "ipc", "chunks": 8, "mover_blocks": 64})]:
+        assert (name, tuple(sorted(knobs.items()))) in named, (name, knobs)
+    assert sum(name == "arrival_pipeline" for name, _ in points.values()) == 16
+    paths = []
+    for i, (text, (name, knobs)) in enumerate(points.items()):
+        path = tmp_path / (f"{i:03d}-{name}" + "".join(f"-{v}" for v in knobs.values()) + ".cu")
+        path.write_text(text)
+        paths.append(path)
+    toolchain, cache = discover(), BuildCache()
+    with ThreadPoolExecutor(max(1, min(4, (os.cpu_count() or 2)))) as pool:
+        builds = list(pool.map(lambda path: (path, compile_candidate(path, toolchain, cache)), paths))
+    failed = [f"{path.name}:\n" + "\n".join(d.render() for d in r.diagnostics) for path, r in builds if not r.ok]
+    assert not failed, "\n".join(failed)
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+    for path in paths:
+        r = evaluate(path, W)
+        assert r.status == Status.NO_GPU, f"{path.name}: {r.status} {r.reason}"
 
 
 # ---------------------------------------------------------------------------- on GPUs
