@@ -1096,6 +1096,32 @@ def test_the_gemm_mode_comes_from_the_environment(monkeypatch):
         REF.gemm_wanted()
 
 
+@pytest.mark.parametrize("world,dims", [(2, dict(T=24, H=64, E=16, I=64, HOT=60)),
+                                        (4, dict(T=9, H=64, E=16, I=64, HOT=25))])
+def test_the_grouped_gemm_benchmark_takes_rank_0s_rows_in_the_expert_layout(world, dims):
+    """benchmarks/moe_grouped.py times rank 0's expert phase: its rows must be those `simulate`'s
+    pipeline puts in rank 0's expert layout, and its counts those rank 0's exchange ends with."""
+    from pathlib import Path
+
+    from cuco_tui.harness.worker import load_reference
+
+    bench = load_reference(Path(__file__).resolve().parents[1] / "benchmarks" / "moe_grouped.py")
+    counts, tokens, x_all = bench.expert_phase_rows(np, dims, world, 5)
+    inputs = _inputs(dims, world, seed=5)
+    el = dims["E"] // world
+    plans = [REF.dispatch_order(np, inp["topk_idx"], dims["E"]) for inp in inputs]
+    sends = [inp["x"][order // 8] for inp, (order, _, _) in zip(inputs, plans)]
+    layouts = [REF.Layout(plans[r][2], np.stack([plans[p][2][r * el:(r + 1) * el] for p in range(world)]))
+               for r in range(world)]
+    arrival = np.concatenate([sends[p][layouts[p].send_off[0]:layouts[p].send_off[1]] for p in range(world)])
+    xe = arrival[layouts[0].expert_to_arrival()]
+    plan = REF.plan_from_counts(counts, world)
+    assert plan.rows == len(tokens) == len(xe) > 0
+    assert np.array_equal(x_all[tokens], xe)
+    assert np.array_equal(counts[:dims["E"]], plans[0][2])
+    assert np.array_equal(plan.layout.recv_counts, layouts[0].recv_counts)
+
+
 # ---------------------------------------------------------------------------- seed and templates (L0, L1)
 
 
@@ -1205,7 +1231,7 @@ def _gpus():
     return inventory().count
 
 
-def _one_gpu_reference(dims, graphs=True, seed=11):
+def _one_gpu_reference(dims, graphs=True, seed=11, gemm="grouped"):
     """A reference on a one-rank communicator (NCCL send/recv to itself), its inputs filled."""
     import cupy
     from cupy.cuda import nccl
@@ -1222,7 +1248,7 @@ def _one_gpu_reference(dims, graphs=True, seed=11):
     outputs = {n: cupy.empty(s, dtype=KINDS[d]) for n, s, d in io["outputs"]}
     with env.stream:
         REF.fill_inputs(cupy, inputs, dims, 1, 0, seed=seed)
-    return REF.Reference(env, graphs=graphs), env, inputs, outputs
+    return REF.Reference(env, graphs=graphs, gemm=gemm), env, inputs, outputs
 
 
 # The verify shapes, and one with many route blocks (128) and counters (256 experts x 128 blocks).
@@ -1231,15 +1257,17 @@ _ONE_GPU_SHAPES = [(s.name, s.dims) for s in W.verify_shapes] + [
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("gemm", REF.GEMM_MODES)
 @pytest.mark.parametrize("name,dims", _ONE_GPU_SHAPES, ids=[n for n, _ in _ONE_GPU_SHAPES])
-def test_reference_matches_float64_on_one_gpu(name, dims):
+def test_reference_matches_float64_on_one_gpu(name, dims, gemm):
     """The CuPy reference (NCCL send/recv to itself on a one-rank communicator, cuBLAS, the raw
     kernels) against float64 and against `simulate`, with all experts on the one rank: three
     runs on one routing, so the expert GEMMs run eagerly, then captured, then replayed. Its
-    index plans on the device are dispatch_order's exactly."""
+    index plans on the device are dispatch_order's exactly. Both expert phases: the grouped
+    GEMMs (the reference) and two GEMMs per expert."""
     import cupy
 
-    ref, env, inputs, outputs = _one_gpu_reference(dims)
+    ref, env, inputs, outputs = _one_gpu_reference(dims, gemm=gemm)
     host = {k: cupy.asnumpy(v) for k, v in inputs.items()}
     want = REF.expected([host], dims, 1)[0]["out"]
     sim = REF.simulate([host], dims, 1)[0]["out"]
@@ -1256,7 +1284,8 @@ def test_reference_matches_float64_on_one_gpu(name, dims):
         outs.append(got)
     assert np.array_equal(cupy.asnumpy(ref.pos), pos)
     assert np.array_equal(cupy.asnumpy(ref.counts[:dims["E"]]), counts)
-    assert ref.warnings == [], ref.warnings  # the capture worked
+    assert ref.warnings == [], ref.warnings  # the capture worked, the grouped GEMM too
+    assert ref.gemm == gemm
     assert any(slot.graph is not None for slot in ref.graphs.slots.items.values())
     # A graph replays the eager launches (cuBLAS may pick another algorithm under capture: close, not equal).
     assert _rel(outs[2], outs[0]) < 2e-3 and np.array_equal(outs[1], outs[2])
@@ -1280,6 +1309,24 @@ def test_reference_without_graphs_matches_with_graphs_on_one_gpu():
         assert captured == graphs and ref.warnings == []
         env.comm.destroy()
     assert _rel(results[1], results[0]) < 2e-3
+
+
+@pytest.mark.gpu
+def test_grouped_gemms_match_per_expert_gemms_on_one_gpu():
+    """The same routing through both expert phases: outputs within bf16 rounding of each other."""
+    import cupy
+
+    dims = W.verify_shapes[1].dims  # heavy skew: experts from a handful of rows to hundreds
+    results = []
+    for gemm in REF.GEMM_MODES:
+        ref, env, inputs, outputs = _one_gpu_reference(dims, gemm=gemm)
+        for _ in range(3):
+            ref.run(inputs, outputs)
+        env.stream.synchronize()
+        results.append(from_bf16_bits(np, cupy.asnumpy(outputs["out"])).astype(np.float64))
+        assert ref.gemm == gemm and ref.warnings == []
+        env.comm.destroy()
+    assert np.isfinite(results[0]).all() and _rel(results[0], results[1]) < 2e-3
 
 
 VERIFY_ONLY = EvalOptions(world=2, bench=False)
