@@ -22,7 +22,7 @@ counts need, and no Python loop of launches on the timed path. On each rank:
             each token's 8 results summed with its router weights (one kernel).
 
 Per iteration: 8 kernel launches, 3 NCCL groups, 1 device-to-host copy, 1 host sync, and the
-expert phase (one graph launch, or 4 launches when eager: 2 * (experts with rows) + 1 per expert).
+expert phase (one graph launch; eager, 4 launches grouped or 2 * (experts with rows) + 1 per expert).
 
 `expected` (the float64 CPU answer the tests check everything against), `simulate` (this pipeline
 in NumPy) and the routing generator live in reference_cpu.py beside this file; this module exports
