@@ -201,6 +201,17 @@ def reference_checks(cupy: Any) -> list[dict[str, Any]]:
     return out
 
 
+def cublas_version(cupy: Any) -> int | None:
+    """The version of the libcublas the reference calls (e.g. 130100 for 13.1.0)."""
+    import ctypes
+
+    lib, version = REF.raw_cublas(), ctypes.c_int(0)
+    get = getattr(lib, "cublasGetVersion_v2", None)
+    if get is None or get(ctypes.c_void_p(cupy.cuda.device.get_cublas_handle()), ctypes.byref(version)) != 0:
+        return None
+    return version.value
+
+
 def table(rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> str:
     names = [_name(g, gr) for g, gr in VARIANTS]
     lines = ["| shape | rows | experts (rows each) | " + " | ".join(f"{n} ms [q1, q3]" for n in names)
@@ -243,6 +254,7 @@ def main() -> int:
 
     props = cupy.cuda.runtime.getDeviceProperties(0)
     device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    blas = cublas_version(cupy)
     rows = []
     for name in wanted:
         rows.append(bench_shape(cupy, known[name], args.world, args.reps, args.seed))
@@ -251,9 +263,11 @@ def main() -> int:
     text = table(rows, checks)
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"device": device, "cupy": cupy.__version__, "reps": args.reps, "world": args.world,
+        out.write_text(json.dumps({"device": device, "cublas": blas, "cupy": cupy.__version__, "reps": args.reps,
+                                   "world": args.world,
                                    "shapes": rows, "reference_checks": checks}, indent=1))
-    print(f"\ndevice: {device}; world {args.world}, rank 0's expert phase; {args.reps} timed calls per variant\n")
+    print(f"\ndevice: {device}, cuBLAS {blas}; world {args.world}, rank 0's expert phase; {args.reps} timed calls "
+          f"per variant\n")
     print(text)
     return 0 if all(r["ok"] for r in rows) and all(c["ok"] for c in checks) else 1
 
