@@ -467,6 +467,10 @@ EMU_EXPORT(regroup_rows, false, (uint4* dst, const uint4* src, const long long* 
 EMU_EXPORT(silu_mul, false, (const unsigned* h13, unsigned* h, long long rows, int half), (h13, h, rows, half))
 EMU_EXPORT(weighted_combine, false, (const uint4* comb, const int* pos, const float* w, uint4* out, int vecs),
            (comb, pos, w, out, vecs))
+EMU_EXPORT(grouped_pointers, true, (const int* rc, int world, int local, long long w13, long long w2, long long xe,
+                                    long long h13, long long h, long long y, long long H, long long I,
+                                    long long* ptrs),
+           (rc, world, local, w13, w2, xe, h13, h, y, H, I, ptrs))
 """
 
 
@@ -486,7 +490,7 @@ def emu(tmp_path_factory):
     assert r.returncode == 0, r.stderr
     lib = ctypes.CDLL(str(d / "kernels.so"))
     for f in ("emu_route_count", "emu_route_scan", "emu_route_place", "emu_permute_rows", "emu_segment_offsets",
-              "emu_regroup_rows", "emu_silu_mul", "emu_weighted_combine"):
+              "emu_regroup_rows", "emu_silu_mul", "emu_weighted_combine", "emu_grouped_pointers"):
         getattr(lib, f).restype = None
     return lib
 
@@ -568,6 +572,36 @@ def test_regroup_kernels_follow_the_layout(emu, recv_counts):
     assert np.array_equal(back, recv)
 
 
+@pytest.mark.parametrize("recv_counts", [
+    [[2, 0, 1], [1, 3, 0]],                 # test_layout_by_hand's: every expert has rows
+    [[0, 0], [0, 5], [3, 0], [0, 0]],       # four sources
+    [[0, 0, 0, 4]],                         # leading empty experts
+    [[0, 2] * 300, [1, 0] * 300],           # 600 experts (more than a warp's scan), every other one empty
+])
+def test_grouped_pointers_list_the_plans_experts_in_order(emu, recv_counts):
+    """The grouped GEMMs' device pointer arrays: problem j is Plan.experts[j] (the experts with
+    rows, in order), at its weights and at its first row of xe, h13, h and y; the rest untouched."""
+    import ctypes
+
+    rc = np.array(recv_counts, dtype=np.int32)
+    world, local = rc.shape
+    counts = np.zeros(world * local, dtype=np.int32)
+    plan = REF.plan_from_counts(np.concatenate([counts, rc.reshape(-1)]), world)
+    H, I = 64, 128
+    bases = {"w13": 1 << 40, "w2": 2 << 40, "xe": 3 << 40, "h13": 4 << 40, "h": 5 << 40, "y": 6 << 40}
+    ptrs = np.full((6, local), -1, dtype=np.int64)
+    ll = ctypes.c_longlong
+    emu.emu_grouped_pointers(1, 1024, _p(rc), ctypes.c_int(world), ctypes.c_int(local),
+                             *(ll(bases[k]) for k in ("w13", "w2", "xe", "h13", "h", "y")), ll(H), ll(I), _p(ptrs))
+    g = len(plan.experts)
+    assert g == int((rc.sum(axis=0) > 0).sum())
+    for j, (e, first, _) in enumerate(plan.experts):
+        assert ptrs[:, j].tolist() == [bases["w13"] + e * H * 2 * I * 2, bases["xe"] + first * H * 2,
+                                       bases["h13"] + first * 2 * I * 2, bases["w2"] + e * I * H * 2,
+                                       bases["h"] + first * I * 2, bases["y"] + first * H * 2], j
+    assert (ptrs[:, g:] == -1).all()
+
+
 def _bf16_close(got_bits, want_bits):
     """Equal, or one bf16 step apart (exp and FMA contraction differ between CPU, GPU and NumPy)."""
     got, want = from_bf16_bits(np, got_bits).astype(np.float64), from_bf16_bits(np, want_bits).astype(np.float64)
@@ -614,7 +648,7 @@ def test_the_kernels_compile_with_nvrtc():
     ptx = nvrtc.getPTX(prog)
     ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
     for name in ("route_count", "route_scan", "route_place", "permute_rows", "segment_offsets", "regroup_rows",
-                 "silu_mul", "weighted_combine"):
+                 "silu_mul", "weighted_combine", "grouped_pointers"):
         assert f".entry {name}(" in ptx, name
 
 
@@ -714,7 +748,8 @@ class _FakeGPU:
         cupy.cuda.device = SimpleNamespace(get_cublas_handle=lambda: 0)
         cupy.cuda.runtime = SimpleNamespace(memcpyAsync=memcpy_async, memcpyDeviceToHost=2)
         # The Reference calls libcublas itself (CuPy's bindings refuse stream capture).
-        self.cublas = SimpleNamespace(cublasGemmEx=self.gemm_ex, cublasSetStream_v2=self.set_stream)
+        self.cublas = SimpleNamespace(cublasGemmEx=self.gemm_ex, cublasSetStream_v2=self.set_stream,
+                                      cublasGemmGroupedBatchedEx=self.gemm_grouped)
         cupy.cuda.nccl = ModuleType("cupy.cuda.nccl")
         cupy.cuda.nccl.NCCL_BFLOAT16, cupy.cuda.nccl.NCCL_INT32 = self.BF16, self.INT32
         cupy.cuda.nccl.groupStart, cupy.cuda.nccl.groupEnd = self.group_start, self.group_end
@@ -771,22 +806,53 @@ class _FakeGPU:
     def gemm_ex(self, handle, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, compute, algo):
         import ctypes
 
-        from cuco_tui.harness.bf16 import to_bf16_bits
 
         # cuBLAS launches on the stream its handle was bound to, not on CuPy's current stream.
         assert getattr(self.tls, "blas_stream", None) == self.tls.stream.ptr, "GEMM on an unbound stream"
         assert (ta, tb, at, bt, ct, lda, ldb, ldc) == (0, 0, 14, 14, 14, m, k, m)
         assert ctypes.c_float.from_address(alpha).value == 1.0 and ctypes.c_float.from_address(beta).value == 0.0
         self.count("gemm")
+        self.enqueue(lambda: self.gemm_now(m, n, k, a, b, c))
+        return 0  # CUBLAS_STATUS_SUCCESS
+
+    @staticmethod
+    def gemm_now(m, n, k, a, b, c):
+        """Column-major C[m, n] = A[m, k] B[k, n] in bf16, float32 accumulation, now."""
+        import ctypes
+
+        from cuco_tui.harness.bf16 import to_bf16_bits
 
         def view(ptr, rows, cols):  # column-major [cols, rows] is row-major [rows, cols]
             return np.ctypeslib.as_array((ctypes.c_uint16 * (rows * cols)).from_address(ptr)).reshape(rows, cols)
 
-        def run():  # row-major C[n, m] = B[n, k] @ A[k, m]
-            prod = from_bf16_bits(np, view(b, n, k)) @ from_bf16_bits(np, view(a, k, m))
-            view(c, n, m)[...] = to_bf16_bits(np, prod.astype(np.float32))
+        # row-major C[n, m] = B[n, k] @ A[k, m]
+        prod = from_bf16_bits(np, view(b, n, k)) @ from_bf16_bits(np, view(a, k, m))
+        view(c, n, m)[...] = to_bf16_bits(np, prod.astype(np.float32))
+
+    def gemm_grouped(self, handle, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, count, sizes,
+                     compute):
+        """cuBLAS's grouped GEMM: the size arrays are read on the host at the call, the pointer
+        arrays on the device when the stream runs it (so they must be written before, in stream order)."""
+        import ctypes
+
+        def host(ptr, ctype=ctypes.c_int32):
+            return np.ctypeslib.as_array((ctype * count).from_address(ptr)).copy()
+
+        assert getattr(self.tls, "blas_stream", None) == self.tls.stream.ptr, "GEMM on an unbound stream"
+        ta, tb, m, n, k, lda, ldb, ldc, sizes = (host(v) for v in (ta, tb, m, n, k, lda, ldb, ldc, sizes))
+        alpha, beta = host(alpha, ctypes.c_float), host(beta, ctypes.c_float)
+        assert count > 0 and (at, bt, ct, compute) == (14, 14, 14, 68)
+        assert (ta == 0).all() and (tb == 0).all() and (sizes == 1).all() and (n > 0).all()
+        assert (lda == m).all() and (ldb == k).all() and (ldc == m).all()
+        assert (alpha == 1.0).all() and (beta == 0.0).all()
+        self.count("gemm")
+
+        def run():
+            pa, pb, pc = (host(v, ctypes.c_int64) for v in (a, b, c))
+            for j in range(count):
+                self.gemm_now(int(m[j]), int(n[j]), int(k[j]), int(pa[j]), int(pb[j]), int(pc[j]))
         self.enqueue(run)
-        return 0  # CUBLAS_STATUS_SUCCESS
+        return 0
 
     def group_start(self):
         assert self.tls.group is None
@@ -847,8 +913,9 @@ class _FakeGPU:
             raise errors[0]
 
 
-def _fake_run(emu, monkeypatch, dims, world, runs, inputs=None, graphs=True):
-    """Each rank builds a Reference on the fakes and calls runs(rank, ref, inputs, outputs, gpu)."""
+def _fake_run(emu, monkeypatch, dims, world, runs, inputs=None, graphs=True, gemm="grouped", cublas=None):
+    """Each rank builds a Reference on the fakes and calls runs(rank, ref, inputs, outputs, gpu).
+    cublas(fake cuBLAS) -> the cuBLAS the Reference gets (default: the fake itself)."""
     from types import SimpleNamespace
 
     gpu = _FakeGPU(emu, world)
@@ -861,7 +928,7 @@ def _fake_run(emu, monkeypatch, dims, world, runs, inputs=None, graphs=True):
         env = SimpleNamespace(comm=gpu.comm(rank), stream=gpu.tls.stream, world=world, rank=rank, dims=dims)
         ins = {k: np.ascontiguousarray(v).view(_FakeArray) for k, v in all_inputs[rank].items()}
         out = {"out": np.full((dims["T"], dims["H"]), 0x7FC1, dtype=np.uint16).view(_FakeArray)}
-        ref = REF.Reference(env, graphs=graphs, cublas=gpu.cublas)
+        ref = REF.Reference(env, graphs=graphs, cublas=cublas(gpu.cublas) if cublas else gpu.cublas, gemm=gemm)
         runs(rank, ref, ins, out, gpu)
         outs[rank] = np.asarray(out["out"]).copy()
 
@@ -869,15 +936,17 @@ def _fake_run(emu, monkeypatch, dims, world, runs, inputs=None, graphs=True):
     return all_inputs, outs, gpu
 
 
+@pytest.mark.parametrize("gemm", REF.GEMM_MODES)
 @pytest.mark.parametrize("world,dims", [
     (1, dict(T=10, H=64, E=16, I=64, HOT=60)),
     (2, dict(T=24, H=64, E=16, I=64, HOT=25)),
     (4, dict(T=9, H=64, E=16, I=64, HOT=60)),
     (8, dict(T=3, H=64, E=64, I=64, HOT=50)),   # ranks that receive nothing from some peers
 ])
-def test_the_reference_class_on_fake_gpus_matches_simulate(emu, monkeypatch, world, dims):
+def test_the_reference_class_on_fake_gpus_matches_simulate(emu, monkeypatch, world, dims, gemm):
     """Three iterations on one routing (experts eager, captured, replayed), each must land on
-    `simulate`'s answer: buffers, offsets, kernel arguments, NCCL parts and graphs all in use."""
+    `simulate`'s answer: buffers, offsets, kernel arguments, NCCL parts and graphs all in use,
+    with the expert phase's grouped GEMMs and with two GEMMs per expert."""
     results = {}
 
     def runs(rank, ref, ins, out, gpu):
@@ -888,7 +957,7 @@ def test_the_reference_class_on_fake_gpus_matches_simulate(emu, monkeypatch, wor
             modes.append(np.asarray(out["out"]).copy())
         results[rank] = modes
 
-    inputs, _, gpu = _fake_run(emu, monkeypatch, dims, world, runs)
+    inputs, _, gpu = _fake_run(emu, monkeypatch, dims, world, runs, gemm=gemm)
     want = REF.simulate(inputs, dims, world)
     exact = REF.expected(inputs, dims, world)
     for rank in range(world):
@@ -902,10 +971,12 @@ def test_the_reference_class_on_fake_gpus_matches_simulate(emu, monkeypatch, wor
     assert all(c.get("graph_launch", 0) == 2 for c in gpu.counts if c.get("gemm"))  # capture + replay
 
 
-def test_the_reference_class_does_one_sync_and_no_allocation_an_iteration(emu, monkeypatch):
+@pytest.mark.parametrize("gemm", REF.GEMM_MODES)
+def test_the_reference_class_does_one_sync_and_no_allocation_an_iteration(emu, monkeypatch, gemm):
     """What one iteration costs the host once its routing is known: 8 kernels, 1 copy of the
-    counts, 1 sync, 3 NCCL groups, 1 graph launch; nothing allocated. Eager, the expert GEMMs
-    are 2 launches per expert with rows, and silu * up one more."""
+    counts, 1 sync, 3 NCCL groups, 1 graph launch; nothing allocated. Eager, the expert phase is
+    the pointer kernel, 2 grouped GEMMs and silu * up (grouped), or 2 GEMMs per expert with rows
+    and silu * up (per_expert)."""
     dims, world = dict(T=16, H=64, E=16, I=64, HOT=25), 2
     seen = {}
 
@@ -918,13 +989,15 @@ def test_the_reference_class_does_one_sync_and_no_allocation_an_iteration(emu, m
             before = after
         seen[(rank, "experts")] = len(ref.plan.experts)
 
-    _fake_run(emu, monkeypatch, dims, world, runs)
+    _fake_run(emu, monkeypatch, dims, world, runs, gemm=gemm)
     for rank in range(world):
         experts = seen[(rank, "experts")]
         eager, capture, replay = seen[(rank, 0)], seen[(rank, 1)], seen[(rank, 3)]
         common = {"sync": 1, "memcpy": 1, "nccl_group": 3}
-        assert eager == {**common, "kernel": 8 + 1, "gemm": 2 * experts}, eager
-        assert capture == {**common, "kernel": 8 + 1, "gemm": 2 * experts, "graph_launch": 1}, capture
+        expert_phase = {"kernel": 8 + 2, "gemm": 2} if gemm == "grouped" else {"kernel": 8 + 1, "gemm": 2 * experts}
+        assert experts > 2
+        assert eager == {**common, **expert_phase}, eager
+        assert capture == {**common, **expert_phase, "graph_launch": 1}, capture
         assert replay == {**common, "kernel": 8, "graph_launch": 1}, replay
         assert "alloc" not in replay
 
@@ -976,6 +1049,79 @@ def test_the_reference_class_runs_eagerly_when_capture_fails(emu, monkeypatch):
         assert _rel(from_bf16_bits(np, got).astype(np.float64), want) < 2e-3
 
 
+def _refusing(cublas):
+    """The fake cuBLAS whose grouped GEMM always answers CUBLAS_STATUS_NOT_SUPPORTED."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{**vars(cublas), "cublasGemmGroupedBatchedEx": lambda *args: 15})
+
+
+def _without_grouped(cublas):
+    """The fake cuBLAS of a library older than 12.5: no grouped GEMM at all."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{k: v for k, v in vars(cublas).items() if k != "cublasGemmGroupedBatchedEx"})
+
+
+@pytest.mark.parametrize("cublas,why", [(_refusing, "status 15"), (_without_grouped, "no cublasGemmGroupedBatchedEx")])
+def test_the_reference_falls_back_to_per_expert_gemms_without_a_grouped_gemm(emu, monkeypatch, cublas, why):
+    """A libcublas that refuses the grouped GEMM, or has none: the expert phase runs two GEMMs
+    per expert from then on, with one warning saying why, and the answer stays right."""
+    dims, world = dict(T=8, H=64, E=16, I=64, HOT=25), 1
+    outs = []
+
+    def runs(rank, ref, ins, out, gpu):
+        for _ in range(3):
+            out["out"][...] = 0x7FC1
+            ref.run(ins, out)
+            outs.append(np.asarray(out["out"]).copy())
+        assert ref.gemm == "per_expert"
+        assert len(ref.warnings) == 1 and why in ref.warnings[0], ref.warnings
+        assert gpu.counts[rank]["gemm"] == 2 * len(ref.plan.experts) * 2  # eager, captured; replayed: none
+
+    with pytest.warns(RuntimeWarning, match="two cublasGemmEx per expert"):
+        inputs, _, _ = _fake_run(emu, monkeypatch, dims, world, runs, cublas=cublas)
+    want = REF.simulate(inputs, dims, world)[0]["out"]
+    for got in outs:
+        assert _rel(from_bf16_bits(np, got).astype(np.float64), want) < 2e-3
+
+
+def test_the_gemm_mode_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv("CUCO_MOE_REF_GEMM", raising=False)
+    assert REF.gemm_wanted() == "grouped"
+    monkeypatch.setenv("CUCO_MOE_REF_GEMM", "per_expert")
+    assert REF.gemm_wanted() == "per_expert"
+    monkeypatch.setenv("CUCO_MOE_REF_GEMM", "batched")
+    with pytest.raises(ValueError, match="CUCO_MOE_REF_GEMM='batched': use one of grouped, per_expert"):
+        REF.gemm_wanted()
+
+
+@pytest.mark.parametrize("world,dims", [(2, dict(T=24, H=64, E=16, I=64, HOT=60)),
+                                        (4, dict(T=9, H=64, E=16, I=64, HOT=25))])
+def test_the_grouped_gemm_benchmark_takes_rank_0s_rows_in_the_expert_layout(world, dims):
+    """benchmarks/moe_grouped.py times rank 0's expert phase: its rows must be those `simulate`'s
+    pipeline puts in rank 0's expert layout, and its counts those rank 0's exchange ends with."""
+    from pathlib import Path
+
+    from cuco_tui.harness.worker import load_reference
+
+    bench = load_reference(Path(__file__).resolve().parents[1] / "benchmarks" / "moe_grouped.py")
+    counts, tokens, x_all = bench.expert_phase_rows(np, dims, world, 5)
+    inputs = _inputs(dims, world, seed=5)
+    el = dims["E"] // world
+    plans = [REF.dispatch_order(np, inp["topk_idx"], dims["E"]) for inp in inputs]
+    sends = [inp["x"][order // 8] for inp, (order, _, _) in zip(inputs, plans)]
+    layouts = [REF.Layout(plans[r][2], np.stack([plans[p][2][r * el:(r + 1) * el] for p in range(world)]))
+               for r in range(world)]
+    arrival = np.concatenate([sends[p][layouts[p].send_off[0]:layouts[p].send_off[1]] for p in range(world)])
+    xe = arrival[layouts[0].expert_to_arrival()]
+    plan = REF.plan_from_counts(counts, world)
+    assert plan.rows == len(tokens) == len(xe) > 0
+    assert np.array_equal(x_all[tokens], xe)
+    assert np.array_equal(counts[:dims["E"]], plans[0][2])
+    assert np.array_equal(plan.layout.recv_counts, layouts[0].recv_counts)
+
+
 # ---------------------------------------------------------------------------- seed and templates (L0, L1)
 
 
@@ -1007,7 +1153,7 @@ def _book():
 def test_every_strategy_renders_every_knob_setting_through_l0():
     book = _book()
     assert {s.name for s in book.strategies} >= {"host_sequential", "dispatch_overlap", "chunked_pipeline",
-                                                  "ipc_dispatch", "expert_pipeline"}
+                                                  "ipc_dispatch", "expert_pipeline", "arrival_pipeline"}
     assert book.render(book.get("host_sequential"), {}) == SEED
     for s in book.strategies:
         for values in itertools.product(*s.knobs.values()):
@@ -1026,25 +1172,54 @@ def test_fast_path_is_the_ipc_store_dispatch():
     assert p.error == "" and p.design["backend"] == "cuda_ipc" and p.design["knobs"]["strategy"] == "ipc_dispatch"
 
 
+def _every_point(book):
+    """{rendered source: (strategy, knobs)} for every knob combination of every strategy,
+    normalized (knobs a template ignores are pinned), one entry per distinct source."""
+    out = {}
+    for s in book.strategies:
+        for values in itertools.product(*s.knobs.values()):
+            knobs = s.normalized(dict(zip(s.knobs, values)))
+            out.setdefault(book.render(s, knobs), (s.name, knobs))
+    return out
+
+
 @can_compile
-def test_strategy_templates_compile(tmp_path):
+def test_every_strategy_point_compiles_and_stops_with_no_gpu(tmp_path, monkeypatch):
+    """What `cuco eval FILE --workload moe_dispatch_combine` does without a GPU, for every point
+    of the offline agent's space: L0 and L1 pass and the cascade stops at no_gpu. The builds run
+    in parallel into the session's build cache first; the cascade then finds them built."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
     from cuco_tui.toolchain import BuildCache, compile_candidate
 
     book = _book()
-    variants = [(s, s.default_knobs()) for s in book.strategies if s.name != "host_sequential"]  # = the seed
-    variants += [(book.get("dispatch_overlap"), {"comm_priority": "same"}),
-                 (book.get("chunked_pipeline"), {"chunks": 8}),
-                 (book.get("ipc_dispatch"), {"mover": "copy_engine", "mover_blocks": 16}),
-                 (book.get("ipc_dispatch"), {"mover": "ipc", "mover_blocks": 64}),
-                 (book.get("expert_pipeline"), {"mover": "ipc", "groups": 8, "mover_blocks": 64, "results": "separate"}),
-                 (book.get("expert_pipeline"), {"mover": "copy_engine", "groups": 4, "mover_blocks": 16,
-                                                "results": "separate"})]
-    cache = BuildCache(tmp_path / "cache")
-    for s, knobs in variants:
-        path = tmp_path / (s.name + "".join(f"-{v}" for v in knobs.values()) + ".cu")
-        path.write_text(book.render(s, knobs))
-        r = compile_candidate(path, discover(), cache)
-        assert r.ok, f"{path.name}:\n" + "\n".join(d.render() for d in r.diagnostics)
+    points = _every_point(book)
+    named = {(name, tuple(sorted(knobs.items()))) for name, knobs in points.values()}
+    for name, knobs in [("dispatch_overlap", {"comm_priority": "same"}), ("chunked_pipeline", {"chunks": 8}),
+                        ("ipc_dispatch", {"mover": "copy_engine", "mover_blocks": 16}),
+                        ("ipc_dispatch", {"mover": "ipc", "mover_blocks": 64}),
+                        ("expert_pipeline", {"mover": "ipc", "groups": 8, "mover_blocks": 64, "results": "separate"}),
+                        ("expert_pipeline", {"mover": "copy_engine", "groups": 4, "mover_blocks": 16,
+                                             "results": "separate"}),
+                        ("arrival_pipeline", {"mover": "copy_engine", "chunks": 1, "mover_blocks": 16}),
+                        ("arrival_pipeline", {"mover": "ipc", "chunks": 8, "mover_blocks": 64})]:
+        assert (name, tuple(sorted(knobs.items()))) in named, (name, knobs)
+    assert sum(name == "arrival_pipeline" for name, _ in points.values()) == 16
+    paths = []
+    for i, (text, (name, knobs)) in enumerate(points.items()):
+        path = tmp_path / (f"{i:03d}-{name}" + "".join(f"-{v}" for v in knobs.values()) + ".cu")
+        path.write_text(text)
+        paths.append(path)
+    toolchain, cache = discover(), BuildCache()
+    with ThreadPoolExecutor(max(1, min(4, (os.cpu_count() or 2)))) as pool:
+        builds = list(pool.map(lambda path: (path, compile_candidate(path, toolchain, cache)), paths))
+    failed = [f"{path.name}:\n" + "\n".join(d.render() for d in r.diagnostics) for path, r in builds if not r.ok]
+    assert not failed, "\n".join(failed)
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+    for path in paths:
+        r = evaluate(path, W)
+        assert r.status == Status.NO_GPU, f"{path.name}: {r.status} {r.reason}"
 
 
 # ---------------------------------------------------------------------------- on GPUs
@@ -1056,7 +1231,7 @@ def _gpus():
     return inventory().count
 
 
-def _one_gpu_reference(dims, graphs=True, seed=11):
+def _one_gpu_reference(dims, graphs=True, seed=11, gemm="grouped"):
     """A reference on a one-rank communicator (NCCL send/recv to itself), its inputs filled."""
     import cupy
     from cupy.cuda import nccl
@@ -1073,7 +1248,7 @@ def _one_gpu_reference(dims, graphs=True, seed=11):
     outputs = {n: cupy.empty(s, dtype=KINDS[d]) for n, s, d in io["outputs"]}
     with env.stream:
         REF.fill_inputs(cupy, inputs, dims, 1, 0, seed=seed)
-    return REF.Reference(env, graphs=graphs), env, inputs, outputs
+    return REF.Reference(env, graphs=graphs, gemm=gemm), env, inputs, outputs
 
 
 # The verify shapes, and one with many route blocks (128) and counters (256 experts x 128 blocks).
@@ -1082,15 +1257,17 @@ _ONE_GPU_SHAPES = [(s.name, s.dims) for s in W.verify_shapes] + [
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("gemm", REF.GEMM_MODES)
 @pytest.mark.parametrize("name,dims", _ONE_GPU_SHAPES, ids=[n for n, _ in _ONE_GPU_SHAPES])
-def test_reference_matches_float64_on_one_gpu(name, dims):
+def test_reference_matches_float64_on_one_gpu(name, dims, gemm):
     """The CuPy reference (NCCL send/recv to itself on a one-rank communicator, cuBLAS, the raw
     kernels) against float64 and against `simulate`, with all experts on the one rank: three
     runs on one routing, so the expert GEMMs run eagerly, then captured, then replayed. Its
-    index plans on the device are dispatch_order's exactly."""
+    index plans on the device are dispatch_order's exactly. Both expert phases: the grouped
+    GEMMs (the reference) and two GEMMs per expert."""
     import cupy
 
-    ref, env, inputs, outputs = _one_gpu_reference(dims)
+    ref, env, inputs, outputs = _one_gpu_reference(dims, gemm=gemm)
     host = {k: cupy.asnumpy(v) for k, v in inputs.items()}
     want = REF.expected([host], dims, 1)[0]["out"]
     sim = REF.simulate([host], dims, 1)[0]["out"]
@@ -1107,7 +1284,8 @@ def test_reference_matches_float64_on_one_gpu(name, dims):
         outs.append(got)
     assert np.array_equal(cupy.asnumpy(ref.pos), pos)
     assert np.array_equal(cupy.asnumpy(ref.counts[:dims["E"]]), counts)
-    assert ref.warnings == [], ref.warnings  # the capture worked
+    assert ref.warnings == [], ref.warnings  # the capture worked, the grouped GEMM too
+    assert ref.gemm == gemm
     assert any(slot.graph is not None for slot in ref.graphs.slots.items.values())
     # A graph replays the eager launches (cuBLAS may pick another algorithm under capture: close, not equal).
     assert _rel(outs[2], outs[0]) < 2e-3 and np.array_equal(outs[1], outs[2])
@@ -1131,6 +1309,24 @@ def test_reference_without_graphs_matches_with_graphs_on_one_gpu():
         assert captured == graphs and ref.warnings == []
         env.comm.destroy()
     assert _rel(results[1], results[0]) < 2e-3
+
+
+@pytest.mark.gpu
+def test_grouped_gemms_match_per_expert_gemms_on_one_gpu():
+    """The same routing through both expert phases: outputs within bf16 rounding of each other."""
+    import cupy
+
+    dims = W.verify_shapes[1].dims  # heavy skew: experts from a handful of rows to hundreds
+    results = []
+    for gemm in REF.GEMM_MODES:
+        ref, env, inputs, outputs = _one_gpu_reference(dims, gemm=gemm)
+        for _ in range(3):
+            ref.run(inputs, outputs)
+        env.stream.synchronize()
+        results.append(from_bf16_bits(np, cupy.asnumpy(outputs["out"])).astype(np.float64))
+        assert ref.gemm == gemm and ref.warnings == []
+        env.comm.destroy()
+    assert np.isfinite(results[0]).all() and _rel(results[0], results[1]) < 2e-3
 
 
 VERIFY_ONLY = EvalOptions(world=2, bench=False)

@@ -47,6 +47,10 @@ CANDIDATES = [  # (name, strategy or None for the seed, knobs)
                                                  "results": "shared"}),
     ("pipe-ipc-8-64-separate", "expert_pipeline", {"mover": "ipc", "groups": 8, "mover_blocks": 64,
                                                    "results": "separate"}),
+    ("arrival-ce-4", "arrival_pipeline", {"mover": "copy_engine", "chunks": 4, "mover_blocks": 16}),
+    ("arrival-ce-1", "arrival_pipeline", {"mover": "copy_engine", "chunks": 1, "mover_blocks": 16}),
+    ("arrival-ipc-2-32", "arrival_pipeline", {"mover": "ipc", "chunks": 2, "mover_blocks": 32}),
+    ("arrival-ipc-8-16", "arrival_pipeline", {"mover": "ipc", "chunks": 8, "mover_blocks": 16}),
 ]
 
 
@@ -61,6 +65,17 @@ SHAPES = [  # (world, dims, schedules): H, I multiples of 64, E a multiple of W 
     (2, _dims(24, 128, 16, 64, 90), ((37, 0), (41, -1))),   # heavy skew, 8 experts a rank
     (4, _dims(8, 64, 8, 64, 50), ((43, -1), (47, 3))),      # 2 experts a rank
     (4, _dims(3, 64, 16, 64, 60), ((53, 2), (59, -1))),     # 3 tokens: ranks get nothing from some peers
+]
+
+# arrival_pipeline cuts a peer's rows into chunks on 128-row tiles: the shapes above send fewer
+# rows than that to a peer, so all of them travel in chunk 0. These send 2-4 tiles to each peer
+# (and skewed, more to some), so every chunk count cuts, some chunks stay empty, and experts
+# straddle the cuts. Their seeds keep the reference's own bf16 error (simulate against float64)
+# below 0.018 on every input set, clear of the 0.02 tolerance: with this many rows some seeds put
+# an element at 0.02 whatever the candidate does.
+CHUNKED_SHAPES = [
+    (2, _dims(96, 64, 8, 64, 25), ((61, -1), (67, 1))),     # ~384 rows to the peer: 3 tiles
+    (4, _dims(128, 64, 16, 64, 60), ((71, 3), (83, -1))),   # ~256 rows to each peer, skewed
 ]
 
 
@@ -173,15 +188,43 @@ def test_candidate_runs_end_to_end_on_the_cpu(emulated, tmp_path, name, world, d
             check(got, want, f"{name}, schedule seed {seed}, lagging rank {lagging}, rank {rank}, {what}")
 
 
-MUTANTS = {  # name: (strategy, knobs, a wait the candidate needs, what dropping it does)
+ARRIVAL = [c[0] for c in CANDIDATES if c[1] == "arrival_pipeline"]
+
+
+@needs_gxx
+@pytest.mark.parametrize("world,dims,schedules", CHUNKED_SHAPES, ids=_shape_id)
+@pytest.mark.parametrize("name", ARRIVAL)
+def test_arrival_pipeline_cuts_chunks_on_the_cpu(emulated, tmp_path, name, world, dims, schedules):
+    for seed, lagging in schedules:
+        for what, rank, got, want in run_candidate(emulated[name], tmp_path / f"s{seed}", world, dims, seed, lagging):
+            check(got, want, f"{name}, schedule seed {seed}, lagging rank {lagging}, rank {rank}, {what}")
+
+
+OLD_SCHEDULES = ((11, -1), (23, 1), (29, 0))
+MUTANTS = {  # name: (strategy, knobs, a wait the candidate needs, what dropping it does, (world, dims, schedules))
     "pipeline-no-rows-wait": (
         "expert_pipeline", {"mover": "copy_engine", "groups": 4, "mover_blocks": 16, "results": "separate"},
         "if (rows_from.bits[0]) wait_groups<<<dim3(W, 1), 1, 0, stream>>>(mine, kRows, g, rows_from, pushed, trace);",
-        "each group is gathered and computed before the peers' rows of the group have landed"),
+        "each group is gathered and computed before the peers' rows of the group have landed",
+        (*SHAPES[0][:2], OLD_SCHEDULES)),
     "pipeline-no-computed-wait": (
         "expert_pipeline", {"mover": "ipc", "groups": 2, "mover_blocks": 16, "results": "shared"},
         "CUCO_TRY_CUDA(ctx, cudaStreamWaitEvent(c->result_stream, c->computed[g], 0));",
-        "each group's results are pushed back before they are computed"),
+        "each group's results are pushed back before they are computed", (*SHAPES[0][:2], OLD_SCHEDULES)),
+    "arrival-no-chunk-wait": (
+        "arrival_pipeline", {"mover": "copy_engine", "chunks": 4, "mover_blocks": 16},
+        "wait_flag<<<1, 1, 0, stream>>>(mine, kRows, p, q, pushed, trace);",
+        "each chunk is computed before it has landed", (*CHUNKED_SHAPES[0][:2], ((61, -1), (67, 1), (83, 0)))),
+    "arrival-no-computed-wait-w4": (
+        "arrival_pipeline", {"mover": "ipc", "chunks": 2, "mover_blocks": 16},
+        "CUCO_TRY_CUDA(ctx, cudaStreamWaitEvent(c->result_stream, done, 0));",
+        "each chunk's results are pushed back before they are computed",
+        (*CHUNKED_SHAPES[1][:2], ((71, -1), (83, 3), (11, 1)))),
+    "arrival-no-results-wait": (
+        "arrival_pipeline", {"mover": "copy_engine", "chunks": 2, "mover_blocks": 16},
+        "if (remote) wait_results<<<dim3(W, kChunks), 1, 0, stream>>>(mine, results_from, pushed, trace);",
+        "the weighted sum reads the combine buffer before the peers' results are back",
+        (*CHUNKED_SHAPES[0][:2], ((61, -1), (67, 1), (83, 0)))),
 }
 
 
@@ -190,15 +233,14 @@ def test_a_missing_wait_fails(tmp_path):
     """The test can fail: each mutant (a template with one wait dropped) gets a wrong answer."""
     book = _book()
     sources = {}
-    for name, (strategy, knobs, wait, _) in MUTANTS.items():
+    for name, (strategy, knobs, wait, _, _) in MUTANTS.items():
         src = _source(strategy, knobs, book)
         assert wait in src, name
         sources[name] = emulated_source(src.replace(wait, ""))
     binaries = compile_emulated(sources, tmp_path, (EMU,))
-    world, dims, _ = SHAPES[0]
-    for name, (_, _, _, why) in MUTANTS.items():
+    for name, (_, _, _, why, (world, dims, schedules)) in MUTANTS.items():
         failures = 0
-        for seed, lagging in ((11, -1), (23, 1), (29, 0)):
+        for seed, lagging in schedules:
             for what, rank, got, want in run_candidate(binaries[name], tmp_path / f"{name}-runs" / f"s{seed}", world,
                                                        dims, seed, lagging):
                 try:

@@ -11,20 +11,22 @@ counts need, and no Python loop of launches on the timed path. On each rank:
             cuBLAS need sizes on the host; the plan built from them is cached by their bytes);
             the rows moved (NCCL send/recv to every rank, one group) and regrouped by local expert
             (one kernel for the segment starts, one row copy);
-  experts   per local expert two cuBLAS GEMMs ([n, H] @ [H, 2I], gate and up together, then
-            [n, I] @ [I, H]; bf16 in and out, fp32 accumulation) around one silu(gate) * up
-            kernel over all rows; launched as one CUDA graph, captured the second time a routing
-            is seen and replayed after (eager when capture fails, with a warning);
+  experts   one cuBLAS grouped GEMM over every local expert with rows ([n_e, H] @ [H, 2I], gate
+            and up together; cublasGemmGroupedBatchedEx, bf16 in and out, fp32 accumulation), one
+            silu(gate) * up kernel over all rows, one grouped GEMM [n_e, I] @ [I, H]; the pointer
+            arrays cuBLAS reads on the device written by one small kernel from the counts. Launched
+            as one CUDA graph, captured the second time a routing is seen and replayed after (eager
+            when capture fails, with a warning). `gemm="per_expert"` (or CUCO_MOE_REF_GEMM) runs
+            two cublasGemmEx per expert instead, the earlier reference, for comparison;
   combine   the results put back in arrival order (one row copy), sent back (one group), and
             each token's 8 results summed with its router weights (one kernel).
 
 Per iteration: 8 kernel launches, 3 NCCL groups, 1 device-to-host copy, 1 host sync, and the
-expert GEMMs (one graph launch, or 2 * (experts with rows) + 1 launches when eager).
+expert phase (one graph launch; eager, 4 launches grouped or 2 * (experts with rows) + 1 per expert).
 
-`expected` is the float64 CPU answer the tests check everything against; `simulate` is this same
-pipeline (the same index plans, the same bf16 roundings) in NumPy with the all-to-alls done
-in memory, so the CPU tests check the reference's index arithmetic without a GPU (and the
-kernels themselves, on a small CPU emulation of CUDA, in the tests).
+`expected` (the float64 CPU answer the tests check everything against), `simulate` (this pipeline
+in NumPy) and the routing generator live in reference_cpu.py beside this file; this module exports
+them, so the harness and the tests see one module.
 
 Buffers per rank: inputs "x" [T, H] bf16, "topk_idx" [T, 8] int32, "topk_w" [T, 8] float32,
 "w13" [E/W, H, 2I] bf16 (gate | up), "w2" [E/W, I, H] bf16; output "out" [T, H] bf16."""
@@ -32,267 +34,39 @@ Buffers per rank: inputs "x" [T, H] bf16, "topk_idx" [T, 8] int32, "topk_w" [T, 
 from __future__ import annotations
 
 import ctypes
-import math
+import importlib.util
 import os
 import warnings
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from cuco_tui.harness.bf16 import from_bf16_bits, to_bf16_bits
 
-TOPK = 8
-MAX_EXPERTS = 1024  # the route kernels keep one counter per expert in shared memory
+def _sibling(name: str) -> Any:
+    """A module beside this file: the harness loads this one by its path, not from a package."""
+    path = Path(__file__).with_name(name)
+    spec = importlib.util.spec_from_file_location(f"{__name__}_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_cpu = _sibling("reference_cpu.py")
+TOPK, MAX_EXPERTS = _cpu.TOPK, _cpu.MAX_EXPERTS
+check_dims, local_experts, capacity, io_spec = _cpu.check_dims, _cpu.local_experts, _cpu.capacity, _cpu.io_spec
+zipf_exponent, popularity, routing = _cpu.zipf_exponent, _cpu.popularity, _cpu.routing
+token_inputs, fill_inputs, expected, _silu = _cpu.token_inputs, _cpu.fill_inputs, _cpu.expected, _cpu._silu
+dispatch_order, Layout, simulate = _cpu.dispatch_order, _cpu.Layout, _cpu.simulate
+
 CUDA_R_16BF = 14
 CUBLAS_COMPUTE_32F = 68
 CUBLAS_GEMM_DEFAULT = -1
 CUBLAS_OP_N = 0
-_SEED_MOD = 1 << 32
-
-
-# ---------------------------------------------------------------------------- shapes
-
-
-def check_dims(dims: dict[str, int], world: int) -> None:
-    E = dims["E"]
-    if E % world:
-        raise ValueError(f"E={E} experts do not split evenly over {world} ranks")
-    if E < TOPK:
-        raise ValueError(f"top-{TOPK} routing needs at least {TOPK} experts, not E={E}")
-    if E > MAX_EXPERTS:
-        raise ValueError(f"at most {MAX_EXPERTS} experts (the route kernels count them in shared memory), not E={E}")
-    if not 0 < dims["HOT"] < 100:
-        raise ValueError(f"HOT is a percentage below 100, not {dims['HOT']}")
-    if dims["H"] % 8 or dims["I"] % 2:
-        raise ValueError("H must be a multiple of 8 and I even")
-
-
-def local_experts(dims: dict[str, int], world: int) -> int:
-    return dims["E"] // world
-
-
-def capacity(dims: dict[str, int], world: int) -> int:
-    """The most rows one rank can receive from one source: a token's 8 experts are distinct,
-    so it sends at most min(8, E/W) rows to any one rank."""
-    return dims["T"] * min(TOPK, local_experts(dims, world))
-
-
-def io_spec(dims: dict[str, int], world: int, rank: int = 0) -> dict[str, list[tuple[str, tuple[int, ...], str]]]:
-    check_dims(dims, world)
-    T, H, I = dims["T"], dims["H"], dims["I"]
-    el = local_experts(dims, world)
-    return {
-        "inputs": [
-            ("x", (T, H), "bf16"),
-            ("topk_idx", (T, TOPK), "i32"),
-            ("topk_w", (T, TOPK), "f32"),
-            ("w13", (el, H, 2 * I), "bf16"),
-            ("w2", (el, I, H), "bf16"),
-        ],
-        "outputs": [("out", (T, H), "bf16")],
-    }
-
-
-# ---------------------------------------------------------------------------- routing
-
-
-def zipf_exponent(experts: int, hot: float) -> float:
-    """The exponent s of popularity weights (rank + 1)^-s under which the hottest quarter of
-    `experts` holds `hot` percent of the weight (0 when `hot` is at or below uniform)."""
-    q = max(1, experts // 4)
-    target = hot / 100.0
-    if target <= q / experts:
-        return 0.0
-    if target >= 1.0:
-        raise ValueError(f"HOT must be below 100, not {hot}")
-    ranks = np.arange(1, experts + 1, dtype=np.float64)
-
-    def share(s: float) -> float:
-        w = ranks ** -s
-        return float(w[:q].sum() / w.sum())
-
-    lo, hi = 0.0, 1.0
-    while share(hi) < target and hi < 256:
-        hi *= 2
-    for _ in range(80):
-        mid = (lo + hi) / 2
-        if share(mid) < target:
-            lo = mid
-        else:
-            hi = mid
-    return hi
-
-
-def popularity(experts: int) -> np.ndarray:
-    """Each expert's place in the popularity order (0 = hottest). Fixed per E (not per run or
-    rank), so every rank sees the same hot experts and bench runs see the same load."""
-    return np.random.RandomState(0xE0E0 + experts).permutation(experts)
-
-
-def routing(xp: Any, rs: Any, tokens: int, experts: int, hot: float) -> tuple[Any, Any]:
-    """Top-8 distinct experts per token, drawn without replacement in proportion to the
-    popularity weights (Gumbel top-k), and router weights: positive, summing to 1 per token."""
-    s = zipf_exponent(experts, hot)
-    logp = -s * np.log(popularity(experts).astype(np.float64) + 1.0)
-    u = xp.clip(rs.random_sample((tokens, experts)), 1e-12, 1.0 - 1e-12)
-    keys = xp.asarray(logp)[None, :] - xp.log(-xp.log(u))
-    idx = xp.argsort(-keys, axis=1)[:, :TOPK].astype(xp.int32)
-    scores = rs.uniform(0.05, 1.0, (tokens, TOPK))
-    weights = (scores / scores.sum(axis=1, keepdims=True)).astype(xp.float32)
-    return idx, weights
-
-
-def fill_inputs(xp: Any, inputs: dict[str, Any], dims: dict[str, int], world: int, rank: int, seed: int) -> None:
-    """Fresh inputs: x standard normal; routing from the skewed generator; expert weights scaled
-    by 1/sqrt(fan-in) so every intermediate is O(1). Generated expert by expert to bound the
-    temporary memory (the weights of one rank reach 11 GB at the largest shape)."""
-    T, H, E, I = dims["T"], dims["H"], dims["E"], dims["I"]
-    rs = xp.random.RandomState((seed * 7919 + 1009 * rank + 1) % _SEED_MOD)
-    inputs["x"][...] = to_bf16_bits(xp, rs.standard_normal((T, H)).astype(xp.float32))
-    idx, weights = routing(xp, rs, T, E, dims["HOT"])
-    inputs["topk_idx"][...] = idx
-    inputs["topk_w"][...] = weights
-    for e in range(local_experts(dims, world)):
-        inputs["w13"][e] = to_bf16_bits(xp, (rs.standard_normal((H, 2 * I)) / math.sqrt(H)).astype(xp.float32))
-        inputs["w2"][e] = to_bf16_bits(xp, (rs.standard_normal((I, H)) / math.sqrt(I)).astype(xp.float32))
-
-
-# ---------------------------------------------------------------------------- the exact answer
-
-
-def _silu(v: Any) -> Any:
-    return v / (1.0 + np.exp(-v))
-
-
-def expected(all_inputs: list[dict[str, np.ndarray]], dims: dict[str, int], world: int) -> list[dict[str, np.ndarray]]:
-    """float64 on the CPU, no rounding of intermediates: for every rank's token t,
-    out[t] = sum_k w[t,k] * ((silu(x_t W1_e) * (x_t W3_e)) W2_e) with e = topk_idx[t,k]."""
-    I = dims["I"]
-    el = local_experts(dims, world)
-    w13 = [from_bf16_bits(np, all_inputs[e // el]["w13"][e % el]).astype(np.float64) for e in range(dims["E"])]
-    w2 = [from_bf16_bits(np, all_inputs[e // el]["w2"][e % el]).astype(np.float64) for e in range(dims["E"])]
-    outs = []
-    for inp in all_inputs:
-        x = from_bf16_bits(np, inp["x"]).astype(np.float64)
-        idx = np.asarray(inp["topk_idx"])
-        wts = np.asarray(inp["topk_w"]).astype(np.float64)
-        out = np.zeros_like(x)
-        for e in np.unique(idx):
-            t, k = np.nonzero(idx == e)
-            a = x[t] @ w13[e]
-            y = (_silu(a[:, :I]) * a[:, I:]) @ w2[e]
-            np.add.at(out, t, wts[t, k][:, None] * y)
-        outs.append({"out": out})
-    return outs
-
-
-# ---------------------------------------------------------------------------- index plans (NumPy or CuPy)
-
-
-def dispatch_order(xp: Any, topk_idx: Any, experts: int) -> tuple[Any, Any, Any]:
-    """Sort the (token, choice) pairs by expert, stably (pair index breaks ties).
-    Returns order (the pair at each send slot), pos (the send slot of each pair, int32) and the
-    pairs per expert (int32 [E]). Send slots of rank p's experts form one segment, by expert."""
-    flat = topk_idx.reshape(-1).astype(xp.int64)
-    n = flat.size
-    order = xp.argsort(flat * n + xp.arange(n, dtype=xp.int64))
-    pos = xp.empty(n, dtype=xp.int32)
-    pos[order] = xp.arange(n, dtype=xp.int32)
-    counts = xp.bincount(flat, minlength=experts).astype(xp.int32)
-    return order, pos, counts
-
-
-def _exclusive(v: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(v) + 1, dtype=np.int64)
-    np.cumsum(v, out=out[1:])
-    return out
-
-
-class Layout:
-    """Host-side sizes of one iteration on one rank, from the pairs it sends per expert
-    (`counts` [E]) and the rows it receives per (source rank, local expert) (`recv_counts` [W, E/W]).
-
-    Send layout (rows sorted by global expert): segment p = rows for rank p, at send_off[p].
-    Arrival layout (rows as received): segment p = rows from rank p (by local expert), at recv_off[p].
-    Expert layout (rows the GEMMs read): segment e = rows of local expert e (by source), at expert_off[e]."""
-
-    def __init__(self, counts: np.ndarray, recv_counts: np.ndarray) -> None:
-        world, el = recv_counts.shape
-        self.world, self.local = world, el
-        self.counts = np.asarray(counts, dtype=np.int64)
-        self.recv_counts = np.asarray(recv_counts, dtype=np.int64)
-        self.send_n = self.counts.reshape(world, el).sum(axis=1)
-        self.send_off = _exclusive(self.send_n)
-        self.recv_n = self.recv_counts.sum(axis=1)
-        self.recv_off = _exclusive(self.recv_n)
-        self.expert_n = self.recv_counts.sum(axis=0)
-        self.expert_off = _exclusive(self.expert_n)
-        self.rows = int(self.recv_off[-1])
-
-    def expert_to_arrival(self) -> np.ndarray:
-        """For each row of the expert layout, its row in the arrival layout (int64 [rows])."""
-        rc = self.recv_counts
-        starts = (self.recv_off[:-1, None] + np.cumsum(rc, axis=1) - rc)  # [W, El]: arrival start of (p, e)
-        lens = rc.T.reshape(-1)  # expert-major: (e, p)
-        seg_starts = starts.T.reshape(-1)
-        first = _exclusive(lens)[:-1]
-        return np.repeat(seg_starts - first, lens) + np.arange(int(lens.sum()), dtype=np.int64)
-
-    def received_bytes(self, rank: int, hidden: int) -> int:
-        """Bytes that cross the links into this rank: dispatched rows plus returned results."""
-        others = [p for p in range(self.world) if p != rank]
-        rows = int(self.recv_n[others].sum() + self.send_n[others].sum())
-        return rows * hidden * 2
-
-
-# ---------------------------------------------------------------------------- the pipeline in NumPy
-
-
-def _round_bf16(v: np.ndarray) -> np.ndarray:
-    return from_bf16_bits(np, to_bf16_bits(np, v.astype(np.float32)))
-
-
-def simulate(all_inputs: list[dict[str, np.ndarray]], dims: dict[str, int], world: int) -> list[dict[str, np.ndarray]]:
-    """The reference's pipeline on the CPU: the same plans (`dispatch_order`, `Layout`), the
-    all-to-alls as copies between the ranks' arrays, bf16 rounding wherever the GPU stores bf16
-    (GEMM results, silu * up, expert outputs, the output). float32 elsewhere."""
-    E, I = dims["E"], dims["I"]
-    el = local_experts(dims, world)
-    plans = [dispatch_order(np, np.asarray(inp["topk_idx"]), E) for inp in all_inputs]
-    sends = [np.asarray(inp["x"])[order // TOPK] for inp, (order, _, _) in zip(all_inputs, plans)]
-    layouts = [Layout(plans[r][2], np.stack([plans[p][2][r * el:(r + 1) * el] for p in range(world)]))
-               for r in range(world)]
-    results = []  # per rank: its results in arrival layout, bf16 bits
-    for r in range(world):
-        lay = layouts[r]
-        arrival = np.concatenate([sends[p][layouts[p].send_off[r]:layouts[p].send_off[r + 1]] for p in range(world)])
-        e2a = lay.expert_to_arrival()
-        xe = from_bf16_bits(np, arrival[e2a])
-        y = np.empty((lay.rows, dims["H"]), dtype=np.float32)
-        for e in range(el):
-            lo, hi = lay.expert_off[e], lay.expert_off[e + 1]
-            if hi == lo:
-                continue
-            w13 = from_bf16_bits(np, all_inputs[r]["w13"][e])
-            w2 = from_bf16_bits(np, all_inputs[r]["w2"][e])
-            a = _round_bf16(xe[lo:hi] @ w13)
-            h = _round_bf16(_silu(a[:, :I]) * a[:, I:])
-            y[lo:hi] = _round_bf16(h @ w2)
-        back = np.empty_like(y)
-        back[e2a] = y
-        results.append(back)
-    outs = []
-    for r in range(world):
-        order, pos, _ = plans[r]
-        comb = np.concatenate([results[p][layouts[p].recv_off[r]:layouts[p].recv_off[r + 1]] for p in range(world)])
-        wts = np.asarray(all_inputs[r]["topk_w"], dtype=np.float32)
-        rows = comb[pos].reshape(-1, TOPK, dims["H"])
-        acc = np.zeros(rows.shape[::2], dtype=np.float32)
-        for k in range(TOPK):  # the GPU kernel's order: choice 0 first, fp32
-            acc += wts[:, k:k + 1] * rows[:, k]
-        outs.append({"out": _round_bf16(acc).astype(np.float64)})
-    return outs
+GEMM_MODES = ("grouped", "per_expert")
 
 
 # ---------------------------------------------------------------------------- the GPU reference: kernels
@@ -304,166 +78,8 @@ SCAN_THREADS = 1024  # route_scan: its block-wide scan assumes exactly 32 warps
 PLACE_THREADS = 128  # route_place
 COPY_THREADS = 128  # row copies (16 bytes a thread and load) and weighted_combine
 
-_KERNELS = r"""
-__device__ __forceinline__ float lo_bf(unsigned int v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float hi_bf(unsigned int v) { return __uint_as_float(v & 0xffff0000u); }
-__device__ __forceinline__ unsigned int f2bf(float f) {   // round to nearest even, NaN kept
-  unsigned int u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return u >> 16;
-}
-__device__ __forceinline__ unsigned int pack(float lo, float hi) { return f2bf(lo) | (f2bf(hi) << 16); }
-__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
-
-// ---- Routing: a stable counting sort of the (token, choice) pairs by expert, the plan of
-// dispatch_order() without its sort. Block b of route_count and route_place owns the pairs
-// [b * chunk, (b + 1) * chunk); hist is [experts, blocks], expert-major.
-
-// hist[e, b] = the pairs of block b that go to expert e.
-extern "C" __global__ void route_count(const int* idx, int pairs, int chunk, int experts, int* hist) {
-  __shared__ int count[1024];
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) count[e] = 0;
-  __syncthreads();
-  const int end = min(pairs, (int)(blockIdx.x + 1) * chunk);
-  for (int i = (int)blockIdx.x * chunk + (int)threadIdx.x; i < end; i += blockDim.x) atomicAdd(&count[idx[i]], 1);
-  __syncthreads();
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) hist[e * gridDim.x + blockIdx.x] = count[e];
-}
-
-// One block of 1024 threads. counts[e] = the pairs for expert e; then hist becomes its exclusive
-// scan in (expert, block) order, which is block b's first send slot for expert e: slots are
-// sorted by expert, and within an expert by block, so by pair.
-extern "C" __global__ void __launch_bounds__(1024) route_scan(int* hist, int blocks, int experts, int* counts) {
-  __shared__ int warp_total[32];
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    int sum = 0;
-    for (int b = 0; b < blocks; ++b) sum += hist[e * blocks + b];
-    counts[e] = sum;
-  }
-  __syncthreads();  // every count is read before the scan overwrites hist
-  const int n = experts * blocks, per = (n + (int)blockDim.x - 1) / (int)blockDim.x;
-  const int lo = min(n, (int)threadIdx.x * per), hi = min(n, lo + per);
-  int mine = 0;
-  for (int i = lo; i < hi; ++i) mine += hist[i];
-  // Exclusive scan of `mine` over the block: inclusive within each warp, then over the warps' totals.
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int incl = mine;
-  for (int d = 1; d < 32; d <<= 1) {
-    const int up = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += up;
-  }
-  if (lane == 31) warp_total[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    int total = warp_total[lane];
-    for (int d = 1; d < 32; d <<= 1) {
-      const int up = __shfl_up_sync(0xffffffffu, total, d);
-      if (lane >= d) total += up;
-    }
-    warp_total[lane] = total;
-  }
-  __syncthreads();
-  int run = incl - mine + (warp > 0 ? warp_total[warp - 1] : 0);
-  for (int i = lo; i < hi; ++i) {
-    const int v = hist[i];
-    hist[i] = run;
-    run += v;
-  }
-}
-
-// Block b hands out the send slots of its pairs in pair order, from its first slot per expert
-// (hist after route_scan): pos[i] is pair i's place in the stable sort by expert. One thread walks
-// the block's pairs (256 at the bench shapes: microseconds); the others only load the cursors.
-extern "C" __global__ void route_place(const int* __restrict__ idx, int pairs, int chunk, int experts,
-                                       const int* __restrict__ first, int* __restrict__ pos) {
-  __shared__ int cursor[1024];
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) cursor[e] = first[e * gridDim.x + blockIdx.x];
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  const int end = min(pairs, (int)(blockIdx.x + 1) * chunk);
-  for (int i = (int)blockIdx.x * chunk; i < end; ++i) pos[i] = cursor[idx[i]]++;
-}
-
-// ---- Row copies: one block per row, 16 bytes a thread and load.
-
-// send[pos[i]] = x[i / 8]: the rows in the send layout.
-extern "C" __global__ void permute_rows(const uint4* x, const int* pos, uint4* send, int vecs) {
-  const uint4* src = x + (long long)(blockIdx.x / 8) * vecs;
-  uint4* dst = send + (long long)pos[blockIdx.x] * vecs;
-  for (int v = threadIdx.x; v < vecs; v += blockDim.x) dst[v] = src[v];
-}
-
-// The (source p, local expert e) segments, s = p * local + e: where each starts in the arrival
-// layout (by source, then expert; arrival[segments] = all rows) and in the expert layout (by
-// expert, then source). recv_counts[s]: rows from rank p for local expert e. One thread.
-extern "C" __global__ void segment_offsets(const int* recv_counts, int world, int local, long long* arrival,
-                                           long long* expert) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  long long run = 0;
-  for (int e = 0; e < local; ++e)
-    for (int p = 0; p < world; ++p) {
-      expert[p * local + e] = run;
-      run += recv_counts[p * local + e];
-    }
-  run = 0;
-  for (int s = 0; s < world * local; ++s) {
-    arrival[s] = run;
-    run += recv_counts[s];
-  }
-  arrival[world * local] = run;
-}
-
-// Block r handles arrival row r: its segment is the last one starting at or before r (an empty
-// segment shares its start with the next), its expert row the segment's expert start plus the
-// offset inside. to_expert: dst[expert row] = src[r] (dispatch), else dst[r] = src[expert row].
-extern "C" __global__ void regroup_rows(uint4* dst, const uint4* src, const long long* arrival,
-                                        const long long* expert, int segments, int vecs, int to_expert) {
-  const long long row = blockIdx.x;
-  int lo = 0, hi = segments - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (arrival[mid] <= row) lo = mid;
-    else hi = mid - 1;
-  }
-  const long long other = expert[lo] + (row - arrival[lo]);
-  const uint4* s = src + (to_expert ? row : other) * vecs;
-  uint4* d = dst + (to_expert ? other : row) * vecs;
-  for (int v = threadIdx.x; v < vecs; v += blockDim.x) d[v] = s[v];
-}
-
-// ---- Math.
-
-// h[r, i] = silu(gate[r, i]) * up[r, i]; h13 rows are [gate (I) | up (I)]. Two bf16 per thread.
-extern "C" __global__ void silu_mul(const unsigned int* h13, unsigned int* h, long long rows, int half) {
-  const long long n = rows * half;
-  for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (long long)gridDim.x * blockDim.x) {
-    const long long r = j / half, i = j % half;
-    const unsigned int g = h13[r * 2 * half + i], u = h13[r * 2 * half + half + i];
-    h[j] = pack(silu(lo_bf(g)) * lo_bf(u), silu(hi_bf(g)) * hi_bf(u));
-  }
-}
-
-// out[t, :] = sum_k w[t, k] * comb[pos[t*8 + k], :], fp32, choice 0 first. One block per token,
-// eight bf16 (16 bytes) per thread and load.
-extern "C" __global__ void weighted_combine(const uint4* comb, const int* pos, const float* w, uint4* out, int vecs) {
-  const int t = blockIdx.x;
-  for (int c = threadIdx.x; c < vecs; c += blockDim.x) {
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int k = 0; k < 8; ++k) {
-      const float wk = w[t * 8 + k];
-      const uint4 q = comb[(long long)pos[t * 8 + k] * vecs + c];
-      const unsigned int v[4] = {q.x, q.y, q.z, q.w};
-      for (int j = 0; j < 4; ++j) {
-        acc[2 * j] += wk * lo_bf(v[j]);
-        acc[2 * j + 1] += wk * hi_bf(v[j]);
-      }
-    }
-    out[(long long)t * vecs + c] = make_uint4(pack(acc[0], acc[1]), pack(acc[2], acc[3]), pack(acc[4], acc[5]),
-                                              pack(acc[6], acc[7]));
-  }
-}
-"""
+# The kernels live beside this file (CuPy compiles them with NVRTC when the Reference is built).
+_KERNELS = Path(__file__).with_name("reference_kernels.cu").read_text()
 
 
 def route_grid(pairs: int) -> tuple[int, int]:
@@ -510,6 +126,8 @@ class Plan:
         # (local expert, first row, rows) of the experts that received rows: one GEMM pair each.
         self.experts = [(e, int(o), int(n)) for e, (o, n) in enumerate(zip(layout.expert_off[:-1], layout.expert_n))
                         if n]
+        # The two grouped GEMMs' host arrays (gate/up, down), made by the Reference that uses them.
+        self.grouped: tuple[GroupedCall, GroupedCall] | None = None
 
 
 def plan_from_counts(host_counts: np.ndarray, world: int) -> Plan:
@@ -539,6 +157,8 @@ class GraphSlot:
     def __init__(self) -> None:
         self.runs = 0
         self.graph: Any = None
+        # What was captured, kept as long as its graph: the plan whose host arrays cuBLAS read.
+        self.launches: Callable[[], None] | None = None
 
 
 class GraphCache:
@@ -563,6 +183,7 @@ class GraphCache:
         if mode == "capture":
             try:
                 slot.graph = self.capture(launches)
+                slot.launches = launches
             except Exception as exc:  # any failure: run eagerly from now on, never crash the run
                 self.disable(f"CUDA graph capture of {what} failed ({type(exc).__name__}: {exc}); "
                              f"running {what} eagerly from now on")
@@ -585,14 +206,23 @@ def graphs_wanted() -> bool:
     return os.environ.get("CUCO_MOE_REF_GRAPHS", "1") != "0"
 
 
+def gemm_wanted() -> str:
+    """The expert phase's GEMMs: "grouped" (the default) unless CUCO_MOE_REF_GEMM says per_expert."""
+    mode = os.environ.get("CUCO_MOE_REF_GEMM", "grouped")
+    if mode not in GEMM_MODES:
+        raise ValueError(f"CUCO_MOE_REF_GEMM={mode!r}: use one of {', '.join(GEMM_MODES)}")
+    return mode
+
+
 # ---------------------------------------------------------------------------- the GPU reference
 
 
 def raw_cublas() -> ctypes.CDLL:
     """The process's libcublas through ctypes. CuPy's cuBLAS bindings refuse to run while a stream
-    captures (NotImplementedError) though cuBLAS itself supports graph capture, so the expert
-    GEMMs call cublasGemmEx directly. The library CuPy loaded is found by its soname, or else by
-    its path in /proc/self/maps."""
+    captures (NotImplementedError) though cuBLAS itself supports graph capture, and have no grouped
+    GEMM, so the expert GEMMs call cublasGemmGroupedBatchedEx (cuBLAS 12.5 and later; the
+    signature of cublas_api.h in nvidia-cublas 13) and cublasGemmEx directly. The library CuPy
+    loaded is found by its soname, or else by its path in /proc/self/maps."""
     try:
         lib = ctypes.CDLL("libcublas.so.13")
     except OSError:
@@ -607,7 +237,17 @@ def raw_cublas() -> ctypes.CDLL:
     lib.cublasGemmEx.restype = i32
     lib.cublasSetStream_v2.argtypes = [vp, vp]
     lib.cublasSetStream_v2.restype = i32
+    if hasattr(lib, "cublasGemmGroupedBatchedEx"):
+        # handle; transa[], transb[], m[], n[], k[], alpha[] (host); Aarray (device), Atype, lda[];
+        # Barray, Btype, ldb[]; beta[]; Carray, Ctype, ldc[]; group_count, group_size[]; computeType
+        lib.cublasGemmGroupedBatchedEx.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp, i32, vp, vp, i32, vp, vp, vp, i32,
+                                                   vp, i32, vp, i32]
+        lib.cublasGemmGroupedBatchedEx.restype = i32
     return lib
+
+
+class GroupedUnsupported(RuntimeError):
+    """cuBLAS refused a grouped GEMM (an old library or an unsupported GPU)."""
 
 
 def _check_cublas(status: int, what: str) -> None:
@@ -615,12 +255,40 @@ def _check_cublas(status: int, what: str) -> None:
         raise RuntimeError(f"{what} returned cuBLAS status {status}")
 
 
+class GroupedCall:
+    """The host-side arrays of one cublasGemmGroupedBatchedEx over a plan's experts: problem j
+    (a group of one: the row counts differ) is row-major out[n_j, m] = rows[n_j, k] @ W_j[k, m],
+    which cuBLAS sees column-major as out^T = W_j^T rows^T. cuBLAS reads these at the call (and
+    a capture bakes them into the graph); they live as long as the plan."""
+
+    def __init__(self, m: int, k: int, rows: np.ndarray) -> None:
+        g = len(rows)
+        self.count = g
+        self.ops = np.full(g, CUBLAS_OP_N, dtype=np.int32)
+        self.m = np.full(g, m, dtype=np.int32)
+        self.n = np.ascontiguousarray(rows, dtype=np.int32)
+        self.k = np.full(g, k, dtype=np.int32)
+        self.sizes = np.ones(g, dtype=np.int32)
+        self.alpha = np.ones(g, dtype=np.float32)
+        self.beta = np.zeros(g, dtype=np.float32)
+
+    def call(self, lib: Any, handle: int, a: int, b: int, c: int) -> int:
+        """The grouped GEMM on device pointer arrays a (weights), b (rows in), c (rows out)."""
+        p = lambda v: v.ctypes.data  # noqa: E731 (lda = m, ldb = k, ldc = m)
+        return lib.cublasGemmGroupedBatchedEx(
+            handle, p(self.ops), p(self.ops), p(self.m), p(self.n), p(self.k), p(self.alpha),
+            a, CUDA_R_16BF, p(self.m), b, CUDA_R_16BF, p(self.k), p(self.beta), c, CUDA_R_16BF, p(self.m),
+            self.count, p(self.sizes), CUBLAS_COMPUTE_32F)
+
+
 class Reference:
     """Host-driven dispatch, expert GEMMs and combine on the harness's NCCL communicator and
     CuPy's cuBLAS handle, all on env.stream, with one host sync (for the counts) an iteration.
-    Every buffer is allocated here, once per shape; an iteration allocates nothing."""
+    Every buffer is allocated here, once per shape; an iteration allocates nothing.
+    `gemm`: "grouped" (one grouped GEMM per projection) or "per_expert" (two GEMMs per expert);
+    None reads CUCO_MOE_REF_GEMM. Where libcublas has no grouped GEMM, per_expert with a warning."""
 
-    def __init__(self, env: Any, graphs: bool | None = None, cublas: Any = None) -> None:
+    def __init__(self, env: Any, graphs: bool | None = None, cublas: Any = None, gemm: str | None = None) -> None:
         import cupy
         import cupyx
 
@@ -648,6 +316,7 @@ class Reference:
             # (source rank, local expert). Side by side: one copy to the host.
             self.counts = cupy.empty(2 * self.E, dtype=cupy.int32)
             self.segments = cupy.empty(2 * self.E + 1, dtype=cupy.int64)
+            self.gemm_ptrs = cupy.empty(6 * self.el, dtype=cupy.int64)  # see grouped_pointers
         # Views made once (a view costs host time too): the received counts, and the segments'
         # starts in the arrival layout [E + 1] and in the expert layout [E].
         self.recv_counts = self.counts[self.E:]
@@ -655,7 +324,7 @@ class Reference:
         self.host_counts = cupyx.empty_pinned(2 * self.E, dtype=np.int32)  # pinned: an async copy
         module = cupy.RawModule(code=_KERNELS)
         for name in ("route_count", "route_scan", "route_place", "permute_rows", "segment_offsets", "regroup_rows",
-                     "silu_mul", "weighted_combine"):
+                     "silu_mul", "weighted_combine", "grouped_pointers"):
             setattr(self, name, module.get_function(name))
         self.handle = cupy.cuda.device.get_cublas_handle()
         self.lib = cublas if cublas is not None else raw_cublas()  # tests pass a fake
@@ -665,6 +334,12 @@ class Reference:
         self.i32 = {k: np.int32(v) for k, v in (("pairs", self.pairs), ("chunk", self.route_chunk), ("E", self.E),
                                                   ("blocks", self.route_blocks), ("vecs", self.H // 8),
                                                   ("world", env.world), ("local", self.el), ("half", self.I // 2))}
+        self.gemm = gemm_wanted() if gemm is None else gemm
+        if self.gemm not in GEMM_MODES:
+            raise ValueError(f"gemm={self.gemm!r}: use one of {', '.join(GEMM_MODES)}")
+        self.gemm_warnings: list[str] = []
+        if self.gemm == "grouped" and not hasattr(self.lib, "cublasGemmGroupedBatchedEx"):
+            self._per_expert_from_now("this libcublas has no cublasGemmGroupedBatchedEx (cuBLAS 12.5 or later)")
         self.plans = LRU(16)
         self.graphs = GraphCache(self._capture, lambda g: g.launch(stream=env.stream),
                                  graphs_wanted() if graphs is None else graphs)
@@ -676,8 +351,15 @@ class Reference:
 
     @property
     def warnings(self) -> list[str]:
-        """Why this reference runs slower than it could (a failed graph capture), for the log."""
-        return self.graphs.warnings
+        """Why this reference runs slower than it could (a failed graph capture, no grouped GEMM),
+        for the log."""
+        return self.gemm_warnings + self.graphs.warnings
+
+    def _per_expert_from_now(self, why: str) -> None:
+        self.gemm = "per_expert"
+        message = f"the expert phase runs two cublasGemmEx per expert: {why}"
+        self.gemm_warnings.append(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     # -- the three parts
 
@@ -704,7 +386,7 @@ class Reference:
         w13, w2 = inputs["w13"].data.ptr, inputs["w2"].data.ptr
         # Outside any capture: the GEMMs then launch on (and are captured from) env.stream.
         _check_cublas(self.lib.cublasSetStream_v2(self.handle, self.env.stream.ptr), "cublasSetStream")
-        # One graph launch instead of 2 * E/W + 1 from Python: the shapes depend on the counts only.
+        # One graph launch instead of 4 (or 2 * E/W + 1) from Python: the shapes depend on the counts only.
         self.graphs.run((plan.key, w13, w2), lambda: self._expert_launches(plan, w13, w2), "the expert GEMMs")
 
     def combine(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
@@ -772,6 +454,45 @@ class Reference:
                                                           self.i32["E"], self.i32["vecs"], np.int32(to_expert)))
 
     def _expert_launches(self, plan: Plan, w13: int, w2: int) -> None:
+        if self.gemm == "grouped":
+            try:
+                self._grouped_launches(plan, w13, w2)
+                return
+            except GroupedUnsupported as exc:
+                if self.env.stream.is_capturing():
+                    raise  # the capture fails; the graph cache runs this again eagerly
+                self._per_expert_from_now(str(exc))
+        self._per_expert_launches(plan, w13, w2)
+
+    def _grouped_launches(self, plan: Plan, w13: int, w2: int) -> None:
+        """The pointer arrays from the counts (one kernel); one grouped GEMM [n_e, H] @ [H, 2I]
+        over the experts with rows (gate and up together); silu * up over all rows (one kernel);
+        one grouped GEMM [n_e, I] @ [I, H]. Four launches."""
+        if plan.grouped is None:
+            rows = np.array([n for _, _, n in plan.experts], dtype=np.int32)
+            plan.grouped = (GroupedCall(2 * self.I, self.H, rows), GroupedCall(self.H, self.I, rows))
+        gate_up, down = plan.grouped
+        a, i64 = self.i32, np.int64
+        ptrs, step = self.gemm_ptrs.data.ptr, self.el * 8
+        with self.env.stream:
+            self.grouped_pointers((1,), (1024,), (
+                self.recv_counts, a["world"], a["local"], i64(w13), i64(w2), i64(self.xe.data.ptr),
+                i64(self.h13.data.ptr), i64(self.h.data.ptr), i64(self.y.data.ptr), i64(self.H), i64(self.I),
+                self.gemm_ptrs))
+            self._grouped(gate_up, ptrs, ptrs + step, ptrs + 2 * step)
+            self._silu(plan)
+            self._grouped(down, ptrs + 3 * step, ptrs + 4 * step, ptrs + 5 * step)
+
+    def _grouped(self, call: GroupedCall, a: int, b: int, c: int) -> None:
+        status = call.call(self.lib, self.handle, a, b, c)
+        if status != 0:
+            raise GroupedUnsupported(f"cublasGemmGroupedBatchedEx returned cuBLAS status {status}")
+
+    def _silu(self, plan: Plan) -> None:
+        blocks = min(4096, (plan.rows * self.I // 2 + 255) // 256)
+        self.silu_mul((blocks,), (256,), (self.h13, self.h, np.int64(plan.rows), self.i32["half"]))
+
+    def _per_expert_launches(self, plan: Plan, w13: int, w2: int) -> None:
         """Per local expert with rows, [n, H] @ [H, 2I] (gate and up in one GEMM); silu * up over
         all rows in one kernel; per expert [n, I] @ [I, H]. 2 * (experts with rows) + 1 launches."""
         H, I = self.H, self.I
@@ -780,8 +501,7 @@ class Reference:
             for e, r0, n in plan.experts:
                 # Row-major C[n, 2I] = X[n, H] @ W13_e[H, 2I] is column-major C^T = W13_e^T X^T.
                 self._gemm(2 * I, n, H, w13 + e * H * 2 * I * 2, xe + r0 * H * 2, h13 + r0 * 2 * I * 2)
-            blocks = min(4096, (plan.rows * I // 2 + 255) // 256)
-            self.silu_mul((blocks,), (256,), (self.h13, self.h, np.int64(plan.rows), self.i32["half"]))
+            self._silu(plan)
             for e, r0, n in plan.experts:
                 self._gemm(H, n, I, w2 + e * I * H * 2, h + r0 * I * 2, y + r0 * H * 2)
 

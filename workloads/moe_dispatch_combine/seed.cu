@@ -14,9 +14,10 @@
 // cuco-design: backend=nccl_host placement=before sync=per_peer issuer=host chunk=shard streams=1 comm_sms=0
 // Host-driven and sequential (the reference in C): sort the (token, choice) rows by expert into a
 // send buffer, exchange the per-expert counts with NCCL send/recv, read them on the host, move the
-// rows with one grouped NCCL send/recv, regroup them by local expert, run two cuBLAS GEMMs per
-// expert around a silu * up kernel, put the results back in arrival order, send them back with a
-// second grouped NCCL send/recv, and sum each token's 8 results with its router weights.
+// rows with one grouped NCCL send/recv, regroup them by local expert, run one cuBLAS grouped GEMM
+// per projection over every local expert (gate and up together, then down) around a silu * up
+// kernel, put the results back in arrival order, send them back with a second grouped NCCL
+// send/recv, and sum each token's 8 results with its router weights.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <vector>
@@ -145,6 +146,97 @@ weighted_combine(const uint4* results, const int* pos, const float* topk_w, uint
   }
 }
 
+// ---- Grouped GEMMs. One cublasGemmGroupedBatchedEx runs one projection for a set of experts, one
+// problem per expert with rows (a group of one: their row counts differ): in row-major terms
+// out[n, m] = rows[n, k] @ W[k, m], which cuBLAS sees column-major as out^T = W^T rows^T. cuBLAS
+// reads the sizes from the host at the call and the three pointer arrays from device memory when
+// the GEMM runs, so the host plans every call of an iteration once it holds the counts, and one
+// copy on the stream that runs them puts all their pointers on the device before the first.
+// The host rewrites its pinned arrays only after the iteration's host sync, which every stream of
+// the previous iteration (joined back to the harness's stream) has passed: no copy still reads them.
+struct GemmCall {
+  int m, k;          // output columns and depth, the same for every problem of the call
+  int first, count;  // its problems: [first, first + count) of the iteration's arrays
+};
+
+struct GroupedGemms {
+  const void** host = nullptr;  // pinned [3][capacity]: weights, rows in, rows out of each problem
+  const void** dev = nullptr;   // their device copy, what cuBLAS reads
+  int capacity = 0;
+  std::vector<int> rows;        // each problem's row count, this iteration
+  std::vector<GemmCall> calls;  // this iteration's calls
+  std::vector<int> m, k, ones;  // one call's size arrays (cuBLAS reads them at the call)
+  std::vector<cublasOperation_t> ops;
+  std::vector<float> alpha, beta;
+};
+
+static int grouped_init(cuco_ctx* ctx, GroupedGemms* g, int capacity) {
+  g->capacity = capacity;
+  CUCO_TRY_CUDA(ctx, cudaMallocHost(&g->host, 3 * (size_t)capacity * sizeof(void*)));
+  CUCO_TRY_CUDA(ctx, cudaMalloc(&g->dev, 3 * (size_t)capacity * sizeof(void*)));
+  return 0;
+}
+
+static int grouped_free(cuco_ctx* ctx, GroupedGemms* g) {
+  CUCO_TRY_CUDA(ctx, cudaFreeHost(g->host));
+  CUCO_TRY_CUDA(ctx, cudaFree(g->dev));
+  return 0;
+}
+
+// A new iteration's plan (after its host sync).
+static void grouped_reset(GroupedGemms* g) {
+  g->rows.clear();
+  g->calls.clear();
+}
+
+// Opens the next call: out[n, m] = rows[n, k] @ W[k, m] for every problem added to it. Its index.
+static int grouped_call(GroupedGemms* g, int m, int k) {
+  g->calls.push_back(GemmCall{m, k, (int)g->rows.size(), 0});
+  return (int)g->calls.size() - 1;
+}
+
+// One problem (an expert's n > 0 rows) of the last call opened.
+static int grouped_add(cuco_ctx* ctx, GroupedGemms* g, const void* weights, const void* in, void* out, int n) {
+  const int i = (int)g->rows.size();
+  if (i >= g->capacity) return cuco::fail(ctx, "more than %d grouped GEMM problems in one iteration", g->capacity);
+  g->host[i] = weights;
+  g->host[g->capacity + i] = in;
+  g->host[2 * g->capacity + i] = out;
+  g->rows.push_back(n);
+  g->calls.back().count += 1;
+  return 0;
+}
+
+// The iteration's pointers to the device, on the stream that runs its calls, before them.
+static int grouped_upload(cuco_ctx* ctx, GroupedGemms* g, cudaStream_t s) {
+  if (g->rows.empty()) return 0;
+  CUCO_TRY_CUDA(ctx, cudaMemcpyAsync(g->dev, g->host, 3 * (size_t)g->capacity * sizeof(void*),
+                                     cudaMemcpyHostToDevice, s));
+  return 0;
+}
+
+// Runs call `c` on the stream `blas` is bound to (nothing when it has no problems).
+static int grouped_run(cuco_ctx* ctx, cublasHandle_t blas, GroupedGemms* g, int c) {
+  const GemmCall call = g->calls[c];
+  if (call.count == 0) return 0;
+  g->m.assign(call.count, call.m);
+  g->k.assign(call.count, call.k);
+  g->ones.assign(call.count, 1);
+  g->ops.assign(call.count, CUBLAS_OP_N);
+  g->alpha.assign(call.count, 1.0f);
+  g->beta.assign(call.count, 0.0f);
+  const void* const* a = g->dev + call.first;
+  const void* const* b = g->dev + g->capacity + call.first;
+  void* const* out = (void* const*)(g->dev + 2 * g->capacity + call.first);
+  // lda = m, ldb = k, ldc = m: dense rows
+  CUCO_TRY_CUBLAS(ctx, cublasGemmGroupedBatchedEx(blas, g->ops.data(), g->ops.data(), g->m.data(),
+                                                  g->rows.data() + call.first, g->k.data(), g->alpha.data(), a,
+                                                  CUDA_R_16BF, g->m.data(), b, CUDA_R_16BF, g->k.data(),
+                                                  g->beta.data(), out, CUDA_R_16BF, g->m.data(), call.count,
+                                                  g->ones.data(), CUBLAS_COMPUTE_32F));
+  return 0;
+}
+
 struct Candidate {
   cuco_ctx* ctx;
   ncclComm_t comm;
@@ -165,6 +257,7 @@ struct Candidate {
   void* h13;             // [rows_max, 2I]
   void* h;               // [rows_max, I]
   void* y;               // [rows_max, H]
+  GroupedGemms gemms;    // the expert phase's two grouped GEMMs
   std::vector<int64_t> send_n, send_off, recv_n, recv_off, expert_n, expert_off;
 };
 
@@ -198,15 +291,7 @@ static int candidate_init(cuco_ctx* ctx, Candidate** out) {
   CUCO_TRY_CUDA(ctx, cudaMalloc(&c->h13, c->rows_max * 2 * c->I * 2));
   CUCO_TRY_CUDA(ctx, cudaMalloc(&c->h, c->rows_max * c->I * 2));
   CUCO_TRY_CUDA(ctx, cudaMalloc(&c->y, c->rows_max * c->H * 2));
-  return 0;
-}
-
-// Row-major C[n, m] = A[n, k] @ B[k, m] is column-major C^T = B^T A^T.
-static int gemm_rows(Candidate* c, int m, int n, int k, const void* b, const void* a, void* out) {
-  const float alpha = 1.0f, beta = 0.0f;
-  CUCO_TRY_CUBLAS(c->ctx, cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, b, CUDA_R_16BF, m, a,
-                                       CUDA_R_16BF, k, &beta, out, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT));
+  CUCO_TRY(grouped_init(ctx, &c->gemms, 2 * c->El));
   return 0;
 }
 
@@ -270,7 +355,8 @@ static int candidate_launch(Candidate* c, cudaStream_t stream) {
   }
   CUCO_TRY_NCCL(ctx, ncclGroupEnd());
 
-  // 4. Experts: regroup by expert, two GEMMs per expert around silu * up, back to arrival order.
+  // 4. Experts: regroup by expert, one grouped GEMM per projection around silu * up, back to
+  // arrival order.
   if (rows > 0) {
     segment_offsets<<<1, 32, 0, stream>>>(c->recv_counts, W, El, c->seg_arrival, c->seg_expert);
     regroup_rows<<<(unsigned)rows, kCopyThreads, 0, stream>>>((uint4*)c->xe, (const uint4*)recv, c->seg_arrival,
@@ -279,20 +365,23 @@ static int candidate_launch(Candidate* c, cudaStream_t stream) {
     const char* w13 = (const char*)cuco::input(ctx, "w13")->ptr;
     const char* w2 = (const char*)cuco::input(ctx, "w2")->ptr;
     const int H = (int)c->H, I = (int)c->I;
-    for (int e = 0; e < El; ++e) {
-      if (!c->expert_n[e]) continue;
-      const int64_t r0 = c->expert_off[e];
-      CUCO_TRY(gemm_rows(c, 2 * I, (int)c->expert_n[e], H, w13 + (size_t)e * H * 2 * I * 2,
-                         (const char*)c->xe + r0 * row, (char*)c->h13 + r0 * 2 * I * 2));
-    }
+    GroupedGemms* g = &c->gemms;
+    grouped_reset(g);
+    const int gate_up = grouped_call(g, 2 * I, H);
+    for (int e = 0; e < El; ++e)
+      if (c->expert_n[e])
+        CUCO_TRY(grouped_add(ctx, g, w13 + (size_t)e * H * 2 * I * 2, (const char*)c->xe + c->expert_off[e] * row,
+                             (char*)c->h13 + c->expert_off[e] * 2 * I * 2, (int)c->expert_n[e]));
+    const int down = grouped_call(g, H, I);
+    for (int e = 0; e < El; ++e)
+      if (c->expert_n[e])
+        CUCO_TRY(grouped_add(ctx, g, w2 + (size_t)e * I * H * 2, (const char*)c->h + c->expert_off[e] * I * 2,
+                             (char*)c->y + c->expert_off[e] * row, (int)c->expert_n[e]));
+    CUCO_TRY(grouped_upload(ctx, g, stream));
+    CUCO_TRY(grouped_run(ctx, c->blas, g, gate_up));
     const int blocks = (int)((rows * I / 2 + 255) / 256 < 4096 ? (rows * I / 2 + 255) / 256 : 4096);
     silu_mul<<<blocks, 256, 0, stream>>>((const __nv_bfloat162*)c->h13, (__nv_bfloat162*)c->h, rows, I / 2);
-    for (int e = 0; e < El; ++e) {
-      if (!c->expert_n[e]) continue;
-      const int64_t r0 = c->expert_off[e];
-      CUCO_TRY(gemm_rows(c, H, (int)c->expert_n[e], I, w2 + (size_t)e * I * H * 2, (const char*)c->h + r0 * I * 2,
-                         (char*)c->y + r0 * row));
-    }
+    CUCO_TRY(grouped_run(ctx, c->blas, g, down));
     regroup_rows<<<(unsigned)rows, kCopyThreads, 0, stream>>>((uint4*)recv, (const uint4*)c->y, c->seg_arrival,
                                                                c->seg_expert, W * El, 0, vecs, 0);
     CUCO_TRY_CUDA(ctx, cudaGetLastError());
@@ -321,6 +410,7 @@ static int candidate_teardown(Candidate* c) {
                      c->recv, c->xe, c->h13, c->h, c->y};
   for (void* b : buffers) CUCO_TRY_CUDA(ctx, cudaFree(b));
   CUCO_TRY_CUDA(ctx, cudaFreeHost(c->host_counts));
+  CUCO_TRY(grouped_free(ctx, &c->gemms));
   CUCO_TRY_CUBLAS(ctx, cublasDestroy(c->blas));
   CUCO_TRY_NCCL(ctx, ncclCommDestroy(c->comm));
   delete c;

@@ -14,8 +14,8 @@
 //    of the wait call) has run.
 //  - NCCL: send/recv match in order per (source, destination), a rank to itself too; an operation (or a group of them)
 //    completes when all its parts are matched; all-gather completes when every rank has joined.
-//  - cuBLAS: cublasGemmStridedBatchedEx and cublasGemmEx in float on the handle's stream (bf16 or
-//    fp32 operands).
+//  - cuBLAS (emu_cublas.h): cublasGemmStridedBatchedEx, cublasGemmEx and cublasGemmGroupedBatchedEx
+//    in float on the handle's stream (bf16 or fp32 operands).
 //  - A watchdog ends the process after EMU_TIMEOUT_S seconds with what each stream waits for.
 #pragma once
 
@@ -514,78 +514,7 @@ inline ncclResult_t ncclDevCommCreate(ncclComm_t, const ncclDevCommRequirements_
 }
 inline ncclResult_t ncclDevCommDestroy(ncclComm_t, const ncclDevComm*) { return ncclInvalidUsage; }
 
-// ---------------------------------------------------------------- cuBLAS
-
-typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7 } cublasStatus_t;
-typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
-typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType;
-typedef cudaDataType cudaDataType_t;
-typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
-typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
-struct EmuBlas {
-  cudaStream_t stream = nullptr;
-};
-typedef EmuBlas* cublasHandle_t;
-inline cublasStatus_t cublasCreate(cublasHandle_t* h) {
-  *h = new EmuBlas();
-  return CUBLAS_STATUS_SUCCESS;
-}
-inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
-  delete h;
-  return CUBLAS_STATUS_SUCCESS;
-}
-inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
-  h->stream = s;
-  return CUBLAS_STATUS_SUCCESS;
-}
-inline const char* cublasGetStatusString(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? "success" : "error"; }
-
-inline float emu_load(const void* p, cudaDataType t, size_t i) {
-  if (t == CUDA_R_32F) return ((const float*)p)[i];
-  return emu_bf2f(((const uint16_t*)p)[i]);
-}
-inline void emu_store(void* p, cudaDataType t, size_t i, float v) {
-  if (t == CUDA_R_32F)
-    ((float*)p)[i] = v;
-  else
-    ((uint16_t*)p)[i] = emu_f2bf(v);
-}
-
-// Column-major, as cuBLAS: op(A) m x k, op(B) k x n, C m x n; alpha and beta read at the call.
-inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
-                                                 int n, int k, const void* alpha, const void* A, cudaDataType at,
-                                                 int lda, long long sa, const void* B, cudaDataType bt, int ldb,
-                                                 long long sb, const void* beta, void* C, cudaDataType ct, int ldc,
-                                                 long long sc, int batch, cublasComputeType_t, cublasGemmAlgo_t) {
-  if (lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n) || ldc < m)
-    return CUBLAS_STATUS_INVALID_VALUE;
-  const float al = *(const float*)alpha, be = *(const float*)beta;
-  emu_check_stream(h->stream)->enqueue("cublasGemmStridedBatchedEx", [=] {
-    for (int b = 0; b < batch; ++b)
-      for (int col = 0; col < n; ++col)
-        for (int row = 0; row < m; ++row) {
-          float acc = 0.f;
-          for (int i = 0; i < k; ++i) {
-            const size_t ai = (size_t)(b * sa) + (ta == CUBLAS_OP_N ? (size_t)row + (size_t)i * lda
-                                                                    : (size_t)i + (size_t)row * lda);
-            const size_t bi = (size_t)(b * sb) + (tb == CUBLAS_OP_N ? (size_t)i + (size_t)col * ldb
-                                                                    : (size_t)col + (size_t)i * ldb);
-            acc += emu_load(A, at, ai) * emu_load(B, bt, bi);
-          }
-          const size_t ci = (size_t)(b * sc) + (size_t)row + (size_t)col * ldc;
-          emu_store(C, ct, ci, al * acc + (be == 0.f ? 0.f : be * emu_load(C, ct, ci)));
-        }
-  });
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                                   const void* alpha, const void* A, cudaDataType at, int lda, const void* B,
-                                   cudaDataType bt, int ldb, const void* beta, void* C, cudaDataType ct, int ldc,
-                                   cublasComputeType_t compute, cublasGemmAlgo_t algo) {
-  return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1,
-                                    compute, algo);
-}
+#include "emu_cublas.h"
 
 // After the harness's stream has finished a launch, every other stream of the rank must be done
 // too (the rule: work on other streams is joined back before cuco_launch returns). A stream may

@@ -75,4 +75,16 @@ STRATEGIES = [
         design=lambda k: _peer_transport(k, "per_chunk", chunk(k["groups"]), "3" if k["results"] == "separate" else "2"),
         normalize=_ipc_dispatch_normalize,
     ),
+    Strategy(
+        name="arrival_pipeline",
+        template="arrival_pipeline.cu.j2",
+        description="Comet's token-arrival order over CUDA-IPC: own rows computed first, then every peer's rows "
+                    "chunk by chunk as they land (chunks of about equal rows cut on 128-row tiles, a counter per "
+                    "(peer, chunk), pushed chunk-major by the copy engines or a store kernel), each chunk one cuBLAS "
+                    "grouped GEMM per projection over the experts it holds, its results pushed back on a results "
+                    "stream while the next chunk computes",
+        knobs={"mover": ("copy_engine", "ipc"), "chunks": (4, 1, 2, 8), "mover_blocks": (16, 32, 64)},
+        design=lambda k: _peer_transport(k, "per_chunk" if k["chunks"] > 1 else "per_peer", chunk(k["chunks"]), "3"),
+        normalize=_ipc_dispatch_normalize,
+    ),
 ]
