@@ -104,6 +104,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.search.engine import SearchEngine
     from cuco_tui.search.events import EventBus
     from cuco_tui.executors import PlacementError
+    from cuco_tui.executors.slurm_types import SlurmError
     from cuco_tui.search.sessions import SESSIONS, create_session, open_session, resolve_session
     from cuco_tui.core.workload import WorkloadError
 
@@ -155,7 +156,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, on_interrupt)
         try:
             summary = engine.run()
-        except (PlacementError, WorkloadError) as exc:
+        except (PlacementError, WorkloadError, SlurmError) as exc:
             raise UsageError(str(exc)) from exc
         finally:
             signal.signal(signal.SIGINT, previous)

@@ -214,9 +214,9 @@ class SlurmExecutor:
         RemoteRequest.of(request.source, request.workload, request.options).write(folder)
         job_id = self.client.submit(self.spec(request, folder))
         job = _Job(request.candidate, job_id, folder, self.limit_s(request), progress, update)
+        self._tell(job, JobUpdate(request.candidate, job_id, "pending", "submitted"))  # before the monitor's word
         with self._lock:
             self._jobs[job_id] = job  # a stop that came meanwhile cancels it on the next poll
-        self._tell(job, JobUpdate(request.candidate, job_id, "pending", "submitted"))
         self._wake.set()
         return job
 

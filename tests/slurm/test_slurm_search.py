@@ -350,3 +350,27 @@ def test_doctor_reports_the_partitions(slurm_cluster, monkeypatch, capsys):
     debug = checks["partition debug (default)"]
     assert debug.ok and debug.detail == "1 of 1 node(s) up, 2 GPU(s) per node, time limit infinite"
     assert checks["partition urgent"].ok
+
+
+def test_ctrl_c_cancels_the_searchs_jobs_and_cuco_search_ends_stopped(slurm, slurm_cluster, tmp_path):
+    gate = tmp_path / "gate"  # never opened: the seed's job waits there, running
+    settings = tmp_path / "slurm.toml"
+    settings.write_text(f'max_jobs = 1\npoll_seconds = 0.2\nsetup = {json.dumps([gate_line(gate)])}\n')
+    session = tmp_path / "interrupted"
+    proc = subprocess.Popen([sys.executable, "-c", MAIN, "search", "--executor", "slurm", "--agent", "offline",
+                             "--generations", "1", "--session", str(session)], env=cli_env(slurm_cluster, settings),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said, job = [], None
+    for line in proc.stderr:
+        said.append(line)
+        if job is None and "] job " in line and " of c0000: running on" in line:
+            job = line.split("] job ")[1].split()[0]
+            proc.send_signal(signal.SIGINT)
+    proc.stdout.read()
+    assert proc.wait(60) == 0, "".join(said)[-3000:]
+    text = "".join(said)
+    assert job and "stopping: cancelling the search's Slurm jobs" in text, text[-3000:]
+    assert f"job {job} of c0000: cancelled (the search stopped)" in text and "finished: stopped" in text
+    assert queue_of(slurm, session) == []
+    with SessionRepo.open(session) as repo:
+        assert repo.records() == []
