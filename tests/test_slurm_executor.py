@@ -18,7 +18,7 @@ from cuco_tui.cli import main, tui_main
 from cuco_tui.cli.search import ProgressPrinter
 from cuco_tui.evaluate import remote
 from cuco_tui.evaluate.cascade import EvalOptions, make_plan, run_deadline
-from cuco_tui.executors.slurm import lost_reason, session_token
+from cuco_tui.executors.slurm import limit_seconds, lost_reason, session_token
 from cuco_tui.executors.slurm_settings import SlurmSettings, SlurmSettingsError, load_settings
 from cuco_tui.executors.slurm_types import JobInfo, JobState
 from cuco_tui.search import events as ev
@@ -214,6 +214,12 @@ def test_lost_jobs_say_why_in_slurms_words_too():
     assert lost_reason(info(JobState.CANCELLED), ("gpu01",)) == "cancelled outside the search (Slurm: CANCELLED)"
     assert session_token("gemm_allgather-20261123-0427-2") == "gemm_allgather-20261123-0427-2"
     assert session_token("my session:1") == "my_session_1"
+
+
+def test_partition_time_limits_as_sinfo_prints_them():
+    assert [limit_seconds(t) for t in ("90", "30:00", "2:00:00", "1-00:00:00", "1-12", "1-2:30")] == \
+        [5400.0, 1800.0, 7200.0, 86400.0, 129600.0, 95400.0]
+    assert [limit_seconds(t) for t in ("infinite", "UNLIMITED", "", "1:2:3:4", "a-1")] == [None] * 5
 
 
 def test_the_cli_prints_each_job_state_change_on_one_line():

@@ -132,10 +132,10 @@ def _count(flag: str, text: str) -> int:
     return value
 
 
-def make_executor(args: argparse.Namespace, world: int) -> Any:
-    """The executor --executor names for evaluations of `world` ranks: None for the local pool
-    (the scheduler plans it), else a SlurmExecutor whose settings and cluster were checked
-    (partition, GPUs per node) with `sinfo`. Every problem is a UsageError."""
+def make_executor(args: argparse.Namespace, workload: Workload, world: int) -> Any:
+    """The executor --executor names for evaluations of `world` ranks of `workload`: None for the
+    local pool (the scheduler plans it), else a SlurmExecutor whose settings and cluster were
+    checked (partition, GPUs per node, time limit) with `sinfo`. Every problem is a UsageError."""
     given = {flag: getattr(args, field if field != "time_limit_min" else "time_limit")
              for flag, field in SLURM_OPTIONS.items()}
     given["--slurm-config"] = args.slurm_config
@@ -156,9 +156,11 @@ def make_executor(args: argparse.Namespace, world: int) -> Any:
         value = given[flag]
         if value is not None:
             overrides[field] = _count(flag, value) if field in _COUNTS else value
+    from cuco_tui.evaluate.cascade import EvalOptions
+
     try:
         executor = SlurmExecutor(load_settings(args.slurm_config, overrides=overrides), world)
-        executor.check()
+        executor.check(executor.limit_for(workload, EvalOptions(world=world)))
     except (SlurmSettingsError, SlurmError) as exc:
         raise UsageError(f"--executor slurm: {exc}") from exc
     return executor

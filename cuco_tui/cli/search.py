@@ -124,7 +124,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     except (SessionError, ConfigError) as exc:
         raise UsageError(str(exc)) from exc
     try:  # the executor and the agent first: either refused leaves no session behind
-        executor = make_executor(args, config.world or min(workload.world_sizes))
+        executor = make_executor(args, workload, config.world or min(workload.world_sizes))
         agent = make_agent(agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
                            seed=config.seed, budget_usd=config.budget_usd, model=args.model)
     except (AgentUnavailable, UsageError) as exc:

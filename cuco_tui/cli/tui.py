@@ -101,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     if args.evaluate and args.executor == "slurm":
         raise UsageError("--executor slurm runs a search's evaluations; --evaluate evaluates on this machine")
-    executor = make_executor(args, world or config.world or min(workload.world_sizes))
+    executor = make_executor(args, workload, world or config.world or min(workload.world_sizes))
     from cuco_tui.app.app import CucoApp
 
     CucoApp(workload_name=workload_name, gpus=gpus, start_search=not args.evaluate, search_config=config,

@@ -17,6 +17,7 @@ tells each evaluation its job's state changes and its cascade's progress, and en
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import sys
@@ -29,7 +30,8 @@ from pathlib import Path
 from typing import Sequence
 
 from cuco_tui.core.result import CascadeResult, Level
-from cuco_tui.evaluate.cascade import Progress
+from cuco_tui.core.workload import Workload
+from cuco_tui.evaluate.cascade import EvalOptions, Progress
 from cuco_tui.evaluate.remote import ERROR, PROGRESS, RESULT, RemoteRequest, evaluation_limit_s
 from cuco_tui.executors.base import (
     EvaluationCancelled, EvaluationFailed, EvaluationLost, EvaluationRequest, GpuGroup, JobResult, JobRun,
@@ -63,6 +65,24 @@ def lost_reason(info: JobInfo, nodes: Sequence[str]) -> str:
     if info.state is JobState.PREEMPTED:
         return f"preempted on {where} ({said})"
     return f"cancelled outside the search ({said})"
+
+
+def limit_seconds(text: str) -> float | None:
+    """A time limit as Slurm prints it in seconds: "90" (minutes), "30:00" (MM:SS), "2:00:00",
+    "1-00:00:00", "1-12" (days-hours); None for "infinite" or a form this does not know."""
+    text = text.strip()
+    days = 0
+    if "-" in text:
+        head, _, text = text.partition("-")
+        if not head.isdigit():
+            return None
+        days, units = int(head), [3600, 60, 1]  # after the days: hours[:minutes[:seconds]]
+    else:
+        units = {1: [60], 2: [60, 1], 3: [3600, 60, 1]}.get(text.count(":") + 1, [])
+    parts = text.split(":")
+    if len(parts) > len(units) or not all(p.isdigit() for p in parts):
+        return None
+    return float(days * 86400 + sum(int(p) * u for p, u in zip(parts, units)))
 
 
 def _tail(path: Path, limit: int = 4000) -> str:
@@ -143,9 +163,10 @@ class SlurmExecutor:
 
     # -- before the search ---------------------------------------------------------------------
 
-    def check(self) -> None:
-        """The cluster can run the search's jobs at all: the partition exists and is up, and one
-        of its nodes has the GPUs an evaluation asks for. SlurmError (one sentence) when not."""
+    def check(self, limit_s: float | None = None) -> None:
+        """The cluster can run the search's jobs at all: the partition exists and is up, one of
+        its nodes has the GPUs an evaluation asks for, and it allows jobs of `limit_s` (what an
+        evaluation may take, see limit_s()). SlurmError (one sentence) when not."""
         info = self.client.cluster()
         name = self.settings.partition
         part = info.partition(name)
@@ -161,6 +182,11 @@ class SlurmExecutor:
         if part.gpus_per_node < self.gpus_per_node:
             raise SlurmError(f"partition '{part.name}' has at most {part.gpus_per_node} GPU(s) per node; an "
                              f"evaluation of {self.world} ranks needs {self.gpus_per_node} on one node")
+        allowed = limit_seconds(part.time_limit)
+        if limit_s is not None and allowed is not None and math.ceil(limit_s / 60) * 60 > allowed:
+            raise SlurmError(f"partition '{part.name}' allows jobs of at most {part.time_limit}; an evaluation may take "
+                             f"{math.ceil(limit_s / 60)} minutes (ask for less with --time-limit, or name another "
+                             f"partition)")
 
     def open(self, session: str, folder: Path) -> list[JobUpdate]:
         """Bind to a session (its jobs are named `cuco:<session>:<candidate>`, their folders go
@@ -181,9 +207,13 @@ class SlurmExecutor:
     # -- evaluations -------------------------------------------------------------------------
 
     def limit_s(self, request: EvaluationRequest) -> float:
+        """How long the evaluation's job may run: --time-limit, else the cascade's own limits."""
+        return self.limit_for(request.workload, request.options)
+
+    def limit_for(self, workload: Workload, options: EvalOptions) -> float:
         if self.settings.time_limit_min is not None:
             return 60.0 * self.settings.time_limit_min
-        return evaluation_limit_s(request.workload, request.options)
+        return evaluation_limit_s(workload, options)
 
     def script(self, folder: Path) -> str:
         lines = ["#!/bin/bash", "# cuco: one candidate's evaluation (cuco_tui.evaluate.remote)", *self.settings.setup,
@@ -233,17 +263,19 @@ class SlurmExecutor:
         self.stop()
         with self._lock:
             self._closing = True
-            out = list(self._jobs)
-        if not wait:
-            try:
-                self.client.cancel(out)
-            except SlurmError:
-                pass  # leaving anyway: --resume cancels what is left
-            return
-        if self._monitor is not None:
-            self._monitor.join(CLOSE_WAIT_S)
-        if self._token:
-            self._wait_gone(CLOSE_WAIT_S)
+            out = list(self._jobs.values())
+        try:
+            if not wait:
+                for job in out:
+                    job.cancelled = "stopped"  # the monitor ends them as cancelled, not lost
+                self.client.cancel([job.job for job in out])
+                return
+            if self._monitor is not None:
+                self._monitor.join(CLOSE_WAIT_S)
+            if self._token:
+                self._wait_gone(CLOSE_WAIT_S)
+        except SlurmError:
+            pass  # the controller does not answer: `--resume` cancels whatever is left
 
     def _wait_gone(self, limit_s: float) -> None:
         deadline = time.monotonic() + limit_s
