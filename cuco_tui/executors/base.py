@@ -125,7 +125,12 @@ class EvaluationFailed(Exception):
 
 
 class EvaluationCancelled(Exception):
-    """The search cancelled the job (it is stopping): there is no result, and none is committed."""
+    """The search cancelled the job (it is stopping): there is no result, and none is committed.
+    `job` is "" when it was refused before any job was submitted."""
+
+    def __init__(self, message: str, job: str = "") -> None:
+        super().__init__(message)
+        self.job = job
 
 
 class JobHandle(Protocol):

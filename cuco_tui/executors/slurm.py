@@ -404,7 +404,7 @@ class SlurmExecutor:
         if found is not None:
             return found
         if job.cancelled == "stopped":
-            return EvaluationCancelled(f"job {job.job} was cancelled: the search stopped")
+            return EvaluationCancelled(f"job {job.job} was cancelled: the search stopped", job.job)
         return EvaluationLost(run)
 
     def _ended(self, job: _Job, info: JobInfo) -> JobResult | BaseException:
@@ -416,7 +416,7 @@ class SlurmExecutor:
         where = f" on {','.join(run.nodes)}" if run.nodes else ""
         log = _tail(job.folder / OUTPUT)
         if job.cancelled == "stopped":
-            return EvaluationCancelled(f"job {job.job} was cancelled: the search stopped")
+            return EvaluationCancelled(f"job {job.job} was cancelled: the search stopped", job.job)
         if job.cancelled == "overran":
             return EvaluationFailed(f"the evaluation job {job.job}{where} ran past its limit of {job.limit_s:.0f} s "
                                     f"and was cancelled", run, log)

@@ -176,7 +176,8 @@ class Scheduler:
                 if job is not None:
                     done = outcomes.ran_as_job(done, *job)
             except EvaluationCancelled as exc:  # the search stopped and cancelled its job: nothing to commit
-                self._publish(JobChanged(candidate=record.id, job="", state="cancelled", reason=str(exc)))
+                if not exc.job:  # refused before a job existed (a cancelled job's watchers were told)
+                    self._publish(JobChanged(candidate=record.id, job="", state="cancelled", reason=str(exc)))
                 return
             except EvaluationFailed as exc:
                 done = outcomes.ran_as_job(outcomes.job_failed(record, str(exc), exc.log), exc.run, exc.lost)

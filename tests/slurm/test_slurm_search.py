@@ -265,6 +265,26 @@ def test_the_evaluators_failure_on_the_node_is_the_jobs_failure(slurm, slurm_clu
     assert slurm.session_jobs("broken-session") == []
 
 
+def test_what_a_job_asks_slurm_for(slurm, slurm_cluster, tmp_path):
+    from cuco_tui.evaluate.remote import evaluation_limit_s
+    from cuco_tui.toolchain import BuildCache
+
+    ex = executor(slurm_cluster, slurm, sbatch_args=("--mem=0",))
+    ex.open("asks", tmp_path / "jobs")
+    request = EvaluationRequest("c0007", tmp_path / "c0007.cu", W, EvalOptions(world=2), exclusive=True)
+    spec = ex.spec(request, tmp_path / "jobs" / "c0007-x")
+    args = spec.sbatch_args()
+    minutes = -(-int(evaluation_limit_s(W, EvalOptions(world=2))) // 60)
+    for arg in ("--job-name=cuco:asks:c0007", "--nodes=1", "--no-requeue", f"--partition={slurm_cluster.partition}",
+                f"--time={minutes}", "--gpus-per-node=2", "--cpus-per-task=2", "--ntasks=1", "--mem=0", "--exclusive",
+                f"--output={tmp_path}/jobs/c0007-x/job.out"):
+        assert arg in args, (arg, args)
+    assert spec.env["CUCO_CACHE_DIR"] == str(BuildCache().root.resolve()) and spec.env["NCCL_NVLS_ENABLE"] == "0"
+    assert spec.script.splitlines()[-1] == f"exec {sys.executable} -m cuco_tui.evaluate.remote {tmp_path}/jobs/c0007-x"
+    assert "--exclusive" not in ex.spec(replace(request, exclusive=False), tmp_path).sbatch_args()
+    ex.close()
+
+
 # ---------------------------------------------------------------------------- the command line
 
 
@@ -371,6 +391,7 @@ def test_ctrl_c_cancels_the_searchs_jobs_and_cuco_search_ends_stopped(slurm, slu
     text = "".join(said)
     assert job and "stopping: cancelling the search's Slurm jobs" in text, text[-3000:]
     assert f"job {job} of c0000: cancelled (the search stopped)" in text and "finished: stopped" in text
+    assert "no job submitted" not in text  # said once, by the job's own line
     assert queue_of(slurm, session) == []
     with SessionRepo.open(session) as repo:
         assert repo.records() == []
