@@ -130,6 +130,44 @@ def test_stage_finished_removes_only_the_last_stage():
     assert apply(s, ev.StageFinished(candidate="c0001", level=1, status="compile_error")).evaluations == ()
 
 
+def job(cid: str, state: str, job_id: str = "4711", reason: str = "", nodes: tuple[str, ...] = ()) -> ev.JobChanged:
+    return ev.JobChanged(candidate=cid, job=job_id, state=state, reason=reason, nodes=nodes)
+
+
+def test_job_changed_shows_the_job_pending_then_running_on_its_nodes():
+    s = apply(DashboardState(), ev.StageStarted(candidate="c0001", level=1, message="compiling ahead"))
+    s = apply(s, job("c0001", "pending", reason="submitted"))
+    s = apply(s, job("c0001", "pending", reason="Resources"))
+    assert s.evaluations == (Evaluation("c0001", 1, (), "compiling ahead", "4711", "pending", "Resources"),)
+    s = apply(s, job("c0001", "running", nodes=("gpu07",)))
+    s = apply(s, ev.StageStarted(candidate="c0001", level=2, message="verify square-8k"))  # the job's progress
+    assert s.evaluations == (Evaluation("c0001", 2, (), "verify square-8k", "4711", "running", "", ("gpu07",)),)
+    s = apply(s, job("c0001", "finished", reason="COMPLETED", nodes=("gpu07",)))
+    assert s.in_flight == 1 and s.evaluations[0].job_state == "finished"  # until its stage or commit ends it
+    assert apply(s, ev.StageFinished(candidate="c0001", level=1, status="no_gpu")).evaluations == ()
+
+
+def test_a_lost_job_stays_in_flight_and_its_next_job_replaces_it():
+    s = replay([job("c0002", "pending"), job("c0002", "running", nodes=("gpu01",))])
+    assert s.evaluations == (Evaluation("c0002", 1, (), "", "4711", "running", "", ("gpu01",)),)  # no stage yet: L1
+    s = apply(s, job("c0002", "lost", reason="its node gpu01 failed (Slurm: NODE_FAIL, NodeDown)", nodes=("gpu01",)))
+    assert (s.evaluations[0].job_state, s.evaluations[0].job_reason) == (
+        "lost", "its node gpu01 failed (Slurm: NODE_FAIL, NodeDown)")
+    s = apply(s, job("c0002", "pending", job_id="4712", reason="submitted"))
+    assert s.evaluations == (Evaluation("c0002", 1, (), "", "4712", "pending", "submitted"),)
+
+
+def test_a_job_cancelled_by_the_search_leaves_the_table_and_leftovers_never_join_it():
+    s = replay([job("c0003", "pending"), job("c0004", "running", job_id="4712", nodes=("n1",))])
+    s = apply(s, job("c0003", "cancelled", reason="the search stopped"))
+    assert [e.candidate for e in s.evaluations] == ["c0004"]
+    s = apply(s, ev.JobChanged(candidate="c0004", job="", state="cancelled", reason="the search is stopping"))
+    assert s.evaluations == ()
+    left = job("c0009", "cancelled", job_id="4000", reason="left over by an earlier run of this session (running)")
+    assert apply(s, left) is s
+    assert apply(s, job("c0009", "finished", reason="COMPLETED")) is s
+
+
 def test_candidate_committed_counts_it_and_clears_it_everywhere():
     s = replay([awaiting("c0001", parents=()), ev.StageStarted(candidate="c0001", level=3, gpus=(0, 1))])
     before = s

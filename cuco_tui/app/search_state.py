@@ -38,12 +38,17 @@ class PendingProposal:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """An evaluation in flight: the stage it reached, where it runs, the cascade's last words."""
+    """An evaluation in flight: the stage it reached, where it runs, the cascade's last words;
+    run as a cluster job (the Slurm executor), the job's id, state and nodes too."""
 
     candidate: str
     level: int  # cuco_tui.core.result.Level
     gpus: tuple[int, ...] = ()  # () until a stage names its GPU group (the CPU stages)
     step: str = ""
+    job: str = ""  # the cluster job's id; "" while it runs (or waits) on this machine
+    job_state: str = ""  # "pending" | "running" | "finished" | "lost" (JobChanged.state)
+    job_reason: str = ""  # why it pends (Slurm's reason), or why it was lost
+    nodes: tuple[str, ...] = ()
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -154,7 +159,20 @@ def _stage_started(s: DashboardState, e: ev.StageStarted) -> DashboardState:
     if now is None:
         return replace(s, evaluations=(*s.evaluations, Evaluation(e.candidate, e.level, tuple(e.gpus), e.message)))
     # A stage that names no GPUs (a CPU stage after a GPU one) leaves the group shown.
-    new = Evaluation(e.candidate, e.level, tuple(e.gpus) or now.gpus, e.message)
+    new = replace(now, level=e.level, gpus=tuple(e.gpus) or now.gpus, step=e.message)
+    return replace(s, evaluations=tuple(new if x.candidate == e.candidate else x for x in s.evaluations))
+
+
+def _job_changed(s: DashboardState, e: ev.JobChanged) -> DashboardState:
+    now = next((x for x in s.evaluations if x.candidate == e.candidate), None)
+    if e.state == "cancelled":  # the search stopped: the evaluation ends uncommitted
+        return s if now is None else replace(s, evaluations=_without_evaluation(s, e.candidate))
+    if now is None:
+        if e.state not in ("pending", "running"):  # e.g. a late word on an evaluation already gone
+            return s
+        now = Evaluation(e.candidate, 1)  # L1: compiled ahead, now queued on the cluster
+        s = replace(s, evaluations=(*s.evaluations, now))
+    new = replace(now, job=e.job, job_state=e.state, job_reason=e.reason, nodes=tuple(e.nodes))
     return replace(s, evaluations=tuple(new if x.candidate == e.candidate else x for x in s.evaluations))
 
 
@@ -210,6 +228,7 @@ _FOLDS: dict[type[ev.Event], Callable[[DashboardState, Any], DashboardState]] = 
     ev.ReviewDecided: _decided,
     ev.StageStarted: _stage_started,
     ev.StageFinished: _stage_finished,
+    ev.JobChanged: _job_changed,
     ev.CandidateCommitted: _committed,
     ev.BestImproved: _best,
     ev.BudgetSpent: _budget,

@@ -1,6 +1,7 @@
 """What the `cuco` subcommands and `cuco-tui` share: reading --gpus, --workload and --share-gpu
 into values (a bad one is a `UsageError`, one sentence, exit 2), the search settings the command
-line gives, the console for stdout, and how a cascade result is shown."""
+line gives, where a search's evaluations run (--executor local|slurm and the Slurm options), the
+console for stdout, and how a cascade result is shown."""
 
 from __future__ import annotations
 
@@ -109,6 +110,78 @@ def config_overrides(args: argparse.Namespace, agent_kind: str, keys: tuple[str,
     elif agent_kind == "claude" and not args.resume:
         overrides["budget_usd"] = DEFAULT_CLAUDE_BUDGET
     return overrides
+
+
+# ---------------------------------------------------------------------------- --executor
+
+# --flag -> the SlurmSettings field it sets; each takes a value
+SLURM_OPTIONS = {
+    "--partition": "partition", "--account": "account", "--constraint": "constraint",
+    "--time-limit": "time_limit_min", "--gpus-per-node": "gpus_per_node", "--nodes": "nodes",
+    "--max-jobs": "max_jobs",
+}
+_COUNTS = ("time_limit_min", "gpus_per_node", "nodes", "max_jobs")
+
+
+def add_executor_options(parser: argparse.ArgumentParser) -> None:
+    """--executor and the Slurm options, for `cuco search` and `cuco-tui`."""
+    parser.add_argument("--executor", choices=("local", "slurm"), default="local",
+                        help="where evaluations run: this machine's GPUs (local, the default) or one Slurm job "
+                             "each (slurm; settings from --slurm-config, else ~/.config/cuco/slurm.toml)")
+    group = parser.add_argument_group("Slurm (with --executor slurm)")
+    group.add_argument("--slurm-config", metavar="FILE", help="the Slurm settings file (TOML; see the README)")
+    group.add_argument("--partition", help="the partition to submit to (default: the cluster's default)")
+    group.add_argument("--account", help="the account to charge")
+    group.add_argument("--constraint", help="a node feature the jobs need, e.g. h100")
+    group.add_argument("--time-limit", metavar="MINUTES",
+                       help="each job's time limit (default: the cascade's own limits for the workload's shapes)")
+    group.add_argument("--gpus-per-node", metavar="N", help="GPUs a job asks of its node (default: the world size)")
+    group.add_argument("--nodes", metavar="N", help="nodes per evaluation (1: ranks share one node)")
+    group.add_argument("--max-jobs", metavar="N", help="evaluations queued or running at once (default 4)")
+
+
+def _count(flag: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{flag} takes a whole number, not {text!r}") from None
+    if value < 1:
+        raise UsageError(f"{flag} must be at least 1, not {value}")
+    return value
+
+
+def make_executor(args: argparse.Namespace, workload: Workload, world: int) -> Any:
+    """The executor --executor names for evaluations of `world` ranks of `workload`: None for the
+    local pool (the scheduler plans it), else a SlurmExecutor whose settings and cluster were
+    checked (partition, GPUs per node, time limit) with `sinfo`. Every problem is a UsageError."""
+    given = {flag: getattr(args, field if field != "time_limit_min" else "time_limit")
+             for flag, field in SLURM_OPTIONS.items()}
+    given["--slurm-config"] = args.slurm_config
+    if args.executor != "slurm":
+        named = [flag for flag, value in given.items() if value is not None]
+        if named:
+            raise UsageError(f"{named[0]} is an option of --executor slurm (evaluations run locally here)")
+        return None
+    if getattr(args, "gpus", None) is not None:
+        raise UsageError("--gpus names this machine's GPUs; with --executor slurm each job gets its GPUs from Slurm "
+                         "(drop --gpus)")
+    from cuco_tui.executors.slurm import SlurmExecutor
+    from cuco_tui.executors.slurm_settings import SlurmSettingsError, load_settings
+    from cuco_tui.executors.slurm_types import SlurmError
+
+    overrides: dict[str, Any] = {}
+    for flag, field in SLURM_OPTIONS.items():
+        value = given[flag]
+        if value is not None:
+            overrides[field] = _count(flag, value) if field in _COUNTS else value
+    from cuco_tui.evaluate.cascade import EvalOptions
+
+    try:
+        executor = SlurmExecutor(load_settings(args.slurm_config, overrides=overrides), world)
+        executor.check(executor.limit_for(workload, EvalOptions(world=world)))
+    except (SlurmSettingsError, SlurmError) as exc:
+        raise UsageError(f"--executor slurm: {exc}") from exc
+    return executor
 
 
 # ---------------------------------------------------------------------------- output

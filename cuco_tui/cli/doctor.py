@@ -1,4 +1,5 @@
-"""`cuco doctor`: what this machine has and lacks for compiling and running candidates (the
+"""`cuco doctor`: what this machine has and lacks for compiling and running candidates, and
+the Slurm cluster it can submit evaluations to (sinfo: partitions, nodes up, GPUs per node) (the
 probes are in `machine_checks`), as a table and one sentence."""
 
 from __future__ import annotations
@@ -57,5 +58,6 @@ def summary(checks: list[Check]) -> str:
 
 
 def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
-    d = sub.add_parser("doctor", help="say what this machine has and lacks for compiling and running candidates")
+    d = sub.add_parser("doctor", help="say what this machine has and lacks for compiling and running candidates "
+                                           "(and the Slurm cluster it can submit to)")
     d.set_defaults(fn=cmd_doctor)

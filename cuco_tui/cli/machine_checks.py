@@ -62,6 +62,7 @@ def run_checks(env: dict[str, str] | None = None) -> list[Check]:
         _multicast_check(env),
         *(_package_check(*p) for p in PYTHON_PACKAGES),
         _api_key_check(env),
+        *slurm_checks(env),
     ]
     return checks
 
@@ -286,6 +287,53 @@ def _api_key_check(env: dict[str, str]) -> Check:
         return Check("ANTHROPIC_API_KEY", True, "set: the Claude agent can be used")
     return Check("ANTHROPIC_API_KEY", False, "not set: the offline agent is used instead of Claude",
                  "export ANTHROPIC_API_KEY to let Claude propose candidates")
+
+
+# --- a Slurm cluster (for --executor slurm) -------------------------------------------------
+
+SLURM_ONLY = "only needed to run a search's evaluations as Slurm jobs (--executor slurm)"
+
+
+def slurm_checks(env: dict[str, str]) -> list[Check]:
+    """The Slurm settings file, and the cluster as sinfo reports it: one line per partition
+    (nodes up, GPUs per node, time limit). Never essential: local searches need none of it."""
+    from cuco_tui.executors.slurm_client import SlurmClient
+    from cuco_tui.executors.slurm_settings import SlurmSettings, SlurmSettingsError, config_path, load_settings
+    from cuco_tui.executors.slurm_types import SlurmError, SlurmNotInstalled
+
+    path, _ = config_path(None, env)
+    try:
+        settings = load_settings(None, env)
+        found = path is not None and path.is_file()
+        checks = [Check("Slurm settings", True, f"{path}: {settings.summary()}" if found else
+                        f"no {path} (optional): --executor slurm uses the cluster's default partition unless "
+                        "--partition names one")]
+    except SlurmSettingsError as exc:
+        settings = SlurmSettings()
+        checks = [Check("Slurm settings", False, str(exc), f"fix {path} (its keys are listed in the README)")]
+    client = SlurmClient(env={**{k: env[k] for k in ("SLURM_CONF",) if k in env}, **settings.env()}, timeout_s=15)
+    try:
+        info = client.cluster()
+    except SlurmNotInstalled:
+        return checks + [Check("Slurm", False, "sinfo is not on PATH: this machine is no node of a Slurm cluster",
+                               f"run the search on a login node of your cluster ({SLURM_ONLY})")]
+    except SlurmError as exc:
+        return checks + [Check("Slurm", False, str(exc), SLURM_ONLY)]
+    checks.append(Check("Slurm", True, f"{len(info.partitions)} partition(s): {info.names()}"))
+    for p in info.partitions:
+        detail = (f"{p.nodes_up} of {len(p.nodes)} node(s) up, {p.gpus_per_node} GPU(s) per node, "
+                  f"time limit {p.time_limit}" + ("" if p.available else ", partition down"))
+        fix = ""
+        if not p.gpus_per_node:
+            fix = "no GPUs Slurm knows of (gres/gpu) here: evaluations need a partition with GPUs"
+        elif not p.available or not p.nodes_up:
+            fix = "no node can take jobs now: ask the cluster's admins, or use another partition"
+        ok = p.available and p.nodes_up > 0 and p.gpus_per_node > 0
+        checks.append(Check(f"partition {p.name}" + (" (default)" if p.default else ""), ok, detail, fix))
+    if settings.partition and info.partition(settings.partition) is None:
+        checks.append(Check("Slurm settings' partition", False, f"{settings.partition} is not a partition of this "
+                            f"cluster ({info.names()})", f"name one of them in {path}"))
+    return checks
 
 
 def _one_line(exc: BaseException) -> str:

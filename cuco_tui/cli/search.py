@@ -11,7 +11,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from cuco_tui.cli.common import DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, config_overrides, gpu_list, workload_named
+from cuco_tui.cli.common import (
+    DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, add_executor_options, config_overrides, gpu_list, make_executor,
+    workload_named,
+)
 from cuco_tui.core.errors import UsageError
 
 
@@ -37,10 +40,11 @@ class ProgressPrinter:
 
         if isinstance(e, ev.SearchStarted):
             groups = " ".join(",".join(map(str, g)) or "cpu" for g in e.gpu_groups)
+            where = e.executor or f"GPU groups [{groups}]"
             how = f"resumed at generation {e.start_generation}" if e.resumed else "new"
             budget = f", budget ${e.budget_usd:.2f}" if e.budget_usd is not None else ""
             return (f"session {e.session} ({how}): {e.workload}, agent {e.agent}, {e.islands} islands, "
-                    f"{e.generations} generations, GPU groups [{groups}], review {e.review_mode}{budget}")
+                    f"{e.generations} generations, {where}, review {e.review_mode}{budget}")
         if isinstance(e, ev.GenerationStarted):
             return f"generation {e.generation} ({e.phase})"
         if isinstance(e, ev.ProposalReady):
@@ -53,6 +57,8 @@ class ProgressPrinter:
             return f"review {e.candidate}: {e.decision}" + (f" ({e.reason})" if e.reason else "")
         if isinstance(e, ev.StageStarted) and e.level >= 2:
             return f"{e.candidate} L{e.level}: {e.message}"
+        if isinstance(e, ev.JobChanged):
+            return self.job_line(e)
         if isinstance(e, ev.CandidateCommitted):
             r = e.record
             speed = f" {r.speedup:.3f}x" if r.speedup is not None else ""
@@ -81,6 +87,18 @@ class ProgressPrinter:
             return f"finished: {e.reason}"
         return ""
 
+    @staticmethod
+    def job_line(e: Any) -> str:
+        """A JobChanged event: `job 4711 of c0003: running on gpu07`."""
+        if not e.job:
+            return f"{e.candidate}: no job submitted ({e.reason})"
+        head = f"job {e.job} of {e.candidate or '?'}: {e.state}"
+        if e.state == "running":
+            return f"{head} on {','.join(e.nodes) or '?'}"
+        if e.state == "lost":
+            return f"{head}: {e.reason}"
+        return f"{head} ({e.reason})" if e.reason else head
+
 
 def shorten(text: str, width: int) -> str:
     """`text` cut at a word boundary to at most `width` characters, with an ellipsis when cut."""
@@ -100,6 +118,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.search.engine import SearchEngine
     from cuco_tui.search.events import EventBus
     from cuco_tui.executors import PlacementError
+    from cuco_tui.executors.slurm_types import SlurmError
     from cuco_tui.search.sessions import SESSIONS, create_session, open_session, resolve_session
     from cuco_tui.core.workload import WorkloadError
 
@@ -119,10 +138,11 @@ def cmd_search(args: argparse.Namespace) -> int:
             repo = None
     except (SessionError, ConfigError) as exc:
         raise UsageError(str(exc)) from exc
-    try:  # the agent first: an agent that cannot search here leaves no session behind
+    try:  # the executor and the agent first: either refused leaves no session behind
+        executor = make_executor(args, workload, config.world or min(workload.world_sizes))
         agent = make_agent(agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
                            seed=config.seed, budget_usd=config.budget_usd, model=args.model)
-    except AgentUnavailable as exc:
+    except (AgentUnavailable, UsageError) as exc:
         if repo is not None:
             repo.close()
         raise UsageError(str(exc)) from exc
@@ -137,11 +157,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     err = sys.stderr
     bus.subscribe(ProgressPrinter(err))
     try:
-        engine = SearchEngine(workload, agent, repo, config, events=bus)
+        engine = SearchEngine(workload, agent, repo, config, events=bus, gpu_pool=executor)
         previous = signal.getsignal(signal.SIGINT)
 
         def on_interrupt(signum, frame):  # first Ctrl-C: finish what runs; second: leave now
-            err.write("stopping after the evaluations in flight (Ctrl-C again to leave at once)\n")
+            err.write("stopping: cancelling the search's Slurm jobs (Ctrl-C again to leave at once)\n"
+                      if executor is not None else
+                      "stopping after the evaluations in flight (Ctrl-C again to leave at once)\n")
             err.flush()
             engine.stop()
             signal.signal(signal.SIGINT, previous)
@@ -149,7 +171,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, on_interrupt)
         try:
             summary = engine.run()
-        except (PlacementError, WorkloadError) as exc:
+        except (PlacementError, WorkloadError, SlurmError) as exc:
             raise UsageError(placement_hint(str(exc), workload, config)) from exc
         except KeyboardInterrupt:
             err.write(f"cuco: interrupted: evaluations in flight were dropped, every committed candidate is kept; "
@@ -211,4 +233,5 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name under sessions/)")
     s.add_argument("--root", help="where sessions live (default: sessions/ at the repository root)")
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_executor_options(s)
     s.set_defaults(fn=cmd_search)

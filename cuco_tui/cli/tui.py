@@ -8,7 +8,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from cuco_tui.cli.common import DEFAULT_GENERATIONS, config_overrides, gpu_list, package_version, workload_named
+from cuco_tui.cli.common import (
+    DEFAULT_GENERATIONS, add_executor_options, config_overrides, gpu_list, make_executor, package_version,
+    workload_named,
+)
 from cuco_tui.core.errors import UsageError
 
 
@@ -32,6 +35,7 @@ def tui_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, help="dollar cap for the agent (claude default $5)")
     parser.add_argument("--evaluate", action="store_true",
                         help="open on the evaluate screen (the workload's candidates) instead of a new search")
+    add_executor_options(parser)
     args = parser.parse_args(argv)
     try:
         return _run(args)
@@ -87,17 +91,19 @@ def _run(args: argparse.Namespace) -> int:
         overrides["review_mode"] = args.review
     resume = None
     workload_name = args.workload
+    world = None
     if args.resume:
         from cuco_tui.lineage import SessionError
         from cuco_tui.search.sessions import open_session, resolve_session
 
         try:
             resume = resolve_session(args.resume)
-            repo, workload, _ = open_session(resume)
+            repo, workload, session_config = open_session(resume)
             repo.close()
         except SessionError as exc:
             raise UsageError(str(exc)) from exc
         workload_name = str(workload.root)
+        world = session_config.world
     workload = workload_named(workload_name)
     if not args.evaluate:  # refused here, in one line, before the app opens or a session exists
         from cuco_tui.agents.factory import AgentUnavailable, check_agent
@@ -110,8 +116,12 @@ def _run(args: argparse.Namespace) -> int:
         config = SearchConfig(workload=Path(workload_name).name, **{"generations": DEFAULT_GENERATIONS, **overrides})
     except ConfigError as exc:
         raise UsageError(str(exc)) from exc
+    if args.evaluate and args.executor == "slurm":
+        raise UsageError("--executor slurm runs a search's evaluations; --evaluate evaluates on this machine")
+    executor = make_executor(args, workload, world or config.world or min(workload.world_sizes))
     from cuco_tui.app.app import CucoApp
 
     CucoApp(workload_name=workload_name, gpus=gpus, start_search=not args.evaluate, search_config=config,
-            agent=agent, model=args.model, resume=resume, resume_overrides=overrides).run()
+            agent=agent, model=args.model, resume=resume, resume_overrides=overrides,
+            engine_options={"gpu_pool": executor} if executor is not None else None).run()
     return 0

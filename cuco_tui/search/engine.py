@@ -126,7 +126,9 @@ class SearchEngine:
 
     def pause(self) -> None: self._steering.pause()
     def resume(self) -> None: self._steering.resume()
-    def stop(self) -> None: self._steering.stop()
+    def stop(self) -> None:
+        self._steering.stop()
+        self._scheduler.stop()  # an executor of cluster jobs cancels them (local evaluations finish)
     def set_review_mode(self, mode: str) -> None: self._steering.set_review_mode(mode)
     def add_hint(self, text: str) -> None: self._steering.add_hint(text)
     def set_budget(self, usd: float | None) -> None: self._steering.set_budget(usd)
@@ -187,7 +189,8 @@ class SearchEngine:
                 session=str(self.repo.path), workload=self.workload.name, agent=self.agent.name,
                 resumed=bool(records), start_generation=start, generations=self.config.generations,
                 islands=self.config.islands, gpu_groups=tuple(g.gpus for g in executor.groups),
-                review_mode=self._steering.review_mode, budget_usd=self._steering.budget))
+                review_mode=self._steering.review_mode, budget_usd=self._steering.budget,
+                executor=self._scheduler.describe_executor()))
             if not records:
                 self._evaluate_seed()
             self._scheduler.confirm_left_over(records)

@@ -38,6 +38,7 @@ class SearchStarted(Event):
     gpu_groups: tuple[tuple[int, ...], ...]
     review_mode: str
     budget_usd: float | None
+    executor: str = ""  # where evaluations run when not on this machine's GPU groups ("Slurm (...)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +92,21 @@ class StageFinished(Event):
     level: int
     status: str = ""  # the candidate's status when this was its last stage; "" when it went on
     seconds: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobChanged(Event):
+    """An evaluation's cluster job (the Slurm executor) changed state: "pending" (Slurm's reason,
+    e.g. Resources), "running" (on `nodes`), "finished" (Slurm's end state as the reason),
+    "lost" (its node failed, it was preempted or cancelled from outside: the reason says which;
+    the proposal runs again as a new job) or "cancelled" (by the search: it stopped, or the job
+    was left over by an earlier run of the session). `job` is "" when none was submitted."""
+
+    candidate: str
+    job: str
+    state: str
+    reason: str = ""
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

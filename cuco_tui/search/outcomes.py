@@ -1,5 +1,6 @@
 """The record the engine commits for each way a proposal can end: evaluated (whatever the
-cascade found), crashed (the evaluator raised), or turned away before evaluation: the agent
+cascade found), crashed (the evaluator raised), its job failed without a result (an executor
+that runs evaluations as cluster jobs), or turned away before evaluation: the agent
 failed or gave no code, a duplicate, rejected in review, stopped before review. A turned-away
 record has status rejected and its reason as its one diagnostic, so the lineage, the TUI and
 the next prompt read it like any other failure."""
@@ -12,6 +13,7 @@ from typing import Any
 
 from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.core.result import CascadeResult, Diagnostic, Level, Status
+from cuco_tui.executors.base import JobRun
 from cuco_tui.search.novelty import Verdict
 
 
@@ -79,3 +81,22 @@ def timed_beside(record: CandidateRecord, others: set[str]) -> CandidateRecord:
     (its figure may owe something to them: see scheduling.is_finalist)."""
     return replace(record, extra={**record.extra, "concurrent": len(others),
                                   "concurrent_with": sorted(others, key=id_number)})
+
+
+def job_failed(record: CandidateRecord, message: str, log: str = "") -> CandidateRecord:
+    """The evaluation's job ended without a cascade result (the evaluator raised on the node, the
+    job ran past its limit, or it was lost too often): a runtime error, with the job's output."""
+    diag = Diagnostic(level=int(Level.COMPILE), severity="error", message=message, code="job")
+    result = _result(record, Status.RUNTIME_ERROR, Level.COMPILE, message, [diag], {"job": log[-8000:]} if log else {})
+    return replace(record, status=Status.RUNTIME_ERROR.value, result=result)
+
+
+def ran_as_job(record: CandidateRecord, run: JobRun | None, lost: tuple[JobRun, ...] = ()) -> CandidateRecord:
+    """The record with its job (id, state, nodes, partition) and the jobs of the same evaluation
+    that were lost before it (each with Slurm's reason) in its extra."""
+    extra = dict(record.extra)
+    if run is not None:
+        extra["job"] = run.to_dict()
+    if lost:
+        extra["lost_jobs"] = [r.to_dict() for r in lost]
+    return replace(record, extra=extra)

@@ -3,6 +3,13 @@ the scratch folder, compiled ahead on a CPU thread (toolchain.BuildPool) while t
 busy, then evaluated by the cascade on a GPU group leased from the executor, and its outcome
 committed (through the engine's commit, given as a callable).
 
+Where the executor runs evaluations as jobs elsewhere (executors.JobExecutor: Slurm), the lease
+is a slot, and the evaluation is handed to the executor (`_run_as_job`) instead of calling the
+cascade in this process: a lost job (its node failed, it was preempted or cancelled from
+outside) is run again, and the commit carries the job's id and nodes. A stop cancels the jobs;
+an evaluation whose job the search cancelled is not committed. A candidate that failed to
+compile ahead is not sent anywhere: the cascade stops at L1 here, from the cache.
+
 A candidate timed while other groups ran evaluations, whose figure would lead or nearly lead,
 is a finalist (`is_finalist`): it is re-measured alone on an exclusive lease (`confirm`), and
 only that figure can make it the best (`ranking_view`)."""
@@ -21,13 +28,17 @@ from cuco_tui.core.result import CascadeResult, Level
 from cuco_tui.core.workload import Workload
 from cuco_tui.evaluate.cascade import EvalOptions, Progress
 from cuco_tui.executors import Executor, local_pool
+from cuco_tui.executors.base import (
+    EvaluationCancelled, EvaluationFailed, EvaluationLost, EvaluationRequest, JobExecutor, JobRun, JobUpdate,
+)
 from cuco_tui.search import outcomes
 from cuco_tui.search.config import SearchConfig
-from cuco_tui.search.events import EngineError, Event, ProposalReady, StageFinished, StageStarted
+from cuco_tui.search.events import EngineError, Event, JobChanged, ProposalReady, StageFinished, StageStarted
 from cuco_tui.search.proposing import Drafts
 from cuco_tui.toolchain import BuildPool, BuildResult
 
 EvaluateFn = Callable[..., CascadeResult]  # evaluate(path, workload, options, progress=...)
+Ran = tuple[JobRun, tuple[JobRun, ...]]  # the job that gave the result, and those lost before it
 
 
 def ranking_view(record: CandidateRecord) -> CandidateRecord:
@@ -82,11 +93,15 @@ class Scheduler:
         self.workload.check_world(self.world)  # WorkloadError: this workload does not run on `world` ranks
         if self._executor is None:
             self._executor = local_pool(self.world, tuple(cfg.gpus), cfg.max_concurrent_builds)
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        jobs = self._jobs()
+        if jobs is not None:  # the session's folder names its jobs; its leftovers are cancelled first
+            for left in jobs.open(self.scratch.parent.name, self.scratch / "jobs"):
+                self._job_changed(left)
         if self._compile_ahead:
             self._builds = BuildPool(cfg.max_concurrent_builds)
         self._threads = ThreadPoolExecutor(max_workers=self._executor.size + cfg.max_concurrent_builds,
                                            thread_name_prefix="cuco-eval")
-        self.scratch.mkdir(parents=True, exist_ok=True)
         return self._executor
 
     def abandon(self) -> None:
@@ -95,11 +110,31 @@ class Scheduler:
         with self._cond:
             self._abandoned = True
 
+    def describe_executor(self) -> str:
+        """Where evaluations run, when not on this machine's GPU groups ("" when they do)."""
+        jobs = self._jobs()
+        return jobs.describe() if jobs is not None else ""
+
+    def stop(self) -> None:
+        """The search is stopping: an executor of jobs cancels them (the local pool's
+        evaluations finish and are committed)."""
+        jobs = self._jobs()
+        if jobs is not None:
+            jobs.stop()
+
     def shutdown(self, wait: bool = True) -> None:
+        jobs = self._jobs()
+        if jobs is not None and not wait:
+            jobs.close(wait=False)  # leaving at once: cancel the jobs before anything else
         if self._threads is not None:
             self._threads.shutdown(wait=wait, cancel_futures=not wait)
         if self._builds is not None:
             self._builds.shutdown(wait=wait)
+        if jobs is not None and wait:
+            jobs.close(wait=True)  # squeue lists none of the session's jobs after this
+
+    def _jobs(self) -> JobExecutor | None:
+        return self._executor if isinstance(self._executor, JobExecutor) else None
 
     def in_flight(self) -> bool:
         with self._cond:
@@ -141,10 +176,19 @@ class Scheduler:
                              exclusive: bool = False) -> None:
         try:
             try:
-                result, beside = self._evaluate_on_gpus(record, path, build, exclusive)
+                result, beside, job = self._evaluate_on_gpus(record, path, build, exclusive)
                 done = outcomes.evaluated(record, result)
                 if beside is not None and self._executor is not None and self._executor.size > 1:
                     done = outcomes.timed_beside(done, beside)
+                if job is not None:
+                    done = outcomes.ran_as_job(done, *job)
+            except EvaluationCancelled as exc:  # the search stopped and cancelled its job: nothing to commit
+                if not exc.job:  # refused before a job existed (a cancelled job's watchers were told)
+                    self._publish(JobChanged(candidate=record.id, job="", state="cancelled", reason=str(exc)))
+                return
+            except EvaluationFailed as exc:
+                done = outcomes.ran_as_job(outcomes.job_failed(record, str(exc), exc.log), exc.run, exc.lost)
+                self._publish(StageFinished(candidate=record.id, level=int(Level.COMPILE), status=done.status))
             except Exception as exc:
                 done = outcomes.crashed(record, exc)
                 self._publish(StageFinished(candidate=record.id, level=int(Level.COMPILE), status=done.status))
@@ -168,9 +212,10 @@ class Scheduler:
                 self._cond.notify_all()
 
     def _evaluate_on_gpus(self, record: CandidateRecord, path: Path, build: Future[BuildResult] | None,
-                          exclusive: bool = False) -> tuple[CascadeResult, set[str] | None]:
-        """The cascade's result, and the evaluations that held another GPU group at some time
-        while this one held its own (None when it needed no GPU)."""
+                          exclusive: bool = False) -> tuple[CascadeResult, set[str] | None, Ran | None]:
+        """The cascade's result, the evaluations that held another GPU group at some time
+        while this one held its own (None when it needed no GPU), and, when it ran as a job,
+        the job and those lost before it."""
         built_ok = True
         if build is not None:
             t0 = time.monotonic()
@@ -180,7 +225,7 @@ class Scheduler:
                                         status="" if b.ok else "compile_error", seconds=time.monotonic() - t0))
         assert self._executor is not None
         if not built_ok:  # the cascade will stop at L1 (from the cache): no GPU needed
-            return self._run_cascade(record, path, ()), None
+            return self._run_cascade(record, path, ())[0], None, None
         with self._executor.lease(exclusive) as group:
             with self._cond:
                 others = set(self._on_gpu)
@@ -188,13 +233,15 @@ class Scheduler:
                     self._on_gpu[other].add(record.id)
                 self._on_gpu[record.id] = others
             try:
-                result = self._run_cascade(record, path, group.gpus)
+                result, job = self._run_cascade(record, path, group.gpus, self._jobs(), exclusive)
             finally:
                 with self._cond:
                     beside = self._on_gpu.pop(record.id)
-        return result, beside
+        return result, beside, job
 
-    def _run_cascade(self, record: CandidateRecord, path: Path, gpus: tuple[int, ...]) -> CascadeResult:
+    def _run_cascade(self, record: CandidateRecord, path: Path, gpus: tuple[int, ...],
+                     jobs: JobExecutor | None = None, exclusive: bool = False) -> tuple[CascadeResult, Ran | None]:
+        """The cascade on `gpus` in this process, or with `jobs`, as a job of that executor."""
         stage: dict[str, Any] = {"level": None, "t": time.monotonic(), "last": None}
 
         def progress(p: Progress) -> None:
@@ -210,7 +257,39 @@ class Scheduler:
             self._publish(StageStarted(candidate=record.id, level=level, gpus=gpus, message=p.message))
 
         options = EvalOptions(gpus=list(gpus) or None, world=self.world, run_root=self.scratch / "runs")
-        result = self._evaluate(path, self.workload, options, progress=progress)
+        job: Ran | None = None
+        if jobs is None:
+            result = self._evaluate(path, self.workload, options, progress=progress)
+        else:
+            request = EvaluationRequest(record.id, path, self.workload, options, exclusive)
+            result, job = self._run_as_job(jobs, request, progress)
         self._publish(StageFinished(candidate=record.id, level=int(result.level), status=result.status.value,
                                     seconds=time.monotonic() - stage["t"]))
-        return result
+        return result, job
+
+    def _run_as_job(self, jobs: JobExecutor, request: EvaluationRequest,
+                    progress: Callable[[Progress], None]) -> tuple[CascadeResult, Ran]:
+        """Submit the evaluation and wait for its job; a lost job is submitted again, up to the
+        executor's max_lost times. Raises EvaluationCancelled (the search stopped) and
+        EvaluationFailed (no result: carrying the jobs lost before)."""
+        lost: list[JobRun] = []
+        while True:
+            handle = jobs.submit(request, progress, self._job_changed)
+            try:
+                done = handle.result()
+            except EvaluationLost as exc:
+                lost.append(exc.run)
+                if len(lost) < jobs.max_lost:
+                    continue
+                failed = EvaluationFailed(f"its evaluation job was lost {len(lost)} times, the last: "
+                                          f"{exc.run.reason}", exc.run)
+                failed.lost = tuple(lost[:-1])
+                raise failed from None
+            except EvaluationFailed as exc:
+                exc.lost = tuple(lost)
+                raise
+            return done.result, (done.run, tuple(lost))
+
+    def _job_changed(self, update: JobUpdate) -> None:
+        self._publish(JobChanged(candidate=update.candidate, job=update.job, state=update.state,
+                                 reason=update.reason, nodes=update.nodes))
