@@ -86,17 +86,25 @@ def _blank(text: str) -> tuple[str, str]:
     return "".join(nocomment), "".join(nolit)
 
 
+_CLOSER = {"(": ")", "[": "]", "{": "}"}
+
+
 def closing_bracket(code: str, open_at: int) -> int:
     """Offset of the bracket that closes the one at `open_at` ('(', '[' or '{') in blanked
-    code (comments and literals already blanked), or -1 when it is never closed."""
-    depth = 0
-    for k in range(open_at, len(code)):
+    code (comments and literals already blanked), or -1 when it is never closed or a bracket of
+    the wrong kind closes first (`( ]`: the text is not what it seems)."""
+    if open_at >= len(code) or code[open_at] not in _CLOSER:
+        return -1
+    want = [_CLOSER[code[open_at]]]
+    for k in range(open_at + 1, len(code)):
         ch = code[k]
-        if ch in "([{":
-            depth += 1
+        if ch in _CLOSER:
+            want.append(_CLOSER[ch])
         elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
+            if ch != want[-1]:
+                return -1
+            want.pop()
+            if not want:
                 return k
     return -1
 
