@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 
 from cuco_tui.core.result import Diagnostic, Level
+from cuco_tui.source.assignments import Assignment, derived_names, target_before
 from cuco_tui.source.functions import Function
 from cuco_tui.source.launches import Launch
 from cuco_tui.source.model import CandidateSource, CodeView
@@ -146,12 +147,20 @@ _DECL_ALIAS = re.compile(r"(?:^|[;{}(])\s*(?:const\s+)?(?:volatile\s+)?[A-Za-z_]
                          r"([A-Za-z_]\w*)\s*=(?!=)\s*([^;]+);")
 
 
-def _aliases(c: CodeView, f: Function | None) -> dict[str, str]:
-    """Local `T* name = expr;` declarations in a function body: name -> expr."""
-    if f is None:
-        return {}
-    body = c.code[f.body_start + 1:f.body_end]
-    return {m.group(1): m.group(2) for m in _DECL_ALIAS.finditer(body)}
+class _Aliases:
+    """Local `T* name = expr;` declarations per function body (name -> expr), read once each."""
+
+    def __init__(self, c: CodeView) -> None:
+        self._c = c
+        self._read: dict[int, dict[str, str]] = {}
+
+    def of(self, f: Function | None) -> dict[str, str]:
+        if f is None:
+            return {}
+        if f.body_start not in self._read:
+            body = self._c.code[f.body_start + 1:f.body_end]
+            self._read[f.body_start] = {m.group(1): m.group(2) for m in _DECL_ALIAS.finditer(body)}
+        return self._read[f.body_start]
 
 
 def _names(expr: str, aliases: dict[str, str], depth: int = 0) -> tuple[set[str], set[str]]:
@@ -178,42 +187,11 @@ _ATOMIC_REF = re.compile(r"\batomic_ref\s*<[^;{}]*?>\s*[A-Za-z_]\w*\s*[({]|\bato
 _ATOMIC_CALL = re.compile(r"\b(?:atomic(?:Add|Sub|Exch|CAS|Max|Min|Inc|Dec|And|Or|Xor)\w*|__nv_atomic\w*|"
                           r"st_release\w*|store_release\w*|__st\w*|cudaMemcpy\w*|cuMemcpy\w*|"
                           r"cuStreamWriteValue\w*|cuStreamWrite\w*)\s*\(")
-_ASSIGN = re.compile(r"(?<![=!<>+\-*/%&|^])(?:[+\-*/%&|^]|<<|>>)?=(?!=)|\+\+|--")
 _STORE_METHOD = re.compile(r"\.\s*(?:store|fetch_\w+|exchange|compare_exchange\w*)\s*\(")
 
 
-def _lhs(code: str, at: int) -> str:
-    """The postfix expression that ends just before offset `at` (target of an assignment)."""
-    k = at
-    while k > 0 and code[k - 1] in " \t":
-        k -= 1
-    end = k
-    while k > 0:
-        ch = code[k - 1]
-        if ch in "])":
-            depth, j = 0, k - 1
-            while j >= 0:
-                if code[j] in "])":
-                    depth += 1
-                elif code[j] in "[(":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j -= 1
-            k = j
-        elif ch.isalnum() or ch in "_.*&:":
-            k -= 1
-        elif ch == ">" and k >= 2 and code[k - 2] == "-":
-            k -= 2
-        elif ch in " \t" and k >= 2 and (code[k - 2] in ".*" or code[k - 2:k] == "->"):
-            k -= 1
-        else:
-            break
-    return code[k:end]
-
-
 def _write_targets(c: CodeView) -> list[tuple[str, int]]:
-    """(expression written, offset) for every store, atomic update, copy or increment."""
+    """(expression written, offset) for every store, atomic update, copy, assignment or increment."""
     code = c.code
     targets: list[tuple[str, int]] = []
     for m in _ATOMIC_REF.finditer(code):
@@ -230,25 +208,18 @@ def _write_targets(c: CodeView) -> list[tuple[str, int]]:
         if call is not None and call.args:
             targets.append((call.args[0].text, m.start()))
     for m in _STORE_METHOD.finditer(code):
-        targets.append((_lhs(code, m.start()), m.start()))
-    for m in _ASSIGN.finditer(code):
-        before = _lhs(code, m.start())
-        if m.group(0) in ("++", "--") and not before.strip():
-            nxt = re.match(r"\s*([\w.\->\[\]*]+)", code[m.end():])
-            if nxt:
-                targets.append((nxt.group(1), m.start()))
-        elif before.strip():
-            targets.append((before, m.start()))
+        targets.append((target_before(code, m.start()), m.start()))
+    targets += [(a.target, a.at) for a in c.assignments]
     return targets
 
 
-def _written(c: CodeView) -> set[str]:
+def _written(c: CodeView, aliases: _Aliases) -> set[str]:
     """Names (members and identifiers) that some code stores to or updates atomically."""
     per_function: dict[int, set[str]] = {}
     written: set[str] = set()
     for expr, at in _write_targets(c):
         f = c.enclosing(at)
-        members, bare = _names(expr, _aliases(c, f))
+        members, bare = _names(expr, aliases.of(f))
         names = members | bare
         written |= names
         if f is not None:
@@ -265,7 +236,7 @@ def _written(c: CodeView) -> set[str]:
             caller = c.enclosing(launch.at)
             for param, arg in zip(f.params, launch.args):
                 if param in wrote:
-                    members, bare = _names(arg.text, _aliases(c, caller))
+                    members, bare = _names(arg.text, aliases.of(caller))
                     names = (members or bare) - written
                     if names:
                         grew = True
@@ -277,10 +248,10 @@ def _written(c: CodeView) -> set[str]:
     return written
 
 
-def _wait_names(c: CodeView, at: int, flag: str) -> set[str] | None:
+def _wait_names(c: CodeView, aliases: _Aliases, at: int, flag: str) -> set[str] | None:
     """The names that identify the flag a wait reads; None when unsure."""
     f = c.enclosing(at)
-    members, bare = _names(flag, _aliases(c, f))
+    members, bare = _names(flag, aliases.of(f))
     if members:
         return members
     if f is None or not bare:
@@ -297,7 +268,7 @@ def _wait_names(c: CodeView, at: int, flag: str) -> set[str] | None:
             continue
         if index >= len(launch.args):
             return None
-        am, _ab = _names(launch.args[index].text, _aliases(c, c.enclosing(launch.at)))
+        am, _ab = _names(launch.args[index].text, aliases.of(c.enclosing(launch.at)))
         if not am:
             return None
         names |= am
@@ -337,12 +308,13 @@ def _check_waits(src: CandidateSource, file_name: str) -> list[Diagnostic]:
     if not calls:
         return []
     spans = [(at, call.close_at + 1) for at, call in calls]
-    written = _written(c)
+    aliases = _Aliases(c)
+    written = _written(c, aliases)
     out: list[Diagnostic] = []
     for at, call in calls:
         if len(call.args) != 6:
             continue
-        names = _wait_names(c, at, call.args[4].text)
+        names = _wait_names(c, aliases, at, call.args[4].text)
         if not names or names & written:
             continue
         shown = ", ".join(f"`{n}`" for n in sorted(names))
@@ -365,22 +337,11 @@ def _check_waits(src: CandidateSource, file_name: str) -> list[Diagnostic]:
 
 def _rank_names(c: CodeView) -> set[str]:
     """Local names computed from the rank (`const bool last = dc.lsaRank == W - 1;`)."""
-    names: set[str] = set()
-    pattern = re.compile(r"\b([A-Za-z_]\w*)\s*=(?!=)([^;]*)")
-    for _ in range(4):
-        grew = False
-        for m in pattern.finditer(c.code):
-            if c.code[m.start() - 2:m.start()].strip() in ("->", ".") or c.code[m.start() - 1:m.start()] in ".>":
-                continue  # a member assignment: `c->rank = ...`
-            name, expr = m.group(1), m.group(2)
-            if name in names or name in _KEYWORDS:
-                continue
-            if _mentions_rank(expr, names):
-                names.add(name)
-                grew = True
-        if not grew:
-            break
-    return names
+    def derives(a: Assignment, names: set[str]) -> str:
+        ok = a.plain and a.name and a.name not in _KEYWORDS and _mentions_rank(a.expr, names)
+        return a.name if ok else ""
+
+    return derived_names(c.assignments, derives, passes=4)
 
 
 def _mentions_rank(expr: str, names: set[str]) -> bool:

@@ -109,6 +109,23 @@ def closing_bracket(code: str, open_at: int) -> int:
     return -1
 
 
+def expression_end(code: str, start: int, stops: str = ";") -> int:
+    """Offset of the first character of `stops` at bracket depth 0 from `start` in blanked code,
+    or of the bracket that closes an enclosing one, or len(code): where an expression ends."""
+    depth = 0
+    for k in range(start, len(code)):
+        ch = code[k]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth < 0:
+                return k
+        elif ch in stops and depth == 0:
+            return k
+    return len(code)
+
+
 def blank_code(text: str) -> str:
     """`text` with comments and the contents of string and char literals replaced by spaces,
     newlines kept, so offsets, lines and columns still match the original."""

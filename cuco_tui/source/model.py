@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from cuco_tui.source.arguments import Call, read_call
+from cuco_tui.source.assignments import Assignment, read_assignments
 from cuco_tui.source.constants import Constants, read_constants
 from cuco_tui.source.functions import Function, enclosing, read_functions
 from cuco_tui.source.launches import Launch, read_launches
@@ -58,6 +59,10 @@ class CodeView:
     @cached_property
     def ifs(self) -> tuple[IfStatement, ...]:
         return tuple(read_ifs(self.code))
+
+    @cached_property
+    def assignments(self) -> tuple[Assignment, ...]:
+        return tuple(read_assignments(self.code))
 
     def enclosing(self, offset: int) -> Function | None:
         return enclosing(self.functions, offset)

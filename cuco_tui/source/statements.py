@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterable, Literal
 
 from cuco_tui.source.constants import Constants
-from cuco_tui.source.lexer import closing_bracket
+from cuco_tui.source.lexer import closing_bracket, expression_end
 
 _LOOP = re.compile(r"\b(for|while)\s*\(")
 _IF = re.compile(r"\bif\s*(?:constexpr\s*)?\(")
@@ -27,19 +27,8 @@ def statement_end(code: str, at: int) -> int:
     if k < len(code) and code[k] == "{":
         close = closing_bracket(code, k)
         return -1 if close < 0 else close + 1
-    depth = 0
-    while k < len(code):
-        ch = code[k]
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth < 0:
-                return k
-        elif ch == ";" and depth == 0:
-            return k + 1
-        k += 1
-    return len(code)
+    end = expression_end(code, k, ";")
+    return end + 1 if end < len(code) and code[end] == ";" else end
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from cuco_tui.design.classify.patterns import MEMCPY_ANY, PEER_EXPR, PEER_TABLE
+from cuco_tui.source.assignments import Assignment, derived_names
 from cuco_tui.source.expressions import last_name
 from cuco_tui.source.model import CodeView
 from cuco_tui.source.statements import Loop
@@ -16,33 +17,26 @@ _PEERISH = re.compile(r"\b(world|lsaSize|nRanks|n_ranks|nranks|npes|n_pes|nvshme
 _WORLD_WORDS = ("world", "lsaSize", "nRanks", "n_ranks", "nranks", "npes", "n_pes", "world_size", "lsa_size", "W")
 _NOT_POINTERS = {"peers", "ctx", "this", "self", "const", "auto", "char", "void", "int", "size_t", "uint4"}
 _IPC_OPEN = re.compile(r"\bcudaIpcOpenMemHandle\s*\(\s*(?:\([^()]*\)\s*)?&\s*([\w.>\-\[\]]+)")
-_ASSIGN = re.compile(r"([A-Za-z_][\w.>\-]*(?:\s*\[[^\]=;]*\])*)\s*=(?!=)\s*([^;]+);")
-_SCALAR_ASSIGN = re.compile(r"\b([A-Za-z_]\w*)\s*=(?!=)\s*([^,;{}]*)")
 
 
 def mentions(expr: str, names: set[str]) -> bool:
     return any(re.search(rf"\b{re.escape(n)}\b", expr) for n in names)
 
 
-def peer_pointer_names(code: str) -> set[str]:
+def peer_pointer_names(view: CodeView) -> set[str]:
     """Names that hold pointers into peer memory: assigned from `x.peers[...]` (cuco::PeerBuffers)
     or from another such name, or opened with cudaIpcOpenMemHandle."""
-    names = {last_name(m.group(1)) for m in _IPC_OPEN.finditer(code)}
-    for _ in range(4):
-        grew = False
-        for m in _ASSIGN.finditer(code):
-            lhs, rhs = m.group(1), m.group(2)
-            if PEER_EXPR.search(rhs) or mentions(rhs, names):
-                chain = re.findall(r"[A-Za-z_]\w*", re.sub(r"\[[^\]]*\]", "", lhs))
-                # `ptrs.p[i] = ...` taints `ptrs`: a one- or two-letter field name would match too much.
-                chain = [n for n in chain if len(n) > 2 and n not in _NOT_POINTERS]
-                name = chain[-1] if chain else ""
-                if name and name not in names:
-                    names.add(name)
-                    grew = True
-        if not grew:
-            break
-    return names
+    opened = {last_name(m.group(1)) for m in _IPC_OPEN.finditer(view.code)}
+
+    def derives(a: Assignment, names: set[str]) -> str:
+        if not a.plain or not (PEER_EXPR.search(a.expr) or mentions(a.expr, names | opened)):
+            return ""
+        chain = re.findall(r"[A-Za-z_]\w*", re.sub(r"\[[^\]]*\]", "", a.target))
+        # `ptrs.p[i] = ...` taints `ptrs`: a one- or two-letter field name would match too much.
+        chain = [n for n in chain if len(n) > 2 and n not in _NOT_POINTERS]
+        return chain[-1] if chain else ""
+
+    return opened | derived_names(view.assignments, derives, passes=4)
 
 
 def peer_tables(view: CodeView) -> set[str]:
@@ -56,20 +50,19 @@ def peer_tables(view: CodeView) -> set[str]:
     return tables
 
 
-def peer_count_names(code: str) -> set[str]:
+def peer_count_names(view: CodeView) -> set[str]:
     """Names that hold the world size or a number derived from it by a constant:
     `W = ctx->world`, `n = dc.lsaSize`, `steps = W - 1`."""
-    names: set[str] = set()
-    assigns = [(m.group(1), m.group(2)) for m in _SCALAR_ASSIGN.finditer(code)]
-    for _ in range(3):
-        words = "|".join(re.escape(w) for w in (*_WORLD_WORDS, *sorted(names)))
-        read = re.compile(rf"^\s*(?:\(\s*\w+\s*\)\s*)?(?:[\w.>\-]*?\b)?(?:{words})(?:\s*\(\s*\))?"
-                          rf"\s*(?:[-+]\s*\d+\s*)?$")
-        grown = {name for name, rhs in assigns if read.match(rhs)} - names
-        if not grown:
-            break
-        names |= grown
-    return names
+    readers: dict[int, re.Pattern[str]] = {}  # by how many names are known: the set only grows
+
+    def derives(a: Assignment, names: set[str]) -> str:
+        if len(names) not in readers:
+            words = "|".join(re.escape(w) for w in (*_WORLD_WORDS, *sorted(names)))
+            readers[len(names)] = re.compile(rf"^\s*(?:\(\s*\w+\s*\)\s*)?(?:[\w.>\-]*?\b)?(?:{words})"
+                                             rf"(?:\s*\(\s*\))?\s*(?:[-+]\s*\d+\s*)?$")
+        return a.name if a.plain and a.name and readers[len(names)].match(a.expr) else ""
+
+    return derived_names(view.assignments, derives, passes=3)
 
 
 def over_peers(loop: Loop, count_names: set[str]) -> bool:

@@ -24,9 +24,9 @@ class Reading:
         self.functions: tuple[Function, ...] = tuple(f for f in self.view.functions if f.kind != "host")
         self.by_name = {f.name: f for f in self.functions}
         self.facts: dict[str, BodyFacts] = device_facts(self.text, self.functions)
-        self.peer_pointers = peer_pointer_names(self.text)
+        self.peer_pointers = peer_pointer_names(self.view)
         self.peer_tables = peer_tables(self.view)
-        self._peer_counts = peer_count_names(self.text)
+        self._peer_counts = peer_count_names(self.view)
         self.found: list[tuple[int, Site]] = []
 
     def where(self, offset: int) -> str:
