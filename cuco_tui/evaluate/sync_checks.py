@@ -24,6 +24,7 @@ import re
 from cuco_tui.core.result import Diagnostic, Level
 from cuco_tui.source.assignments import Assignment, derived_names, target_before
 from cuco_tui.source.functions import Function
+from cuco_tui.source.lexer import matching_angle
 from cuco_tui.source.launches import Launch
 from cuco_tui.source.model import CandidateSource, CodeView
 
@@ -71,20 +72,8 @@ def _block_indexed_kernels(c: CodeView) -> dict[str, int]:
     code = c.code
     kernels: dict[str, int] = {}
     for m in _SESSION.finditer(code):
-        lt = m.end() - 1
-        depth, k = 0, lt
-        while k < len(code):
-            if code[k] == "<":
-                depth += 1
-            elif code[k] == ">":
-                depth -= 1
-                if depth == 0:
-                    break
-            elif code[k] in ";{}":
-                k = -1
-                break
-            k += 1
-        if k < 0 or k >= len(code):
+        k = matching_angle(code, m.end() - 1)
+        if k < 0:
             continue
         rest = re.match(r"\s*(?:[A-Za-z_]\w*\s*)?[({]", code[k + 1:])
         if not rest:

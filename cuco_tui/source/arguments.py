@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from cuco_tui.source.lexer import closing_bracket
 
-_NAME_BEFORE = re.compile(r"[A-Za-z_]\w*\s*$")
+_NAME_BEFORE = re.compile(r"[A-Za-z_]\w*$")  # `min<int>`; `i < n` (spaced) is a comparison
 _TEMPLATE_START = re.compile(r"\s*[A-Za-z_:]")
 
 
@@ -35,7 +35,8 @@ class Call:
 
 def split_args(code: str, a: int, b: int) -> list[Arg]:
     """The top-level arguments of code[a:b]. `f(x, )` has two (the second empty), `f( )` none.
-    A '<' that opens template arguments (`std::min<int>(a, b)`, `T<A, B>`) hides its commas."""
+    A '<' that opens template arguments (`std::min<int>(a, b)`, `T<A, B>`: right after a name,
+    closed before any ';', '(' or ')') hides its commas; `f(i < n, j > 2)` has two arguments."""
     out: list[Arg] = []
     depth = 0
     angle = 0

@@ -10,6 +10,7 @@ from typing import Literal
 
 from cuco_tui.source.arguments import Arg, read_call, split_args
 from cuco_tui.source.expressions import last_name
+from cuco_tui.source.lexer import matching_angle
 
 _CHEVRONS = re.compile(r"<<<")
 _LAUNCH_API = re.compile(r"\bcudaLaunch(?:Cooperative)?Kernel\s*\(")
@@ -62,16 +63,10 @@ def read_launches(code: str) -> list[Launch]:
 
 def _chevron_launch(code: str, lt: int) -> Launch | None:
     j = _skip_space_back(code, lt)
-    if j > 0 and code[j - 1] == ">":  # template arguments: walk back to their '<'
-        depth = 0
-        while j > 0:
-            j -= 1
-            if code[j] == ">":
-                depth += 1
-            elif code[j] == "<":
-                depth -= 1
-                if depth == 0:
-                    break
+    if j > 0 and code[j - 1] == ">":  # template arguments: the name stands before their '<'
+        j = matching_angle(code, j - 1)
+        if j < 0:
+            return None
         j = _skip_space_back(code, j)
     name = _NAME_BEFORE.search(code, max(0, j - _NAME_WINDOW), j)
     end = code.find(">>>", lt + 3)

@@ -126,10 +126,24 @@ def expression_end(code: str, start: int, stops: str = ";") -> int:
     return len(code)
 
 
-def blank_code(text: str) -> str:
-    """`text` with comments and the contents of string and char literals replaced by spaces,
-    newlines kept, so offsets, lines and columns still match the original."""
-    return _blank(text)[1]
+def matching_angle(code: str, at: int) -> int:
+    """Offset of the '>' that closes the template arguments opening with the '<' at `at`, or of
+    the '<' that opens those closing with the '>' at `at`; -1 when there is none before a ';',
+    '{' or '}' (so `a < b` is no template)."""
+    step = 1 if code[at:at + 1] == "<" else -1 if code[at:at + 1] == ">" else 0
+    if step == 0:
+        return -1
+    depth, k = 0, at
+    while 0 <= k < len(code):
+        ch = code[k]
+        if ch in "<>":
+            depth += 1 if (ch == "<") == (step == 1) else -1
+            if depth == 0:
+                return k
+        elif ch in ";{}":
+            return -1
+        k += step
+    return -1
 
 
 def _scan_quoted(text: str, i: int, quote: str) -> int:
