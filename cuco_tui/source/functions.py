@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Iterable, Literal
 
 from cuco_tui.source.arguments import split_args
-from cuco_tui.source.lexer import closing_bracket
+from cuco_tui.source.lexer import closing_bracket, parenthesized
 
-_NAME_PAREN = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _ID = re.compile(r"[A-Za-z_]\w*")
 # Names followed by '(' that are not a function being defined: statements, operators and the
 # attributes that may stand in a function's head.
@@ -18,6 +17,7 @@ _NOT_FUNCTIONS = frozenset({
     "if", "for", "while", "switch", "return", "sizeof", "catch", "decltype", "defined", "alignas", "alignof",
     "__launch_bounds__", "__attribute__", "__align__", "__maxnreg__", "__cluster_dims__", "__declspec",
 })
+_NAME_PAREN = re.compile(r"\b(?!(?:" + "|".join(sorted(_NOT_FUNCTIONS)) + r")\b)([A-Za-z_]\w*)\s*\(")
 # What may stand between a parameter list's ')' and the body's '{': `const`, `noexcept`,
 # `override`, a trailing return type `-> T`, `__restrict__`.
 _BEFORE_BODY = re.compile(r"[\s\w:&*>-]*?\{")
@@ -51,14 +51,8 @@ def read_functions(code: str) -> list[Function]:
     The head is what stands after the previous statement, block or directive: it must name a
     type (a bare call has none) and hold no `=` outside template parameters (`x = f(y) {`)."""
     out: list[Function] = []
-    for m in _NAME_PAREN.finditer(code):
+    for m, open_at, close in parenthesized(code, _NAME_PAREN):
         name = m.group(1)
-        if name in _NOT_FUNCTIONS:
-            continue
-        open_at = m.end() - 1
-        close = closing_bracket(code, open_at)
-        if close < 0:
-            continue
         after = _BEFORE_BODY.match(code, close + 1, min(len(code), close + 1 + _LOOKAHEAD))
         if after is None:
             continue

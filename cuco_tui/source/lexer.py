@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from typing import Iterator
 
 from cuco_tui.source.regions import split_lines
 
@@ -124,6 +125,15 @@ def expression_end(code: str, start: int, stops: str = ";") -> int:
         elif ch in stops and depth == 0:
             return k
     return len(code)
+
+
+def parenthesized(code: str, pattern: re.Pattern[str]) -> Iterator[tuple[re.Match[str], int, int]]:
+    """(match, offset of its '(', offset of the matching ')') for each match of `pattern` (which
+    ends with the '(') in blanked code whose parentheses close."""
+    for m in pattern.finditer(code):
+        close = closing_bracket(code, m.end() - 1)
+        if close >= 0:
+            yield m, m.end() - 1, close
 
 
 def matching_angle(code: str, at: int) -> int:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterable, Literal
 
 from cuco_tui.source.constants import Constants
-from cuco_tui.source.lexer import closing_bracket, expression_end
+from cuco_tui.source.lexer import closing_bracket, expression_end, parenthesized
 
 _LOOP = re.compile(r"\b(for|while)\s*\(")
 _IF = re.compile(r"\bif\s*(?:constexpr\s*)?\(")
@@ -47,11 +47,7 @@ class Loop:
 
 def read_loops(code: str, constants: Constants) -> list[Loop]:
     out = []
-    for m in _LOOP.finditer(code):
-        open_at = m.end() - 1
-        close = closing_bracket(code, open_at)
-        if close < 0:
-            continue
+    for m, open_at, close in parenthesized(code, _LOOP):
         end = statement_end(code, close + 1)
         if end < 0:
             continue
@@ -87,11 +83,7 @@ class IfStatement:
 
 def read_ifs(code: str) -> list[IfStatement]:
     out = []
-    for m in _IF.finditer(code):
-        open_at = m.end() - 1
-        close = closing_bracket(code, open_at)
-        if close < 0:
-            continue
+    for m, open_at, close in parenthesized(code, _IF):
         then_end = _end_or_eof(code, statement_end(code, close + 1))
         rest = _ELSE.match(code, then_end)
         if rest:
