@@ -357,3 +357,20 @@ def test_garbage_does_not_raise():
         src = CandidateSource(text)
         for view in (src.whole, src.evolve):
             view.functions, view.launches, view.constants, view.loops, view.ifs, view.assignments
+
+
+def test_the_analyses_share_one_parse():
+    from cuco_tui.design.classify import check_declaration, classify
+    from cuco_tui.evaluate.static_checks import check_static
+    from cuco_tui.evaluate.sync_checks import check_sync
+
+    seed = (Path(__file__).resolve().parents[1] / "workloads" / "gemm_allgather" / "seed.cu").read_text()
+    bad = LSA.replace("lsa_devcomm_create(ctx, c->comm, kCopyBlocks,", "lsa_devcomm_create(ctx, c->comm, 16,")
+    src = CandidateSource(bad, "c.cu")
+    assert check_static(src, seed, "c.cu") == check_static(bad, seed, "c.cu")
+    assert check_sync(src, "c.cu") == check_sync(bad, "c.cu") != []
+    assert check_declaration(src, "c.cu") == check_declaration(bad, "c.cu")
+    assert classify(src) == classify(bad)
+    functions = src.whole.functions
+    check_sync(src, "c.cu")
+    assert src.whole.functions is functions  # read once, not again by the second check

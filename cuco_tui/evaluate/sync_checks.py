@@ -379,7 +379,7 @@ def _check_rank_skips(src: CandidateSource, file_name: str) -> list[Diagnostic]:
 
 def check_sync(source: str | CandidateSource, file_name: str) -> list[Diagnostic]:
     """Every L0 synchronization check of `source`; errors reject, warnings do not."""
-    src = CandidateSource.of(source, file_name)
+    src = CandidateSource.of(source)
     diags: list[Diagnostic] = []
     for check in (_check_barrier_count, _check_waits, _check_rank_skips):
         try:

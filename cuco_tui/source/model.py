@@ -76,11 +76,14 @@ class CandidateSource:
         self.file_name = file_name
 
     @classmethod
-    def of(cls, source: "str | CandidateSource", file_name: str = "") -> "CandidateSource":
-        """`source` itself when it is already parsed for `file_name`, else a new one."""
-        if isinstance(source, CandidateSource) and source.file_name == file_name:
-            return source
-        return cls(source.text if isinstance(source, CandidateSource) else source, file_name)
+    def of(cls, source: "str | CandidateSource", file_name: str | None = None) -> "CandidateSource":
+        """`source` itself when it is already parsed (for `file_name`, when one is given: the
+        regions' diagnostics name the file), else a new one."""
+        if isinstance(source, CandidateSource):
+            if file_name is None or source.file_name == file_name:
+                return source
+            return cls(source.text, file_name)
+        return cls(source, file_name or "")
 
     @cached_property
     def lexed(self) -> SourceText:

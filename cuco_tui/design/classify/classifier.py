@@ -12,7 +12,7 @@ from cuco_tui.source.model import CandidateSource
 
 def classify(source: str | CandidateSource) -> Evidence:
     """Read a candidate's EVOLVE blocks and record the evidence for each design dimension."""
-    src = CandidateSource.of(source, source.file_name if isinstance(source, CandidateSource) else "")
+    src = CandidateSource.of(source)
     r = Reading(src)
     # The sites, in the order the readers record them (ties on a line keep this order).
     backend.read_api_calls(r)

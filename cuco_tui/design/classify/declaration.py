@@ -22,7 +22,7 @@ def check_declaration(source: str | CandidateSource, file_name: str = "", caps: 
     """Compare the declared design with what the code shows. Errors only for a missing or
     invalid design line; contradictions are warnings (code "design-mismatch"). With `caps`,
     a point that is not valid on this machine is also a warning."""
-    src = CandidateSource.of(source, file_name)
+    src = CandidateSource.of(source)
     ev = evidence or classify(src)
     at = _design_line_no(src)
 
