@@ -16,8 +16,10 @@ from __future__ import annotations
 import re
 
 from cuco_tui.core.result import Diagnostic, Level
-from cuco_tui.source.lexer import IDENT_CHARS, INCLUDE_LINE, SourceText
-from cuco_tui.source.regions import (DESIGN_LINE, DESIGN_PAIR, END, START, Regions, frozen_hash,
+from cuco_tui.source.arguments import split_args
+from cuco_tui.source.lexer import IDENT_CHARS, INCLUDE_LINE, SourceText, closing_bracket
+from cuco_tui.source.model import CandidateSource
+from cuco_tui.source.regions import (DESIGN_LINE, DESIGN_PAIR, END, START, Regions, design_line, frozen_hash,
                                      frozen_lines, split_regions)
 
 __all__ = ["check_static", "is_rejected"]
@@ -138,21 +140,6 @@ def _spell(qual: str, name: str) -> str:
     return name if not qual else f"::{name}" if qual == "::" else f"{qual}::{name}"
 
 
-def _top_level_args(code: str, open_at: int, close_at: int) -> int:
-    inner = code[open_at + 1:close_at]
-    if not inner.strip():
-        return 0
-    depth, count = 0, 1
-    for ch in inner:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            count += 1
-    return count
-
-
 def _check_forbidden_calls(src: SourceText, file_name: str) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     code = src.code
@@ -169,7 +156,7 @@ def _check_forbidden_calls(src: SourceText, file_name: str) -> list[Diagnostic]:
             continue  # std::bind from <functional>
         open_at = m.end() - 1
         close_at = src.match_paren(open_at)
-        if name == "remove" and close_at > 0 and _top_level_args(code, open_at, close_at) >= 3:
+        if name == "remove" and close_at > 0 and len(split_args(code, open_at + 1, close_at)) >= 3:
             continue  # std::remove(first, last, value) from <algorithm>
         shown = _spell(qual, name)
         message = f"`{shown}` {_WHY}"
@@ -265,18 +252,14 @@ def _param_type(param: str) -> str:
     return p.replace(" ", "")
 
 
-def _extern_c_blocks(text: str) -> list[tuple[int, int]]:
+def _extern_c_blocks(src: SourceText) -> list[tuple[int, int]]:
+    """The bodies of the `extern "C" { ... }` blocks (found where the literal is kept, matched
+    where literals are blanked: both texts have the same offsets)."""
     spans = []
-    for m in re.finditer(r'\bextern\s*"C"\s*\{', text):
-        depth = 0
-        for k in range(m.end() - 1, len(text)):
-            if text[k] == "{":
-                depth += 1
-            elif text[k] == "}":
-                depth -= 1
-                if depth == 0:
-                    spans.append((m.end(), k))
-                    break
+    for m in re.finditer(r'\bextern\s*"C"\s*\{', src.nocomment):
+        close = closing_bracket(src.code, m.end() - 1)
+        if close >= 0:
+            spans.append((m.end(), close))
     return spans
 
 
@@ -285,7 +268,7 @@ def _check_abi(src: SourceText, file_name: str) -> list[Diagnostic]:
     # Comments gone, strings kept (for `extern "C"`); a literal's contents cannot fake a
     # definition because matches are taken from the fully blanked code.
     text, code = src.nocomment, src.code
-    blocks = _extern_c_blocks(text)
+    blocks = _extern_c_blocks(src)
     for name, (signatures, spelled) in _ABI.items():
         defs = []
         for m in re.finditer(r"(?<![\w$])" + name + r"\s*\(", code):
@@ -325,8 +308,7 @@ def _check_abi(src: SourceText, file_name: str) -> list[Diagnostic]:
         if not returns_int:
             out.append(_diag(f"`{name}` must return int (0 on success): declare it `{spelled}`",
                              file_name, line, src.line(line), column=col, code="abi"))
-        params = code[open_at + 1:close_at]
-        types = tuple(_param_type(p) for p in params.split(",")) if params.strip() else ()
+        types = tuple(_param_type(p.text) for p in split_args(code, open_at + 1, close_at))
         if types not in signatures:
             got = ", ".join(types) if types else "no parameters"
             out.append(_diag(f"`{name}` has the wrong parameters ({got}): the harness calls `{spelled}`",
@@ -346,15 +328,14 @@ def _check_design(regions: Regions, src: SourceText, file_name: str) -> list[Dia
         return []
     first = evolve[0]
     example = "`// cuco-design: backend=nccl_lsa placement=before sync=global issuer=cta chunk=full`"
-    for off, line in enumerate(first.text.split("\n") if first.text else []):
-        m = DESIGN_LINE.match(line)
-        if not m:
-            continue
+    found = design_line(regions)
+    m = DESIGN_LINE.match(found[1]) if found else None
+    if found and m:
+        no, line = found
         tokens = m.group(1).split()
         bad = [t for t in tokens if not DESIGN_PAIR.match(t)]
         if tokens and not bad:
             return []
-        no = first.start_line + off
         what = f"`{bad[0]}` is not a key=value pair" if bad else "it names no key=value pairs"
         return [_diag(f"the cuco-design line is malformed: {what}; write it like {example}",
                       file_name, no, line, code="design", severity="warning")]
@@ -369,15 +350,16 @@ def _check_design(regions: Regions, src: SourceText, file_name: str) -> list[Dia
                   src.line(first.start_line - 1), code="design", severity="warning")]
 
 
-def check_static(source: str, seed: str, file_name: str) -> list[Diagnostic]:
+def check_static(source: str | CandidateSource, seed: str, file_name: str) -> list[Diagnostic]:
     """Every L0 check of `source` against the workload's `seed`; an empty list is a pass.
     Errors (severity "error") reject the candidate; warnings do not (see `is_rejected`)."""
-    src = SourceText(source)
-    cand_regions = split_regions(source, file_name)
+    cand = CandidateSource.of(source, file_name)
+    src = cand.lexed
+    cand_regions = cand.regions
     seed_regions = split_regions(seed, "seed")
     diags = _check_markers(cand_regions, seed_regions, src, file_name)
     if cand_regions.ok and seed_regions.ok:
-        diags += _check_frozen(source, seed, src, file_name)
+        diags += _check_frozen(cand.text, seed, src, file_name)
     diags += sorted(_check_includes(src, file_name) + _check_forbidden_calls(src, file_name),
                     key=lambda d: (d.line, d.column))
     diags += _check_abi(src, file_name)

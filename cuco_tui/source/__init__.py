@@ -1,3 +1,16 @@
-"""The one model of a candidate's C source that every static analysis reads: EVOLVE regions
-and the frozen hash (`regions`), comments and literals blanked with offsets kept, bracket
-matching and line/column lookup (`lexer`)."""
+"""The one model of a candidate's C source that every static analysis reads (L0 static and
+sync checks, the design classifier). Plain text processing: no preprocessor, no compiler.
+
+- `model`: `CandidateSource`, a candidate read once: lexed text, EVOLVE regions, the design line,
+  and two `CodeView`s (the whole file; the EVOLVE blocks only) with everything below, computed
+  on first use.
+- `regions`: EVOLVE regions, the frozen hash, the `// cuco-design:` line.
+- `lexer`: comments and literals blanked with offsets kept, bracket matching, line/column lookup.
+- `arguments`: argument lists split on their top-level commas.
+- `expressions`: integer constant expressions.
+- `constants`: `constexpr`/`const` integers, `#define`s, `dim3` extents.
+- `functions`: function definitions (kernel, device, host), parameters, bodies, enclosing one.
+- `launches`: kernel launches (`<<<...>>>` and `cudaLaunchKernel`), configuration and arguments.
+- `statements`: statement ends, loops with trip counts, `if`/`else`.
+- `assignments`: assignments, compound assignments and increments, and names derived through them.
+"""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from typing import Iterator
 
 from cuco_tui.source.regions import split_lines
 
@@ -86,25 +87,73 @@ def _blank(text: str) -> tuple[str, str]:
     return "".join(nocomment), "".join(nolit)
 
 
+_CLOSER = {"(": ")", "[": "]", "{": "}"}
+
+
 def closing_bracket(code: str, open_at: int) -> int:
     """Offset of the bracket that closes the one at `open_at` ('(', '[' or '{') in blanked
-    code (comments and literals already blanked), or -1 when it is never closed."""
+    code (comments and literals already blanked), or -1 when it is never closed or a bracket of
+    the wrong kind closes first (`( ]`: the text is not what it seems)."""
+    if open_at >= len(code) or code[open_at] not in _CLOSER:
+        return -1
+    want = [_CLOSER[code[open_at]]]
+    for k in range(open_at + 1, len(code)):
+        ch = code[k]
+        if ch in _CLOSER:
+            want.append(_CLOSER[ch])
+        elif ch in ")]}":
+            if ch != want[-1]:
+                return -1
+            want.pop()
+            if not want:
+                return k
+    return -1
+
+
+def expression_end(code: str, start: int, stops: str = ";") -> int:
+    """Offset of the first character of `stops` at bracket depth 0 from `start` in blanked code,
+    or of the bracket that closes an enclosing one, or len(code): where an expression ends."""
     depth = 0
-    for k in range(open_at, len(code)):
+    for k in range(start, len(code)):
         ch = code[k]
         if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
+            if depth < 0:
+                return k
+        elif ch in stops and depth == 0:
+            return k
+    return len(code)
+
+
+def parenthesized(code: str, pattern: re.Pattern[str]) -> Iterator[tuple[re.Match[str], int, int]]:
+    """(match, offset of its '(', offset of the matching ')') for each match of `pattern` (which
+    ends with the '(') in blanked code whose parentheses close."""
+    for m in pattern.finditer(code):
+        close = closing_bracket(code, m.end() - 1)
+        if close >= 0:
+            yield m, m.end() - 1, close
+
+
+def matching_angle(code: str, at: int) -> int:
+    """Offset of the '>' that closes the template arguments opening with the '<' at `at`, or of
+    the '<' that opens those closing with the '>' at `at`; -1 when there is none before a ';',
+    '{' or '}' (so `a < b` is no template)."""
+    step = 1 if code[at:at + 1] == "<" else -1 if code[at:at + 1] == ">" else 0
+    if step == 0:
+        return -1
+    depth, k = 0, at
+    while 0 <= k < len(code):
+        ch = code[k]
+        if ch in "<>":
+            depth += 1 if (ch == "<") == (step == 1) else -1
             if depth == 0:
                 return k
+        elif ch in ";{}":
+            return -1
+        k += step
     return -1
-
-
-def blank_code(text: str) -> str:
-    """`text` with comments and the contents of string and char literals replaced by spaces,
-    newlines kept, so offsets, lines and columns still match the original."""
-    return _blank(text)[1]
 
 
 def _scan_quoted(text: str, i: int, quote: str) -> int:

@@ -144,18 +144,29 @@ DESIGN_LINE = re.compile(r"^\s*//\s*cuco-design:(.*)$")
 DESIGN_PAIR = re.compile(r"^[A-Za-z_][\w.-]*=\S+$")
 
 
-def design_of(source: str) -> dict[str, str] | None:
+def design_line(regions: Regions) -> tuple[int, str] | None:
+    """(1-based line, text) of the first `// cuco-design:` line in the first EVOLVE block, or None."""
+    for region in regions.evolve[:1]:
+        for off, line in enumerate(region.text.split("\n") if region.text else []):
+            if DESIGN_LINE.match(line):
+                return region.start_line + off, line
+    return None
+
+
+def design_in(regions: Regions) -> dict[str, str] | None:
     """The key=value pairs of the `// cuco-design:` line in the first EVOLVE block, or None
     when there is none (or it holds no well-formed pair)."""
-    evolve = split_regions(source).evolve
-    if not evolve:
+    found = design_line(regions)
+    m = DESIGN_LINE.match(found[1]) if found else None
+    if m is None:
         return None
-    for line in evolve[0].text.split("\n"):
-        m = DESIGN_LINE.match(line)
-        if m:
-            pairs = [t for t in m.group(1).split() if DESIGN_PAIR.match(t)]
-            return dict(t.split("=", 1) for t in pairs) if pairs else None
-    return None
+    pairs = [t for t in m.group(1).split() if DESIGN_PAIR.match(t)]
+    return dict(t.split("=", 1) for t in pairs) if pairs else None
+
+
+def design_of(source: str) -> dict[str, str] | None:
+    """`design_in` of the regions of `source`."""
+    return design_in(split_regions(source))
 
 
 def _diag(message: str, file: str, line: int = 0, source_line: str = "", *, column: int = 0,
