@@ -28,6 +28,7 @@ from cuco_tui.core.result import (
 )
 from cuco_tui.evaluate.static_checks import check_static, is_rejected
 from cuco_tui.evaluate.sync_checks import check_sync
+from cuco_tui.source.model import CandidateSource
 from cuco_tui.harness.deadlock import describe_hang
 from cuco_tui.harness.gpus import inventory, is_shared
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
@@ -181,8 +182,9 @@ def evaluate(
 
     # L0: static checks, before anything touches a compiler or a GPU.
     say(Progress(Level.STATIC, "static checks"))
-    diags = check_static(source, workload.seed.read_text(), candidate.name)
-    diags += check_sync(source, candidate.name)
+    parsed = CandidateSource(source, candidate.name)  # one parse, read by every check
+    diags = check_static(parsed, workload.seed.read_text(), candidate.name)
+    diags += check_sync(parsed, candidate.name)
     if is_rejected(diags):
         first = next(d for d in diags if d.severity == "error")
         return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC, diagnostics=diags,
