@@ -75,7 +75,7 @@ def test_a_bad_manifest_is_one_line_from_the_cli(capsys, tmp_path):
 
 @pytest.mark.parametrize("target", ["/", "no-such-session"])
 def test_opening_what_is_not_a_session_is_refused(capsys, target):
-    _one_line_error(capsys, tui_main(["open", target]), "no session")
+    _one_line_error(capsys, tui_main(["open", target]), "no session or bundle at")
 
 
 def test_opening_a_file_that_is_not_a_bundle_is_refused(capsys, tmp_path):

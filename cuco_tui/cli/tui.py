@@ -66,8 +66,11 @@ def _open(argv: list[str]) -> int:
     else:
         try:  # a folder made by a search (or a session's name under sessions/), nothing else
             target = resolve_session(opened.session)
-        except SessionError as exc:
-            print(f"cuco-tui: {exc}", file=sys.stderr)
+        except SessionError:
+            what = ("is a folder, but no session (a search makes one, with .git inside)" if target.exists()
+                    else "does not exist")
+            print(f"cuco-tui: no session or bundle at {opened.session}: it {what}; `cuco sessions` lists the sessions",
+                  file=sys.stderr)
             return 2
     try:
         workload_named(opened.workload)
