@@ -21,9 +21,10 @@
 // arrivals of chunk c of rank p: a chunk is ready for launch e once its flag >= e * signals,
 // where `signals` is how many writers post per chunk and launch (1 for a copy engine followed by
 // a stream-ordered write; the number of CTAs for a store kernel whose every CTA adds one). Flags
-// only grow, so back-to-back launches need no reset. The rank's own rows can be read straight
-// from its input X (no flag, no copy) when R is a multiple of the tile height; otherwise they
-// are copied into G like a peer's and flagged.
+// only grow, so back-to-back launches need no reset. The rank's own rows are never waited for:
+// they are read straight from its input X when R is a multiple of the tile height; otherwise
+// the caller copies them into G on the GEMM's stream before the launch (stream order, no SM
+// left waiting on a copy that might itself want an SM).
 #ifndef CUCO_TILE_GEMM_CUH_
 #define CUCO_TILE_GEMM_CUH_
 
@@ -165,12 +166,13 @@ __device__ inline void cluster_tile(const Schedule& s, int t, int& crow, int& cc
 }
 
 // Called by the whole producer warp before it loads the A tiles of rows [row0, row1) of G.
-// Lane 0 waits for every chunk those rows touch (the deadlock report sees a long wait through
-// the rank's trace slots, at the caller's site, with the source rank as peer and the chunk as
-// id); then every lane fences the generic proxy against the async proxy, so that the TMA reads
-// that follow see what the acquire loads saw. `seen` caches the last flag found ready: a CTA
-// runs its tiles in arrival order, so most tiles need no load at all.
-__device__ inline void wait_rows(const Arrival& a, int64_t row0, int64_t row1, int& seen) {
+// Lane 0 waits for every peer chunk those rows touch (the deadlock report sees a long wait
+// through the rank's trace slots, at the caller's site, with the source rank as peer and the
+// chunk as id); the rank's own rows are always ready (read from X, or copied into G before the
+// kernel in stream order). Then every lane fences the generic proxy against the async proxy, so
+// that the TMA reads that follow are ordered after what the acquire loads saw. `ready` caches
+// the flags (up to 128) this CTA has already found ready: flags only grow within a launch.
+__device__ inline void wait_rows(const Arrival& a, int64_t row0, int64_t row1, uint64_t& ready_lo, uint64_t& ready_hi) {
   int waited = 0;
   if (cutlass::canonical_lane_idx() == 0) {
     for (int64_t row = row0; row < row1;) {
@@ -178,9 +180,13 @@ __device__ inline void wait_rows(const Arrival& a, int64_t row0, int64_t row1, i
       const int64_t in_shard = row - p * a.rows_per_rank;
       const int c = (int)(in_shard / a.chunk_rows);
       const int idx = p * a.chunks + c;
-      if (idx != seen) {
+      // Two scalar words, not an array: a run-time index would put the array in local memory.
+      const uint64_t bit = 1ull << (idx & 63);
+      const bool cached = idx < 64 ? (ready_lo & bit) != 0 : idx < 128 ? (ready_hi & bit) != 0 : false;
+      if (p != a.own_rank && !cached) {
         wait_geq<unsigned long long>(a.trace, a.site, p, (uint64_t)c, &a.flags[idx], a.target);
-        seen = idx;
+        if (idx < 64) ready_lo |= bit;
+        else if (idx < 128) ready_hi |= bit;
         waited = 1;
       }
       row = p * a.rows_per_rank + min((int64_t)(c + 1) * a.chunk_rows, a.rows_per_rank);
@@ -262,7 +268,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fused_gemm_kernel(CUTE_GRID_
       auto inputs_g = mainloop.load_init(shape_g, p.load_g);
       auto inputs_x = mainloop.load_init(make_shape((int)p.arrival.rows_per_rank, (int)p.N, (int)p.K, 1), p.load_x);
       auto write = cutlass::make_producer_start_state<MainloopPipeline>();
-      int seen = -1;
+      uint64_t ready_lo = 0, ready_hi = 0;  // flags this CTA found ready (bit = flag index)
       for (int t = cluster; t < p.schedule.tiles; t += clusters) {
         int crow, ccol;
         cluster_tile(p.schedule, t, crow, ccol);
@@ -276,7 +282,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fused_gemm_kernel(CUTE_GRID_
           mainloop.load(p.load_x, pipeline, write, inputs_x, make_coord(m_local, n_block, _, 0), k_iter, k_tiles,
                         thread_idx, rank_in_cluster, shared.tensors.mainloop);
         } else {
-          if (row0 < p.M) wait_rows(p.arrival, row0, std::min<int64_t>(row0 + Cfg::kBlockM, p.M), seen);
+          if (row0 < p.M) wait_rows(p.arrival, row0, std::min<int64_t>(row0 + Cfg::kBlockM, p.M), ready_lo, ready_hi);
           mainloop.load(p.load_g, pipeline, write, inputs_g, make_coord(m_block, n_block, _, 0), k_iter, k_tiles,
                         thread_idx, rank_in_cluster, shared.tensors.mainloop);
         }
@@ -359,27 +365,22 @@ inline int receiver_at(int rank, int world, int step) { return (rank + step) % w
 enum class TileOrder { Auto = 0, Arrival = 1, Square = 2 };
 
 // The processing order of cluster rows: each cluster row (CM*BM rows of G) is ready when the
-// last chunk it touches has landed; own rows read from X are ready at once. Stable sort by
+// last peer chunk it touches has landed; the rank's own rows are ready at once. Stable sort by
 // readiness, so ties keep the natural row order.
 inline std::vector<int> arrival_rows(const RowLayout& l, int rows_per_cluster_row, int cluster_rows) {
-  std::vector<int> position(l.flag_count(), 0);
+  std::vector<int> position(l.flag_count(), -1);
   int pos = 0;
-  if (!l.own_from_x)
-    for (int c = 0; c < l.chunks; ++c) position[l.flag_index(l.rank, c)] = pos++;
   for (int step = 1; step < l.world; ++step)
     for (int c = 0; c < l.chunks; ++c) position[l.flag_index(sender_at(l.rank, l.world, step), c)] = pos++;
   std::vector<int> ready(cluster_rows, -1);
   for (int cr = 0; cr < cluster_rows; ++cr) {
     const int64_t r0 = (int64_t)cr * rows_per_cluster_row;
     const int64_t r1 = std::min<int64_t>(r0 + rows_per_cluster_row, l.M);
-    int worst = -1;
     for (int64_t row = r0; row < r1; row += 64) {
       const int p = (int)(row / l.rows_per_rank);
-      if (l.own_from_x && p == l.rank) continue;
       const int c = (int)((row - p * l.rows_per_rank) / l.chunk_rows);
-      worst = std::max(worst, position[l.flag_index(p, c)]);
+      ready[cr] = std::max(ready[cr], position[l.flag_index(p, c)]);
     }
-    ready[cr] = worst;
   }
   std::vector<int> order(cluster_rows);
   for (int i = 0; i < cluster_rows; ++i) order[i] = i;
@@ -636,6 +637,15 @@ __global__ void __launch_bounds__(kThreads) push_chunks(PushPlan plan, const uin
       }
     }
   }
+}
+
+// One mover CTA per SM: the dynamic shared memory each asks for (and never touches) keeps two
+// from sharing an SM, so the copy spreads over as many SMs as it has CTAs (an SM's own store
+// throughput, not the link, limits a small mover). Call once before launching with it.
+constexpr int kPushSmemBytes = 120 * 1024;
+template <int kThreads>
+inline cudaError_t prepare_push() {
+  return cudaFuncSetAttribute(push_chunks<kThreads>, cudaFuncAttributeMaxDynamicSharedMemorySize, kPushSmemBytes);
 }
 #endif  // __CUDACC__
 
