@@ -173,12 +173,74 @@ def test_a_cutlass_candidate_without_cutlass_is_a_toolchain_diagnostic(tmp_path)
     assert d.code == "toolchain" and "CUTLASS" in d.message and "nvidia-cutlass" in d.message
 
 
+def test_editing_a_runtime_cuh_header_changes_the_build_key(tmp_path):
+    tc = _fake_toolchain(tmp_path, None)
+    (tc.runtime_include / "cuco_tile_gemm.cuh").write_text("// one\n")
+    before = tc.fingerprint()
+    (tc.runtime_include / "cuco_tile_gemm.cuh").write_text("// two\n")
+    assert tc.fingerprint() != before
+
+
 def test_the_header_is_shipped_with_the_runtime():
     header = TOOLCHAIN.runtime_include / "cuco_tile_gemm.cuh"
     text = header.read_text()
     assert "fused_gemm_kernel" in text and "wait_geq" in text and "fence.proxy.async" in text
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     assert '"harness/runtime/*.cuh"' in pyproject and "nvidia-cutlass" in pyproject
+
+
+# ---------------------------------------------------------------- the benchmark's reading of its results
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "fused_gemm.py"
+
+
+def _bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fused_gemm_bench_py", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PTXAS = """ptxas info    : 11 bytes gmem
+ptxas info    : Compiling entry function '_ZN4cuco9tile_gemm17fused_gemm_kernelINS0_6ConfigILi128ELi256ELi2ELi1EEEEEvNS0_6ParamsIT_EE' for 'sm_90a'
+ptxas info    : Function properties for _ZN4cuco9tile_gemm17fused_gemm_kernelINS0_6ConfigILi128ELi256ELi2ELi1EEEEEvNS0_6ParamsIT_EE
+    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 168 registers, used 2 barriers
+ptxas info    : Compiling entry function '_Z10fill_bf16P13__nv_bfloat16mjf' for 'sm_90a'
+ptxas info    : Used 12 registers
+"""
+
+
+def test_the_benchmark_reads_ptxas_resource_usage():
+    (u,) = _bench().resource_usage(PTXAS)
+    assert u == {"kernel": "128x256/2x1", "registers": 168, "stack": 8, "spill_stores": 4, "spill_loads": 4}
+
+
+def _variant(name, kind, ms, ok=True):
+    return {"name": name, "kind": kind, "ok": ok, "why": "" if ok else "wrong result", "median_ms": ms,
+            "q1_ms": ms * 0.99, "q3_ms": ms * 1.01, "tflops": 700.0}
+
+
+def test_the_benchmark_table_compares_the_faster_cublas_with_the_default_and_the_best():
+    timing = [{"M": 4096, "K": 8192, "N": 8192, "gemm": [4096, 8192, 4096], "variants": [
+        _variant("cublasGemmEx", "cublas", 0.40), _variant("cublasLt-best", "cublaslt", 0.38),
+        _variant("128x256/2x1/auto", "fused", 0.40), _variant("256x128/1x2/square", "fused", 0.39),
+        _variant("128x256/2x1/auto/16-SMs-reserved", "fused", 0.35)]}]
+    late = [{"mode": "h2d", "M": 4096, "K": 8192, "N": 8192, "ok": True, "ms": 1.2, "copy_ms": 1.0},
+            {"mode": "ce_d2d", "M": 4096, "K": 8192, "N": 8192, "ok": True, "ms": 0.5, "copy_ms": 0.2}]
+    table, good = _bench().report(timing, late)
+    row = table.splitlines()[-1]
+    assert "cublasLt-best" in row and "95.0%" in row  # 0.38 / 0.40
+    assert "256x128/1x2/square 0.390 (97.4%)" in row  # the reserved-SM variant is not a candidate for best
+    assert good
+    late[1]["ok"] = False
+    assert not _bench().report(timing, late)[1]
+    timing[0]["variants"][3]["median_ms"] = 0.41  # best now the default at 95.0%: still on target
+    assert _bench().report(timing, late[:1])[1]
+    timing[0]["variants"][2]["median_ms"] = 0.42
+    assert not _bench().report(timing, late[:1])[1]  # 90.5%, under the target
 
 
 # ---------------------------------------------------------------- real compiles (slow)
@@ -204,6 +266,86 @@ def test_the_builds_cover_every_kernel_configuration():
         assert {b.get(key, FUSED.default_knobs()[key]) for b in CONFIG_BUILDS} == set(FUSED.knobs[key])
 
 
+SCHEDULE_CHECK = r"""
+#include "cuco_tile_gemm.cuh"
+#include <set>
+namespace tg = cuco::tile_gemm;
+
+// Walks the schedule of one case: every cluster tile exactly once, own rows first, and the
+// rows in arrival order; prints the row order.
+static int check(int64_t M, int64_t N, int W, int rank, int chunks, int bm, int bn, int cmul, int cnul,
+                 tg::TileOrder order, int clusters) {
+  const tg::RowLayout l = tg::make_row_layout(M, N, 64, W, rank, chunks, bm);
+  const int cm = (int)((M + bm * cmul - 1) / (bm * cmul)), cn = (int)((N + bn * cnul - 1) / (bn * cnul));
+  std::vector<int> rows = tg::arrival_rows(l, bm * cmul, cm);
+  const int band = tg::band_rows(order, clusters, cm, bm * cmul, bn * cnul, N * 64 * 2 * 1000, 50 << 20);
+  tg::Schedule s{rows.data(), cm, cn, band, cm * cn};
+  std::set<std::pair<int, int>> seen;
+  for (int t = 0; t < s.tiles; ++t) {
+    int crow, ccol;
+    tg::cluster_tile(s, t, crow, ccol);
+    if (crow < 0 || crow >= cm || ccol < 0 || ccol >= cn || !seen.insert({crow, ccol}).second) {
+      printf("bad tile %d -> (%d, %d)\n", t, crow, ccol);
+      return 1;
+    }
+  }
+  if ((int)seen.size() != cm * cn) { printf("missing tiles\n"); return 1; }
+  // Own cluster rows (all rows of this rank) before any row that waits for a peer.
+  bool peer_seen = false;
+  for (int cr : rows) {
+    const int64_t r0 = (int64_t)cr * bm * cmul, r1 = std::min<int64_t>(r0 + bm * cmul, M);
+    const bool own = r0 >= rank * l.rows_per_rank && r1 <= (rank + 1) * l.rows_per_rank;
+    if (own && peer_seen) { printf("own row %d after a peer row\n", cr); return 1; }
+    peer_seen |= !own;
+  }
+  printf("order");
+  for (int cr : rows) printf(" %d", cr);
+  printf(" band %d\n", band);
+  return 0;
+}
+
+int main() {
+  int bad = 0;
+  const tg::TileOrder orders[] = {tg::TileOrder::Auto, tg::TileOrder::Arrival, tg::TileOrder::Square};
+  for (int W : {2, 4, 8})
+    for (int64_t M : {1536, 8192, 32768})
+      for (int64_t N : {64, 512, 7168})
+        for (int chunks : {1, 4, 16})
+          for (int rank : {0, W - 1})
+            for (auto cfg : {std::array<int, 4>{128, 256, 2, 1}, std::array<int, 4>{256, 128, 1, 2}})
+              for (auto o : orders)
+                bad |= check(M, N, W, rank, chunks, cfg[0], cfg[1], cfg[2], cfg[3], o, 66) ? 1 : 0;
+  printf("case ");
+  bad |= check(1536, 512, 4, 1, 1, 128, 256, 1, 1, tg::TileOrder::Arrival, 66);
+  printf("%s\n", bad ? "FAILED" : "ALL OK");
+  return bad;
+}
+"""
+
+
+@pytest.mark.slow
+@can_compile
+def test_the_schedule_covers_every_tile_once_in_arrival_order(tmp_path):
+    import subprocess
+
+    from cuco_tui.toolchain.nvcc import cutlass_flags
+
+    src = tmp_path / "schedule_check.cu"
+    src.write_text(SCHEDULE_CHECK.replace("#include <set>", "#include <array>\n#include <set>"))
+    exe = tmp_path / "schedule_check"
+    includes = [f"-I{p}" for p in (TOOLCHAIN.runtime_include, TOOLCHAIN.nccl.include, TOOLCHAIN.cublas.include)]
+    build = subprocess.run([str(TOOLCHAIN.nvcc), "-std=c++17", "-O1", "-gencode=arch=compute_90a,code=sm_90a",
+                            *includes, *cutlass_flags(TOOLCHAIN), str(src), "-o", str(exe)],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.rstrip().endswith("ALL OK"), run.stdout[-3000:]
+    # Rank 1 of 4, one 128-row tile per cluster row, 3 per shard: its own rows 3-5 first, then the
+    # shards as the ring delivers them: rank 0's, rank 3's, rank 2's.
+    case = next(line for line in run.stdout.splitlines() if line.startswith("case "))
+    assert case == "case order 3 4 5 0 1 2 9 10 11 6 7 8 band 1"
+
+
 @pytest.mark.slow
 @can_compile
 @pytest.mark.parametrize("knobs", CONFIG_BUILDS, ids=lambda k: f"{k['tile']}-{k['cluster']}")
@@ -213,3 +355,24 @@ def test_each_kernel_configuration_compiles(tmp_path, knobs):
     r = compile_candidate(path, TOOLCHAIN, BuildCache())  # the session's cache (conftest)
     assert r.ok, "\n".join(d.render() for d in r.diagnostics)
     assert "-DNDEBUG" in r.command
+
+
+# ---------------------------------------------------------------- what the classifier should see
+
+# The kernel lives in cuco_tile_gemm.cuh, out of the classifier's sight: design/classify.py needs
+# a rule for it (being rewritten elsewhere; the rule is described in the branch's report). These
+# say what it should infer; strict, so they fail loudly once the rule lands and can be unmarked.
+@pytest.mark.xfail(strict=True, reason="classify.py has no rule yet for cuco_tile_gemm.cuh's fused GEMM")
+@pytest.mark.parametrize("knobs,expected", [
+    ({}, {"backend": "copy_engine", "placement": "fused", "sync": "per_chunk", "issuer": "host", "chunk": "4",
+          "streams": "2", "comm_sms": "0"}),
+    ({"mover": "sm_store", "mover_blocks": 32, "chunks": 1},
+     {"backend": "cuda_ipc", "placement": "fused", "sync": "per_peer", "issuer": "multi_cta", "chunk": "shard",
+      "streams": "2", "comm_sms": "32"}),
+], ids=["copy_engine", "sm_store"])
+def test_the_classifier_sees_a_fused_kernel(knobs, expected):
+    from cuco_tui.design.classify import check_declaration, classify
+
+    src = BOOK.render(FUSED, {**FUSED.default_knobs(), **knobs})
+    assert classify(src).inferred() == expected
+    assert check_declaration(src, "fused.cu") == []

@@ -62,9 +62,14 @@ class Toolchain:
             header = _main_header(lib)
             if header is not None:
                 h.update(header.read_bytes())
-        for header in sorted(self.runtime_include.glob("*.h*")):
+        for header in self.runtime_headers():
             h.update(header.read_bytes())
         return h.hexdigest()[:16]
+
+    def runtime_headers(self) -> list[Path]:
+        """The headers candidates include from the runtime folder (.h and .cuh; "*.h*" would miss
+        the .cuh ones, whose edits then went unnoticed by the build cache)."""
+        return sorted({*self.runtime_include.glob("*.h"), *self.runtime_include.glob("*.cuh")})
 
     def cutlass_fingerprint(self) -> str:
         """Changes with the CUTLASS headers a CUTLASS candidate would see (their folder and version)."""

@@ -156,12 +156,18 @@ struct Params {
 
 #ifdef __CUDACC__
 
-__device__ inline void cluster_tile(const Schedule& s, int t, int& crow, int& ccol) {
+// Cluster tile t -> (cluster row, cluster column). Host-callable, so a test can walk the schedule.
+__host__ __device__ inline void cluster_tile(const Schedule& s, int t, int& crow, int& ccol) {
   const int band_tiles = s.band * s.cn;
   const int b = t / band_tiles;
   const int within = t - b * band_tiles;
-  const int rows = min(s.band, s.cm - b * s.band);
+  const int left = s.cm - b * s.band;
+  const int rows = s.band < left ? s.band : left;
+#ifdef __CUDA_ARCH__
   crow = __ldg(&s.rows[b * s.band + within % rows]);
+#else
+  crow = s.rows[b * s.band + within % rows];
+#endif
   ccol = within / rows;
 }
 
@@ -599,6 +605,26 @@ class FlagWriter {
  private:
   Fn fn_ = nullptr;
 };
+
+// A copy on the copy engines. A plain cudaMemcpyAsync between two buffers of one GPU (ranks
+// sharing a GPU, or a rank's own rows) may run as a copy kernel on the SMs, which a persistent
+// GEMM spinning on every SM would starve for good; cudaMemcpyBatchAsync with
+// cudaMemcpyFlagPreferOverlapWithCompute asks for the copy engines (a hint, which CUDA 13 follows
+// for device memory: no SM used, peer copies at full NVLink speed). Stream-ordered like any copy.
+inline cudaError_t ce_copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+#if CUDART_VERSION >= 12080
+  void* dsts[1] = {dst};
+  const void* srcs[1] = {src};
+  size_t sizes[1] = {bytes};
+  cudaMemcpyAttributes attr = {};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+  size_t first = 0;
+  return cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, &first, 1, stream);
+#else
+  return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+#endif
+}
 
 // A store kernel's plan: step s pushes this rank's shard to one receiver.
 struct PushPlan {
