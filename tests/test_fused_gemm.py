@@ -10,6 +10,7 @@ so both movers and every tile order are compiled too: marked slow (deselect with
 from __future__ import annotations
 
 import itertools
+import re
 import stat
 from pathlib import Path
 
@@ -181,10 +182,13 @@ def test_editing_a_runtime_cuh_header_changes_the_build_key(tmp_path):
     assert tc.fingerprint() != before
 
 
-def test_the_header_is_shipped_with_the_runtime():
-    header = TOOLCHAIN.runtime_include / "cuco_tile_gemm.cuh"
-    text = header.read_text()
-    assert "fused_gemm_kernel" in text and "wait_geq" in text and "fence.proxy.async" in text
+def test_the_headers_are_shipped_with_the_runtime():
+    gemm = (TOOLCHAIN.runtime_include / "cuco_tile_gemm.cuh").read_text()
+    arrival = (TOOLCHAIN.runtime_include / "cuco_arrival.cuh").read_text()
+    assert "fused_gemm_kernel" in gemm and '#include "cuco_arrival.cuh"' in gemm
+    assert "wait_geq" in arrival and "fence.proxy.async" in arrival
+    assert not re.search(r'#\s*include\s*[<"](cutlass|cute)/', arrival)  # the protocol needs no CUTLASS
+    assert not uses_cutlass('#include "cuco_arrival.cuh"\n')
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     assert '"harness/runtime/*.cuh"' in pyproject and "nvidia-cutlass" in pyproject
 
