@@ -8,7 +8,8 @@ rank, init and teardown errors and reference mismatches before a multi-GPU host 
 it cannot see races that need two GPUs' real concurrency, and device-initiated NCCL (LSA, GIN)
 or NVSHMEM code is skipped (it needs one GPU per rank).
 
-  python benchmarks/shared_gpu_check.py --out DIR [--jobs 2] [--worlds 2,4] [--sweep] [--only LABELS] [WORKLOAD ...]
+  python benchmarks/shared_gpu_check.py --out DIR [--jobs 2] [--worlds 2,4] [--sweep] [--only LABELS]
+                                        [--strategies NAMES] [WORKLOAD ...]
 
 Evaluations run `--jobs` at a time on the GPU; a candidate that fails is evaluated once more
 alone, so that a failure caused by sharing the GPU with another group is told apart.
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep", action="store_true", help="every value of every knob, one at a time")
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--only", help="comma-separated labels (e.g. seed,ipc_dispatch[ipc_8]): check only these")
+    ap.add_argument("--strategies", help="comma-separated strategy names (e.g. fused_tile): check only their renders")
     ap.add_argument("--build-jobs", type=int, default=12, help="parallel nvcc runs before the checks (default 12)")
     args = ap.parse_args(argv)
     worlds = [int(x) for x in args.worlds.split(",") if x]
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         w = load_workload(name)
         for label, path in sources(name, args.out / "rendered" / name, args.sweep):
             if args.only and label not in args.only.split(","):
+                continue
+            if args.strategies and label.split("[")[0] not in args.strategies.split(","):
                 continue
             if device_initiated(path.read_text()):
                 skipped.append({"workload": name, "label": label, "why": "device-initiated: needs one GPU per rank"})

@@ -15,7 +15,7 @@ from typing import Literal
 
 from cuco_tui.toolchain import attention
 from cuco_tui.toolchain.nvcc import BuildCache
-from cuco_tui.toolchain.toolchain import Library, Toolchain, discover, nccl_version
+from cuco_tui.toolchain.toolchain import Library, Toolchain, cutlass_report, discover, nccl_version
 from cuco_tui.harness.env import NO_MULTICAST
 from cuco_tui.harness.gpus import GpuInventory, inventory
 
@@ -53,6 +53,7 @@ def run_checks(env: dict[str, str] | None = None) -> list[Check]:
         _nccl_check(toolchain.nccl),
         _nccl_device_check(toolchain.nccl),
         _cublas_check(toolchain.cublas),
+        Check("CUTLASS", *cutlass_report(toolchain)),
         _runtime_header_check(toolchain),
         *attention_checks(toolchain, env),
         *_cupy_checks(),

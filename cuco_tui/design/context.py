@@ -317,7 +317,7 @@ def _nearest(point: DesignPoint, backend: str) -> DesignPoint:
             q = q.with_(comm_sms="all")
     else:
         q = q.with_(issuer="host", comm_sms="0")
-        if q.placement == "fused":
+        if q.placement == "fused" and backend == "nccl_host":
             q = q.with_(placement="interleaved")
         if q.placement == "interleaved" and q.streams == "1":
             q = q.with_(streams="2")

@@ -1,6 +1,17 @@
 """The design space for communication in a co-designed kernel (CUCo's five dimensions plus two
 that matter on Hopper), the coordinates a candidate declares, and the rules that make a point
-valid. Knows nothing about workloads, agents or the GPU."""
+valid. Knows nothing about workloads, agents or the GPU.
+
+placement, where communication sits relative to the compute that needs it:
+- before / after: all of it first (or last), then the compute, in stream order;
+- interleaved: in pieces, each piece's compute launched once the piece has landed (streams and
+  events or flag-wait kernels between separate compute launches);
+- fused: the compute kernel itself consumes the arrivals: one (persistent) kernel whose tiles
+  wait, per tile or per chunk, on arrival signals in peer-visible memory, whether the bytes are
+  moved by the kernel's own threads, by a store kernel beside it, or by copy engines whose
+  stream-ordered flag writes announce each chunk. Not with NCCL host collectives, which give a
+  kernel nothing to wait on.
+"""
 
 from __future__ import annotations
 
@@ -115,8 +126,9 @@ def violations(point: DesignPoint, caps: Capabilities = Capabilities()) -> list[
         out.append("copy engines use no SMs: comm_sms must be 0")
     if b == "nccl_host" and point.comm_sms not in ("0", "all"):
         out.append("NCCL host collectives choose their own SMs: comm_sms must be 0 or all")
-    if point.placement == "fused" and not point.device_initiated:
-        out.append("communication fused into compute needs a device-initiated backend")
+    if point.placement == "fused" and b == "nccl_host":
+        out.append("communication fused into compute needs arrival signals a kernel can wait on: a device-initiated "
+                   "backend, or copy engines followed by stream-ordered flag writes")
     if point.placement == "interleaved" and point.streams == "1" and not point.device_initiated:
         out.append("interleaving host-issued communication with compute needs at least 2 streams")
     if point.sync == "per_chunk" and point.chunks_per_shard < 2:

@@ -28,6 +28,15 @@ from cuco_tui.core.result import Diagnostic
 DEFAULT_ARCH = "90a"
 FORMAT = 1  # bump when the cache record's layout or meaning changes
 
+# A candidate that includes CUTLASS/CuTe (directly or through the runtime's cuco_tile_gemm.cuh)
+# gets the CUTLASS include folder and the flags its headers need: -DNDEBUG (with asserts on,
+# ptxas serializes the wgmma pipeline: about 2x slower) and --expt-relaxed-constexpr (CuTe calls
+# constexpr host functions from device code). One such kernel configuration takes about 45 s of
+# CPU in nvcc 13.0 (a 2-core machine under load: 3 min), hence its own, longer limit.
+_USES_CUTLASS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:cutlass/|cute/|cuco_tile_gemm\.cuh)', re.M)
+CUTLASS_FLAGS = ("-DNDEBUG", "--expt-relaxed-constexpr")
+CUTLASS_TIMEOUT = 900.0
+
 # Project rule for every child process: no NVLink multicast / NVLS.
 CHILD_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -86,6 +95,18 @@ def nvcc_flags(toolchain: Toolchain) -> list[str]:
     for d in lib_dirs:
         flags += ["-Xlinker", f"-rpath={d}"]
     return flags
+
+
+def uses_cutlass(source: str) -> bool:
+    """Whether a candidate includes CUTLASS or CuTe headers, or the runtime's CUTLASS GEMM."""
+    return bool(_USES_CUTLASS.search(source))
+
+
+def cutlass_flags(toolchain: Toolchain) -> list[str]:
+    """The flags a CUTLASS candidate adds to nvcc_flags (the toolchain must have found CUTLASS)."""
+    if toolchain.cutlass is None:
+        raise ValueError(toolchain.cutlass_problem or "the CUTLASS headers were not found")
+    return [f"-I{toolchain.cutlass}", *CUTLASS_FLAGS]
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -240,7 +261,8 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
                       extra_flags: tuple[str, ...] = (), timeout: float = 300.0) -> BuildResult:
     """Builds `source` into a shared library in `cache` (default: BuildCache()), or returns the
     cached build. Never raises for a bad candidate or toolchain: problems come back as error
-    Diagnostics (codes: nvcc, ptxas, link, host-compiler, toolchain, timeout, source)."""
+    Diagnostics (codes: nvcc, ptxas, link, host-compiler, toolchain, timeout, source). A candidate
+    that includes CUTLASS gets cutlass_flags() and at least CUTLASS_TIMEOUT seconds."""
     source = Path(source).absolute()
     if not toolchain.can_compile:
         problems = "; ".join(toolchain.problems) or "the CUDA toolchain is incomplete"
@@ -249,12 +271,21 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
         data = source.read_bytes()
     except OSError as e:
         return _failure(source, f"cannot read the candidate: {e.strerror or e}", "source")
+    fingerprint = toolchain.fingerprint()
     try:
-        flags = nvcc_flags(toolchain) + list(extra_flags)
+        flags = nvcc_flags(toolchain)
+        if uses_cutlass(data.decode("utf-8", errors="replace")):
+            if toolchain.cutlass is None:
+                return _failure(source, f"cannot compile: the candidate includes CUTLASS, but {toolchain.cutlass_problem} "
+                                        f"(run `cuco doctor`)", "toolchain")
+            flags += cutlass_flags(toolchain)
+            fingerprint += toolchain.cutlass_fingerprint()
+            timeout = max(timeout, CUTLASS_TIMEOUT)
+        flags += list(extra_flags)
     except ValueError as e:
         return _failure(source, str(e), "toolchain")
     cache = cache if cache is not None else BuildCache()
-    key = cache.key(data, flags, toolchain.fingerprint())
+    key = cache.key(data, flags, fingerprint)
 
     hit = cache.load(key)
     if hit is not None:

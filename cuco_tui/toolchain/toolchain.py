@@ -1,9 +1,12 @@
-"""Where nvcc, NCCL and cuBLAS live on this machine.
+"""Where nvcc, NCCL, cuBLAS and the CUTLASS headers live on this machine.
 
 Looked up in this order, each a place a user can control: an explicit environment
-variable (CUCO_NVCC, CUCO_NCCL_HOME, CUCO_CUBLAS_HOME), CUDA_HOME, the Python packages
-installed beside this one (nvidia-nccl-cu13, nvidia-cublas), then /usr/local/cuda.
-Nothing is hard-coded to one machine.
+variable (CUCO_NVCC, CUCO_NCCL_HOME, CUCO_CUBLAS_HOME, CUCO_CUTLASS_HOME), CUDA_HOME, the
+Python packages installed beside this one (nvidia-nccl-cu13, nvidia-cublas, nvidia-cutlass),
+then /usr/local/cuda. Nothing is hard-coded to one machine.
+
+CUTLASS is header-only and needed only by candidates that include it (or the runtime's
+cuco_tile_gemm.cuh): a machine without it still compiles every other candidate.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ class Toolchain:
     cublas: Library
     runtime_include: Path = RUNTIME_INCLUDE
     problems: tuple[str, ...] = field(default=())
+    cutlass: Path | None = None  # the include folder holding cutlass/ and cute/
+    cutlass_version: str = ""  # "4.2.0", from cutlass/version.h
+    cutlass_problem: str = ""  # why `cutlass` is None, with the fix
 
     @property
     def can_compile(self) -> bool:
@@ -56,9 +62,18 @@ class Toolchain:
             header = _main_header(lib)
             if header is not None:
                 h.update(header.read_bytes())
-        for header in sorted(self.runtime_include.glob("*.h*")):
+        for header in self.runtime_headers():
             h.update(header.read_bytes())
         return h.hexdigest()[:16]
+
+    def runtime_headers(self) -> list[Path]:
+        """The headers candidates include from the runtime folder (.h and .cuh; "*.h*" would miss
+        the .cuh ones, whose edits then went unnoticed by the build cache)."""
+        return sorted({*self.runtime_include.glob("*.h"), *self.runtime_include.glob("*.cuh")})
+
+    def cutlass_fingerprint(self) -> str:
+        """Changes with the CUTLASS headers a CUTLASS candidate would see (their folder and version)."""
+        return f"cutlass:{self.cutlass}|{self.cutlass_version}" if self.cutlass else ""
 
 
 def _main_header(lib: Library) -> Path | None:
@@ -122,6 +137,57 @@ def _library(name: str, soname: str, env_var: str, package_roots: list[Path | No
     return Library(name, None, None, soname)
 
 
+CUTLASS_HINT = "`pip install nvidia-cutlass` (header-only) or set CUCO_CUTLASS_HOME to a CUTLASS checkout"
+
+
+def _cutlass_include(root: Path) -> Path | None:
+    """The folder under `root` that holds cutlass/cutlass.h: a checkout (root/include), the pip
+    package's layout (root/source/include) or an include folder itself."""
+    for include in (root / "include", root / "source" / "include", root):
+        if (include / "cutlass" / "cutlass.h").is_file() and (include / "cute" / "tensor.hpp").is_file():
+            return include
+    return None
+
+
+def cutlass_version(include: Path | None) -> str:
+    """`4.2.0`, from the CUTLASS_MAJOR/MINOR/PATCH defines of cutlass/version.h; "" if unknown."""
+    if include is None:
+        return ""
+    try:
+        text = (include / "cutlass" / "version.h").read_text(errors="replace")
+    except OSError:
+        return ""
+    parts = [re.search(rf"^\s*#define\s+CUTLASS_{key}\s+(\d+)", text, re.MULTILINE) for key in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) for m in parts) if all(parts) else ""
+
+
+def find_cutlass(env: dict[str, str]) -> tuple[Path | None, str]:
+    """(the CUTLASS include folder, "") or (None, why not and how to fix it). CUCO_CUTLASS_HOME
+    wins when set; then the nvidia-cutlass package (its headers sit in
+    cutlass_library/source/include)."""
+    if env.get("CUCO_CUTLASS_HOME"):
+        root = Path(env["CUCO_CUTLASS_HOME"]).expanduser()
+        include = _cutlass_include(root)
+        if include is None:
+            return None, f"CUCO_CUTLASS_HOME={root} holds no include/cutlass/cutlass.h and cute/tensor.hpp"
+        return include, ""
+    pkg = package_dir("cutlass_library")
+    if pkg is not None:
+        include = _cutlass_include(pkg / "source")
+        if include is not None:
+            return include, ""
+        return None, f"the nvidia-cutlass package at {pkg} has no source/include/cutlass/cutlass.h"
+    return None, f"the CUTLASS headers were not found: {CUTLASS_HINT}"
+
+
+def cutlass_report(toolchain: Toolchain) -> tuple[bool, str, str]:
+    """(found, what was found, how to fix it) for `cuco doctor`."""
+    if toolchain.cutlass is None:
+        return False, toolchain.cutlass_problem + " (needed only by candidates that include CUTLASS or " \
+            "cuco_tile_gemm.cuh, such as gemm_allgather's fused_tile)", CUTLASS_HINT
+    return True, f"{toolchain.cutlass_version or 'version unknown'}: headers {toolchain.cutlass}", ""
+
+
 def discover(env: dict[str, str] | None = None) -> Toolchain:
     env = dict(os.environ if env is None else env)
     nvcc = _find_nvcc(env)
@@ -142,7 +208,9 @@ def discover(env: dict[str, str] | None = None) -> Toolchain:
                 f"{lib.name} headers or {lib.soname} were not found: `pip install {pkg}` or set {var} "
                 f"to a folder holding include/ and lib/"
             )
-    return Toolchain(nvcc, _nvcc_version(nvcc), nccl, cublas, RUNTIME_INCLUDE, tuple(problems))
+    cutlass, cutlass_problem = find_cutlass(env)
+    return Toolchain(nvcc, _nvcc_version(nvcc), nccl, cublas, RUNTIME_INCLUDE, tuple(problems), cutlass,
+                     cutlass_version(cutlass), cutlass_problem)
 
 
 def nccl_version(include: Path | None) -> str:

@@ -24,6 +24,25 @@ def _peer_pipeline_normalize(k: dict) -> dict:
     return k
 
 
+def _fused_tile(k: dict) -> DesignPoint:
+    ce = k["mover"] == "copy_engine"
+    return DesignPoint(
+        backend="copy_engine" if ce else "cuda_ipc",
+        placement="fused",
+        sync="per_chunk" if k["chunks"] > 1 else "per_peer",
+        issuer="host" if ce else "multi_cta",
+        chunk=chunk(k["chunks"]),
+        streams="2",
+        comm_sms="0" if ce else comm_sms(k["mover_blocks"]),
+    )
+
+
+def _fused_tile_normalize(k: dict) -> dict:
+    if k.get("mover") == "copy_engine":
+        k["mover_blocks"] = 16  # no store kernel: its size changes nothing
+    return k
+
+
 STRATEGIES = [
     Strategy(
         name="host_sequential",
@@ -56,5 +75,16 @@ STRATEGIES = [
                "mover_blocks": (16, 8, 32)},
         design=_peer_pipeline,
         normalize=_peer_pipeline_normalize,
+    ),
+    Strategy(
+        name="fused_tile",
+        template="fused_tile.cu.j2",
+        description="one persistent Hopper GEMM (CUTLASS wgmma + TMA, cuco_tile_gemm.cuh) whose tiles run in arrival "
+                    "order and wait per row chunk on flags that the mover (copy engines + stream-ordered flag writes, "
+                    "or a store kernel on reserved SMs) posts in peer memory",
+        knobs={"chunks": (4, 2, 8, 16, 1), "mover": ("copy_engine", "sm_store"), "mover_blocks": (16, 8, 32),
+               "tile": ("128x256", "256x128"), "cluster": ("2x1", "1x2"), "tile_order": ("auto", "arrival", "square")},
+        design=_fused_tile,
+        normalize=_fused_tile_normalize,
     ),
 ]
