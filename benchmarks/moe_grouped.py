@@ -1,14 +1,16 @@
-"""moe_dispatch_combine's reference expert phase on one GPU: one cuBLAS grouped GEMM per projection
-(the reference now) against two cublasGemmEx per expert (the reference before), each with and
-without its CUDA graph, on the per-rank problem of every bench shape: the rows rank 0 receives at
-world size 2 under the reference's own routing (both ranks' tokens, drawn by the workload's input
-generator), rank 0's expert weights. The phase runs through the Reference class itself (its
-expert launches, its pointer kernel, its graph cache); times are CUDA events around one call,
-median and quartiles of --reps, the four variants interleaved (the order rotates every
-repetition). Every variant's results are compared with each other and with a float64 expert MLP
-computed on the GPU from the same bf16 inputs.
+"""moe_dispatch_combine's reference expert phase on one GPU in its three GEMM modes: one cuBLAS
+grouped GEMM per projection, two cublasGemmEx per expert, and auto (the reference: per expert when
+the experts average at least PER_EXPERT_MIN_ROWS rows, else grouped), each with and without its
+CUDA graph, on the per-rank problem of every bench shape: the rows rank 0 receives at world size 2
+under the reference's own routing (both ranks' tokens, drawn by the workload's input generator),
+rank 0's expert weights. The phase runs through the Reference class itself (its expert launches,
+its pointer kernel, its graph cache); times are CUDA events around one call, median and quartiles
+of --reps, the six variants interleaved (the order rotates every repetition). Every variant's
+results are compared with each other and with a float64 expert MLP computed on the GPU from the
+same bf16 inputs. The table says which way auto took and how its time compares with the faster
+of the two fixed ways (it should be that one's, within noise).
 Then the float64 check of the whole reference (route, NCCL to itself, experts, combine) on a
-one-rank communicator at the verify shapes and a many-blocks shape, both GEMM modes, three runs
+one-rank communicator at the verify shapes and a many-blocks shape, every GEMM mode, three runs
 each (eager, captured, replayed), against `expected` (float64, CPU) and `simulate`.
 
   python benchmarks/moe_grouped.py [--reps 25] [--world 2] [--shapes NAME,...] [--out FILE.json]
@@ -35,7 +37,7 @@ from cuco_tui.workload.manifest import load_workload
 
 W = load_workload("moe_dispatch_combine")
 REF = load_reference(W.reference)
-VARIANTS = (("grouped", True), ("per_expert", True), ("grouped", False), ("per_expert", False))
+VARIANTS = tuple((gemm, graphs) for graphs in (True, False) for gemm in ("grouped", "per_expert", "auto"))
 F64_REL_L2 = 1e-2  # the GPU test's bound for the whole reference against float64
 PAIR_REL_L2 = 1e-2  # each variant against grouped+graph: the same math, other kernels, other roundings
 
@@ -154,6 +156,11 @@ def bench_shape(cupy: Any, shape: Any, world: int, reps: int, seed: int) -> dict
                                      cupy.float64))["rel_l2"]}
     v = row["variants"]
     row["per_expert_over_grouped"] = v["per_expert+graph"]["median_ms"] / v["grouped+graph"]["median_ms"]
+    row["auto_ways"] = list(refs["auto+graph"].ways(plan))
+    best = min(v["grouped+graph"]["median_ms"], v["per_expert+graph"]["median_ms"])
+    row["auto_over_best"] = v["auto+graph"]["median_ms"] / best
+    row["auto_took_the_faster"] = row["auto_ways"][0] == ("per_expert" if row["per_expert_over_grouped"] < 1
+                                                          else "grouped")
     row["ok"] = (not row["warnings"] and all(r.gemm == g for (g, _), r in zip(VARIANTS, refs.values()))
                  and all(x["vs_float64"]["finite"] and x["vs_float64"]["rel_l2"] < F64_REL_L2
                          and x["vs_grouped_graph_rel_l2"] < PAIR_REL_L2 for x in v.values()))
@@ -170,7 +177,7 @@ def reference_checks(cupy: Any) -> list[dict[str, Any]]:
     shapes = [(s.name, s.dims) for s in W.verify_shapes] + [("many-blocks", dict(T=4096, H=64, E=256, I=64, HOT=60))]
     out = []
     for name, dims in shapes:
-        for gemm in ("grouped", "per_expert"):
+        for gemm in REF.GEMM_MODES:
             comm = nccl.NcclCommunicator(1, nccl.get_unique_id(), 0)
             env = SimpleNamespace(comm=comm, stream=cupy.cuda.Stream(non_blocking=True), world=1, rank=0, dims=dims)
             io = REF.io_spec(dims, 1)
@@ -195,7 +202,8 @@ def reference_checks(cupy: Any) -> list[dict[str, Any]]:
                              float(np.linalg.norm(got - sim) / np.linalg.norm(sim)), bool(np.isfinite(got).all())))
             comm.destroy()
             ok = all(f and a < 1e-2 and b < 5e-3 for a, b, f in rels) and not ref.warnings and ref.gemm == gemm
-            out.append({"shape": name, "dims": dims, "gemm": gemm, "rel_l2_vs_float64": [a for a, _, _ in rels],
+            out.append({"shape": name, "dims": dims, "gemm": gemm, "ways": list(ref.ways(ref.plan)),
+                        "rel_l2_vs_float64": [a for a, _, _ in rels],
                         "rel_l2_vs_simulate": [b for _, b, _ in rels], "warnings": ref.warnings, "ok": ok})
             print(json.dumps(out[-1]), flush=True)
     return out
@@ -215,20 +223,24 @@ def cublas_version(cupy: Any) -> int | None:
 def table(rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> str:
     names = [_name(g, gr) for g, gr in VARIANTS]
     lines = ["| shape | rows | experts (rows each) | " + " | ".join(f"{n} ms [q1, q3]" for n in names)
-             + " | per_expert / grouped (graphs) | y vs float64 rel L2 (grouped, per_expert) | ok |",
-             "|---" * (len(names) + 6) + "|"]
+             + " | per_expert / grouped (graphs) | auto's way | auto / the faster (graphs) "
+             "| y vs float64 rel L2 (grouped, per_expert, auto) | ok |",
+             "|---" * (len(names) + 8) + "|"]
     for r in rows:
         v = r["variants"]
         cells = [f"{v[n]['median_ms']:.3f} [{v[n]['q1_ms']:.3f}, {v[n]['q3_ms']:.3f}]" for n in names]
         lo, hi = r["rows_per_expert"]
+        errors = ", ".join(f"{v[f'{g}+graph']['vs_float64']['rel_l2']:.2e}" for g in ("grouped", "per_expert", "auto"))
+        way = r["auto_ways"][0] + ("" if r["auto_took_the_faster"] else " (the slower)")
         lines.append(f"| {r['shape']} | {r['rows']} | {r['experts']} ({lo}-{hi}) | " + " | ".join(cells)
-                     + f" | {r['per_expert_over_grouped']:.2f}x | {v['grouped+graph']['vs_float64']['rel_l2']:.2e}, "
-                     f"{v['per_expert+graph']['vs_float64']['rel_l2']:.2e} | {'yes' if r['ok'] else 'NO'} |")
+                     + f" | {r['per_expert_over_grouped']:.2f}x | {way} | {r['auto_over_best']:.2f}x | {errors} "
+                     f"| {'yes' if r['ok'] else 'NO'} |")
     lines.append("")
-    lines.append("| reference float64 check | gemm | rel L2 vs float64 (eager, capture, replay) | ok |")
+    lines.append("| reference float64 check | gemm (auto's way) | rel L2 vs float64 (eager, capture, replay) | ok |")
     lines.append("|---|---|---|---|")
     for c in checks:
-        lines.append(f"| {c['shape']} | {c['gemm']} | " + ", ".join(f"{x:.2e}" for x in c["rel_l2_vs_float64"])
+        mode = c["gemm"] + (f" ({c['ways'][0]})" if c["gemm"] == "auto" else "")
+        lines.append(f"| {c['shape']} | {mode} | " + ", ".join(f"{x:.2e}" for x in c["rel_l2_vs_float64"])
                      + f" | {'yes' if c['ok'] else 'NO'} |")
     return "\n".join(lines)
 

@@ -310,6 +310,20 @@ def test_a_plan_skips_experts_without_rows():
     assert REF.plan_from_counts(host, 2).rows == 3
 
 
+def test_auto_runs_per_expert_gemms_from_128_rows_an_expert_on_average():
+    """auto's rule (H100, cuBLAS 13.1: per-expert GEMMs 2x faster at 226+ rows an expert, the
+    grouped call 5 % faster at 65 on average): the mean over the experts that have rows."""
+    assert REF.PER_EXPERT_MIN_ROWS == 128
+    assert REF.auto_gemm([128, 128, 128]) == REF.auto_gemm([127, 129]) == REF.auto_gemm([1, 500]) == "per_expert"
+    assert REF.auto_gemm([127]) == REF.auto_gemm([127, 128]) == REF.auto_gemm([17, 200, 20]) == "grouped"
+    assert REF.auto_gemm([]) == "grouped"
+    # A plan's choice ignores experts without rows, and is the same for both projections.
+    one_rank = [0, 0, 0, 0] + [300, 0, 0, 0]
+    assert REF.plan_from_counts(np.array(one_rank, dtype=np.int32), 1).auto == ("per_expert", "per_expert")
+    few = [0, 0, 0, 0] + [100, 0, 100, 100]
+    assert REF.plan_from_counts(np.array(few, dtype=np.int32), 1).auto == ("grouped", "grouped")
+
+
 def test_lru_keeps_the_most_recently_used():
     made = []
     lru = REF.LRU(2)
@@ -975,8 +989,8 @@ def test_the_reference_class_on_fake_gpus_matches_simulate(emu, monkeypatch, wor
 def test_the_reference_class_does_one_sync_and_no_allocation_an_iteration(emu, monkeypatch, gemm):
     """What one iteration costs the host once its routing is known: 8 kernels, 1 copy of the
     counts, 1 sync, 3 NCCL groups, 1 graph launch; nothing allocated. Eager, the expert phase is
-    the pointer kernel, 2 grouped GEMMs and silu * up (grouped), or 2 GEMMs per expert with rows
-    and silu * up (per_expert)."""
+    the pointer kernel, 2 grouped GEMMs and silu * up (grouped, and auto with a few rows an
+    expert), or 2 GEMMs per expert with rows and silu * up (per_expert)."""
     dims, world = dict(T=16, H=64, E=16, I=64, HOT=25), 2
     seen = {}
 
@@ -988,18 +1002,71 @@ def test_the_reference_class_does_one_sync_and_no_allocation_an_iteration(emu, m
             seen[(rank, i)] = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
             before = after
         seen[(rank, "experts")] = len(ref.plan.experts)
+        assert max(n for _, _, n in ref.plan.experts) < REF.PER_EXPERT_MIN_ROWS
+        assert ref.ways(ref.plan) == ("per_expert",) * 2 if gemm == "per_expert" else ("grouped",) * 2
 
     _fake_run(emu, monkeypatch, dims, world, runs, gemm=gemm)
     for rank in range(world):
         experts = seen[(rank, "experts")]
         eager, capture, replay = seen[(rank, 0)], seen[(rank, 1)], seen[(rank, 3)]
         common = {"sync": 1, "memcpy": 1, "nccl_group": 3}
-        expert_phase = {"kernel": 8 + 2, "gemm": 2} if gemm == "grouped" else {"kernel": 8 + 1, "gemm": 2 * experts}
+        expert_phase = {"kernel": 8 + 2, "gemm": 2} if gemm != "per_expert" else {"kernel": 8 + 1, "gemm": 2 * experts}
         assert experts > 2
         assert eager == {**common, **expert_phase}, eager
         assert capture == {**common, **expert_phase, "graph_launch": 1}, capture
         assert replay == {**common, "kernel": 8, "graph_launch": 1}, replay
         assert "alloc" not in replay
+
+
+def _every_token_to(inputs, experts):
+    """The inputs with every token routed to the same 8 `experts` (their weights kept)."""
+    idx = np.tile(np.array(experts, dtype=np.int32), (inputs[0]["topk_idx"].shape[0], 1))
+    return [{**inp, "topk_idx": idx.copy()} for inp in inputs]
+
+
+def test_auto_picks_the_gemms_per_routing_and_replays_each_routings_graph(emu, monkeypatch):
+    """One Reference in auto mode, two routings in turn: the generator's (64 rows an expert on
+    average: one grouped GEMM per projection) and every token to experts 0-3 and 8-11 (128 rows
+    each for the 4 experts of each rank: one GEMM per expert). Each routing runs eagerly, then is
+    captured, then replayed, with its own launches, and lands on `simulate`'s answer."""
+    dims, world = dict(T=64, H=64, E=16, I=64, HOT=25), 2
+    few = _inputs(dims, world)
+    many = _every_token_to(few, [0, 1, 2, 3, 8, 9, 10, 11])
+    order = ["few", "few", "many", "many", "few", "many"]
+    seen, outs = {}, {}
+
+    def runs(rank, ref, ins, out, gpu):
+        routed = {"few": ins, "many": {**ins, "topk_idx": np.ascontiguousarray(many[rank]["topk_idx"]).view(
+            _FakeArray)}}
+        for i, which in enumerate(order):
+            before = dict(gpu.counts[rank])
+            out["out"][...] = 0x7FC1
+            ref.run(routed[which], out)
+            seen[(rank, i)] = {k: v - before.get(k, 0) for k, v in gpu.counts[rank].items() if v != before.get(k, 0)}
+            seen[(rank, i, "ways")] = ref.ways(ref.plan)
+            seen[(rank, i, "experts")] = len(ref.plan.experts)
+            outs[(rank, i)] = np.asarray(out["out"]).copy()
+        assert ref.gemm == "auto" and ref.warnings == []
+
+    _fake_run(emu, monkeypatch, dims, world, runs, inputs=few, gemm="auto")
+    want = {"few": REF.simulate(few, dims, world), "many": REF.simulate(many, dims, world)}
+    common = {"sync": 1, "memcpy": 1, "nccl_group": 3}
+    for rank in range(world):
+        for i, which in enumerate(order):
+            got = from_bf16_bits(np, outs[(rank, i)]).astype(np.float64)
+            assert _rel(got, want[which][rank]["out"]) < 2e-3, (rank, i, which)
+            experts = seen[(rank, i, "experts")]
+            if which == "few":
+                assert seen[(rank, i, "ways")] == ("grouped", "grouped")
+                expert_phase = {"kernel": 8 + 2, "gemm": 2}
+            else:
+                assert seen[(rank, i, "ways")] == ("per_expert", "per_expert") and experts == 4
+                expert_phase = {"kernel": 8 + 1, "gemm": 2 * experts}
+            if i < 4:  # eager, then captured: the launches run (a capture records them), once
+                assert seen[(rank, i)] == {**common, **expert_phase, **({"graph_launch": 1} if i % 2 else {})}, i
+            else:  # replayed from the routing's own graph
+                assert seen[(rank, i)] == {**common, "kernel": 8, "graph_launch": 1}, i
+        assert np.array_equal(outs[(rank, 4)], outs[(rank, 1)]) and np.array_equal(outs[(rank, 5)], outs[(rank, 3)])
 
 
 def test_the_reference_class_parts_reuse_the_last_plan(emu, monkeypatch):
@@ -1063,10 +1130,12 @@ def _without_grouped(cublas):
     return SimpleNamespace(**{k: v for k, v in vars(cublas).items() if k != "cublasGemmGroupedBatchedEx"})
 
 
+@pytest.mark.parametrize("gemm", ["grouped", "auto"])
 @pytest.mark.parametrize("cublas,why", [(_refusing, "status 15"), (_without_grouped, "no cublasGemmGroupedBatchedEx")])
-def test_the_reference_falls_back_to_per_expert_gemms_without_a_grouped_gemm(emu, monkeypatch, cublas, why):
+def test_the_reference_falls_back_to_per_expert_gemms_without_a_grouped_gemm(emu, monkeypatch, cublas, why, gemm):
     """A libcublas that refuses the grouped GEMM, or has none: the expert phase runs two GEMMs
-    per expert from then on, with one warning saying why, and the answer stays right."""
+    per expert from then on, with one warning saying why, and the answer stays right (auto too:
+    its choice at this shape, a few rows an expert, is the grouped GEMM)."""
     dims, world = dict(T=8, H=64, E=16, I=64, HOT=25), 1
     outs = []
 
@@ -1080,7 +1149,7 @@ def test_the_reference_falls_back_to_per_expert_gemms_without_a_grouped_gemm(emu
         assert gpu.counts[rank]["gemm"] == 2 * len(ref.plan.experts) * 2  # eager, captured; replayed: none
 
     with pytest.warns(RuntimeWarning, match="two cublasGemmEx per expert"):
-        inputs, _, _ = _fake_run(emu, monkeypatch, dims, world, runs, cublas=cublas)
+        inputs, _, _ = _fake_run(emu, monkeypatch, dims, world, runs, cublas=cublas, gemm=gemm)
     want = REF.simulate(inputs, dims, world)[0]["out"]
     for got in outs:
         assert _rel(from_bf16_bits(np, got).astype(np.float64), want) < 2e-3
@@ -1088,12 +1157,34 @@ def test_the_reference_falls_back_to_per_expert_gemms_without_a_grouped_gemm(emu
 
 def test_the_gemm_mode_comes_from_the_environment(monkeypatch):
     monkeypatch.delenv("CUCO_MOE_REF_GEMM", raising=False)
-    assert REF.gemm_wanted() == "grouped"
-    monkeypatch.setenv("CUCO_MOE_REF_GEMM", "per_expert")
-    assert REF.gemm_wanted() == "per_expert"
-    monkeypatch.setenv("CUCO_MOE_REF_GEMM", "batched")
-    with pytest.raises(ValueError, match="CUCO_MOE_REF_GEMM='batched': use one of grouped, per_expert"):
-        REF.gemm_wanted()
+    assert REF.gemm_wanted() == "auto"
+    for mode in ("auto", "grouped", "per_expert"):
+        monkeypatch.setenv("CUCO_MOE_REF_GEMM", mode)
+        assert REF.gemm_wanted() == mode
+    for bad in ("batched", "bad", "", "Auto"):
+        monkeypatch.setenv("CUCO_MOE_REF_GEMM", bad)
+        with pytest.raises(ValueError, match=f"CUCO_MOE_REF_GEMM={bad!r}: use one of auto, grouped, per_expert$"):
+            REF.gemm_wanted()
+
+
+def test_the_reference_refuses_an_unknown_gemm_mode(emu, monkeypatch):
+    with pytest.raises(ValueError, match="gemm='batched': use one of auto, grouped, per_expert$"):
+        _fake_run(emu, monkeypatch, dict(T=8, H=64, E=16, I=64, HOT=25), 1, lambda *a: None, gemm="batched")
+
+
+def test_the_reference_reads_its_gemm_mode_from_the_environment(emu, monkeypatch):
+    """gemm=None: CUCO_MOE_REF_GEMM, auto when unset."""
+    modes = {}
+    for env in (None, "grouped", "per_expert", "auto"):
+        if env is None:
+            monkeypatch.delenv("CUCO_MOE_REF_GEMM", raising=False)
+        else:
+            monkeypatch.setenv("CUCO_MOE_REF_GEMM", env)
+
+        def runs(rank, ref, ins, out, gpu, env=env):
+            modes[env] = ref.gemm
+        _fake_run(emu, monkeypatch, dict(T=8, H=64, E=16, I=64, HOT=25), 1, runs, gemm=None)
+    assert modes == {None: "auto", "grouped": "grouped", "per_expert": "per_expert", "auto": "auto"}
 
 
 @pytest.mark.parametrize("world,dims", [(2, dict(T=24, H=64, E=16, I=64, HOT=60)),
@@ -1135,6 +1226,13 @@ def test_seed_passes_the_static_checks_and_declares_what_it_does():
     _static_ok(SEED)
     assert classify(SEED).inferred() == {"backend": "nccl_host", "placement": "before", "sync": "per_peer",
                                          "issuer": "host", "chunk": "shard", "streams": "1", "comm_sms": "0"}
+
+
+def test_seed_and_templates_switch_to_per_problem_gemms_where_the_reference_does():
+    """grouped_gemm.cuh.j2 (in the seed and every template) runs a call per problem from the
+    reference's auto threshold on: the same measurements, one number."""
+    assert f"constexpr int kPerProblemRows = {REF.PER_EXPERT_MIN_ROWS};" in SEED
+    assert "rows >= (long long)kPerProblemRows * call.count" in SEED
 
 
 @can_compile
@@ -1264,7 +1362,8 @@ def test_reference_matches_float64_on_one_gpu(name, dims, gemm):
     kernels) against float64 and against `simulate`, with all experts on the one rank: three
     runs on one routing, so the expert GEMMs run eagerly, then captured, then replayed. Its
     index plans on the device are dispatch_order's exactly. Both expert phases: the grouped
-    GEMMs (the reference) and two GEMMs per expert."""
+    GEMMs, two GEMMs per expert, and auto (the reference: grouped at the verify shapes, a few
+    dozen rows an expert; per expert at many-blocks, 128 on average)."""
     import cupy
 
     ref, env, inputs, outputs = _one_gpu_reference(dims, gemm=gemm)
@@ -1286,6 +1385,8 @@ def test_reference_matches_float64_on_one_gpu(name, dims, gemm):
     assert np.array_equal(cupy.asnumpy(ref.counts[:dims["E"]]), counts)
     assert ref.warnings == [], ref.warnings  # the capture worked, the grouped GEMM too
     assert ref.gemm == gemm
+    if gemm == "auto":
+        assert ref.ways(ref.plan) == ("per_expert" if name == "many-blocks" else "grouped",) * 2
     assert any(slot.graph is not None for slot in ref.graphs.slots.items.values())
     # A graph replays the eager launches (cuBLAS may pick another algorithm under capture: close, not equal).
     assert _rel(outs[2], outs[0]) < 2e-3 and np.array_equal(outs[1], outs[2])
@@ -1313,20 +1414,22 @@ def test_reference_without_graphs_matches_with_graphs_on_one_gpu():
 
 @pytest.mark.gpu
 def test_grouped_gemms_match_per_expert_gemms_on_one_gpu():
-    """The same routing through both expert phases: outputs within bf16 rounding of each other."""
+    """The same routing through every expert phase: outputs within bf16 rounding of each other."""
     import cupy
 
     dims = W.verify_shapes[1].dims  # heavy skew: experts from a handful of rows to hundreds
-    results = []
+    results = {}
     for gemm in REF.GEMM_MODES:
         ref, env, inputs, outputs = _one_gpu_reference(dims, gemm=gemm)
         for _ in range(3):
             ref.run(inputs, outputs)
         env.stream.synchronize()
-        results.append(from_bf16_bits(np, cupy.asnumpy(outputs["out"])).astype(np.float64))
+        results[gemm] = from_bf16_bits(np, cupy.asnumpy(outputs["out"])).astype(np.float64)
         assert ref.gemm == gemm and ref.warnings == []
         env.comm.destroy()
-    assert np.isfinite(results[0]).all() and _rel(results[0], results[1]) < 2e-3
+    assert np.isfinite(results["grouped"]).all()
+    assert _rel(results["grouped"], results["per_expert"]) < 2e-3
+    assert _rel(results["grouped"], results["auto"]) < 2e-3
 
 
 VERIFY_ONLY = EvalOptions(world=2, bench=False)

@@ -8,7 +8,9 @@ each with fresh inputs (routing included) and poisoned outputs copied in stream 
 its output copied out in stream order after it (no host wait); a launch after a host wait; a
 barrier, then teardown. Every rank's `out` is checked against the reference's float64 answer with
 the workload's tolerance, as harness.verify.compare does. Races show up as wrong answers, hangs as
-the watchdog's report, overruns and use after free as crashes."""
+the watchdog's report, overruns and use after free as crashes. The driver also reports the cuBLAS
+GEMM calls, so each test checks which way the expert GEMMs went (grouped_gemm.cuh.j2: one grouped
+GEMM per call, or one cublasGemmEx per problem when its problems average many rows)."""
 
 import subprocess
 
@@ -78,6 +80,15 @@ CHUNKED_SHAPES = [
     (4, _dims(128, 64, 16, 64, 60), ((71, 3), (83, -1))),   # ~256 rows to each peer, skewed
 ]
 
+# grouped_gemm.cuh.j2 runs a call as one cublasGemmEx per problem when its problems average at
+# least kPerProblemRows (128) rows, else as one grouped GEMM. SHAPES give no expert that many rows:
+# every call there is grouped. Here every expert gets 160 rows from each rank (E = 8: a token's 8
+# experts are all of them), so every call runs per problem, except where arrival_pipeline's chunks
+# (4 or 8) cut an expert's rows into pieces that average fewer: those runs take both ways. The
+# seeds keep the reference's own bf16 error below 0.017 on every input set (see CHUNKED_SHAPES).
+GEMM_SHAPE = (2, _dims(160, 64, 8, 64, 25), ((97, -1), (107, 1)))
+BOTH_WAYS = {"arrival-ce-4", "arrival-ipc-8-16"}
+
 
 def _book():
     from cuco_tui.agents.offline import StrategyBook
@@ -121,6 +132,13 @@ def _meta(world, dims, launches, seed, timeout, teardown_barrier, lagging):
             dims4 = list(shape) + [1] * (4 - len(shape))
             lines.append(f"{kind} {name} {DTYPE_CODES[dtype]} {len(shape)} " + " ".join(map(str, dims4)))
     return "\n".join(lines) + "\n"
+
+
+def cublas_calls(folder):
+    """The GEMM calls of an emulated run (every rank and launch), as moe_main.inc wrote them:
+    {"gemm_ex": cublasGemmEx calls, "grouped": cublasGemmGroupedBatchedEx calls}."""
+    words = (folder / "cublas-calls.txt").read_text().split()
+    return {words[0]: int(words[1]), words[2]: int(words[3])}
 
 
 def run_candidate(binary, folder, world, dims, seed, lagging=-1, launches=3, teardown_barrier=True, timeout=90):
@@ -186,6 +204,20 @@ def test_candidate_runs_end_to_end_on_the_cpu(emulated, tmp_path, name, world, d
     for seed, lagging in schedules:
         for what, rank, got, want in run_candidate(emulated[name], tmp_path / f"s{seed}", world, dims, seed, lagging):
             check(got, want, f"{name}, schedule seed {seed}, lagging rank {lagging}, rank {rank}, {what}")
+        calls = cublas_calls(tmp_path / f"s{seed}")
+        assert calls["gemm_ex"] == 0 and calls["grouped"] > 0, f"few rows an expert: every call grouped, not {calls}"
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", [c[0] for c in CANDIDATES])
+def test_candidate_runs_per_problem_gemms_on_the_cpu(emulated, tmp_path, name):
+    world, dims, schedules = GEMM_SHAPE
+    for seed, lagging in schedules:
+        for what, rank, got, want in run_candidate(emulated[name], tmp_path / f"s{seed}", world, dims, seed, lagging):
+            check(got, want, f"{name}, schedule seed {seed}, lagging rank {lagging}, rank {rank}, {what}")
+        calls = cublas_calls(tmp_path / f"s{seed}")
+        assert calls["gemm_ex"] > 0, f"160 rows an expert: calls run per problem, not {calls}"
+        assert (calls["grouped"] > 0) == (name in BOTH_WAYS), calls
 
 
 ARRIVAL = [c[0] for c in CANDIDATES if c[1] == "arrival_pipeline"]

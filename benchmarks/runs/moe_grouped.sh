@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One device call on a single GPU (nvidia-h100-x1 or nvidia-h200): moe_dispatch_combine's expert
-# phase as grouped GEMMs. In order of importance, each step under its own time limit:
-#   1. benchmarks/moe_grouped.py: rank 0's expert phase at W=2 at every bench shape, grouped GEMMs
-#      against two GEMMs per expert (with and without CUDA graphs), 25 interleaved calls each,
-#      every variant against a float64 expert MLP; then the whole reference against float64 on a
-#      one-rank communicator at the verify shapes, both GEMM modes (about 2-3 min);
+# phase in its GEMM modes. In order of importance, each step under its own time limit:
+#   1. benchmarks/moe_grouped.py: rank 0's expert phase at W=2 at every bench shape, grouped GEMMs,
+#      two GEMMs per expert and auto (the reference: per expert from 128 rows an expert on
+#      average), with and without CUDA graphs, 25 interleaved calls each, every variant against a
+#      float64 expert MLP, auto's way and its time over the faster fixed way's; then the whole
+#      reference against float64 on a one-rank communicator at the verify shapes, every GEMM mode
+#      (about 2-3 min);
 #   2. the one-GPU tests of tests/test_moe_dispatch_combine.py (the reference against float64 in
-#      both modes, graphs on and off, grouped against per-expert; the 2-GPU tests skip) (~1.5 min);
+#      every mode, graphs on and off, the modes against each other; the 2-GPU tests skip) (~1.5 min);
 #   3. the seed and every strategy template, each knob value one at a time, verified with 2 ranks
 #      sharing the GPU, and at their defaults with 4 (benchmarks/shared_gpu_check.py) (~3 min).
 # Everything lands in one archive, $OUT/moe_grouped.tgz, beside the benchmark's table and JSON.

@@ -11,18 +11,21 @@ counts need, and no Python loop of launches on the timed path. On each rank:
             cuBLAS need sizes on the host; the plan built from them is cached by their bytes);
             the rows moved (NCCL send/recv to every rank, one group) and regrouped by local expert
             (one kernel for the segment starts, one row copy);
-  experts   one cuBLAS grouped GEMM over every local expert with rows ([n_e, H] @ [H, 2I], gate
-            and up together; cublasGemmGroupedBatchedEx, bf16 in and out, fp32 accumulation), one
-            silu(gate) * up kernel over all rows, one grouped GEMM [n_e, I] @ [I, H]; the pointer
-            arrays cuBLAS reads on the device written by one small kernel from the counts. Launched
-            as one CUDA graph, captured the second time a routing is seen and replayed after (eager
-            when capture fails, with a warning). `gemm="per_expert"` (or CUCO_MOE_REF_GEMM) runs
-            two cublasGemmEx per expert instead, the earlier reference, for comparison;
+  experts   per projection ([n_e, H] @ [H, 2I], gate and up together; then [n_e, I] @ [I, H]; bf16
+            in and out, fp32 accumulation) over every local expert with rows, whichever of two ways
+            is faster for the plan's rows (gemm="auto", the default): one cublasGemmEx per expert
+            when the experts average at least PER_EXPERT_MIN_ROWS rows, else one cuBLAS grouped GEMM
+            (cublasGemmGroupedBatchedEx, one problem per expert; the pointer arrays it reads on the
+            device written by one small kernel from the counts); one silu(gate) * up kernel over all
+            rows between them. Launched as one CUDA graph, captured the second time a routing is
+            seen and replayed after (eager when capture fails, with a warning). `gemm="grouped"` or
+            `"per_expert"` (or CUCO_MOE_REF_GEMM) forces one way, for comparison;
   combine   the results put back in arrival order (one row copy), sent back (one group), and
             each token's 8 results summed with its router weights (one kernel).
 
 Per iteration: 8 kernel launches, 3 NCCL groups, 1 device-to-host copy, 1 host sync, and the
-expert phase (one graph launch; eager, 4 launches grouped or 2 * (experts with rows) + 1 per expert).
+expert phase (one graph launch; eager, 4 launches grouped or 2 * (experts with rows) + 1 per expert;
+auto is one or the other for a given routing).
 
 `expected` (the float64 CPU answer the tests check everything against), `simulate` (this pipeline
 in NumPy) and the routing generator live in reference_cpu.py beside this file; this module exports
@@ -66,7 +69,16 @@ CUDA_R_16BF = 14
 CUBLAS_COMPUTE_32F = 68
 CUBLAS_GEMM_DEFAULT = -1
 CUBLAS_OP_N = 0
-GEMM_MODES = ("grouped", "per_expert")
+GEMM_MODES = ("auto", "grouped", "per_expert")
+# auto's rule: one cublasGemmEx per expert when a projection's experts average at least this many
+# rows, else the grouped GEMM. Measured on one H100 with cuBLAS 13.1 (benchmarks/moe_grouped.py,
+# rank 0's expert phase at W=2, graphs on; docs/performance.md, 2026-11-24, sixth session):
+# per-expert GEMMs took 0.44x the grouped call's time at prefill-4k (960-1075 rows an expert) and
+# prefill-4k-hot (391-2944), 0.51x at prefill-4k-e256 (226-293), but 1.05x at decode-1k-e256-hot
+# (17-619 rows, 65 on average): cuBLAS's grouped kernels are far below its per-GEMM ones on Hopper
+# once an expert has hundreds of rows, and only win (slightly) with tens. 128 lies between the
+# decode mean (65) and the smallest prefill mean (255), with room on both sides.
+PER_EXPERT_MIN_ROWS = 128
 
 
 # ---------------------------------------------------------------------------- the GPU reference: kernels
@@ -128,6 +140,15 @@ class Plan:
                         if n]
         # The two grouped GEMMs' host arrays (gate/up, down), made by the Reference that uses them.
         self.grouped: tuple[GroupedCall, GroupedCall] | None = None
+        # auto's way of running each projection: both see the same experts and rows, so one choice.
+        way = auto_gemm([n for _, _, n in self.experts])
+        self.auto: tuple[str, str] = (way, way)
+
+
+def auto_gemm(rows: list[int]) -> str:
+    """How auto runs one projection over experts with `rows` rows each (all > 0): "per_expert"
+    when they average at least PER_EXPERT_MIN_ROWS rows, else "grouped" (see PER_EXPERT_MIN_ROWS)."""
+    return "per_expert" if rows and sum(rows) >= PER_EXPERT_MIN_ROWS * len(rows) else "grouped"
 
 
 def plan_from_counts(host_counts: np.ndarray, world: int) -> Plan:
@@ -207,8 +228,9 @@ def graphs_wanted() -> bool:
 
 
 def gemm_wanted() -> str:
-    """The expert phase's GEMMs: "grouped" (the default) unless CUCO_MOE_REF_GEMM says per_expert."""
-    mode = os.environ.get("CUCO_MOE_REF_GEMM", "grouped")
+    """The expert phase's GEMMs: "auto" (the default) unless CUCO_MOE_REF_GEMM says grouped or
+    per_expert."""
+    mode = os.environ.get("CUCO_MOE_REF_GEMM", "auto")
     if mode not in GEMM_MODES:
         raise ValueError(f"CUCO_MOE_REF_GEMM={mode!r}: use one of {', '.join(GEMM_MODES)}")
     return mode
@@ -285,8 +307,9 @@ class Reference:
     """Host-driven dispatch, expert GEMMs and combine on the harness's NCCL communicator and
     CuPy's cuBLAS handle, all on env.stream, with one host sync (for the counts) an iteration.
     Every buffer is allocated here, once per shape; an iteration allocates nothing.
-    `gemm`: "grouped" (one grouped GEMM per projection) or "per_expert" (two GEMMs per expert);
-    None reads CUCO_MOE_REF_GEMM. Where libcublas has no grouped GEMM, per_expert with a warning."""
+    `gemm`: "auto" (per plan, per-expert GEMMs for many rows an expert, else grouped: auto_gemm),
+    "grouped" (one grouped GEMM per projection) or "per_expert" (two GEMMs per expert); None reads
+    CUCO_MOE_REF_GEMM. Where libcublas has no grouped GEMM, per_expert with a warning."""
 
     def __init__(self, env: Any, graphs: bool | None = None, cublas: Any = None, gemm: str | None = None) -> None:
         import cupy
@@ -338,7 +361,7 @@ class Reference:
         if self.gemm not in GEMM_MODES:
             raise ValueError(f"gemm={self.gemm!r}: use one of {', '.join(GEMM_MODES)}")
         self.gemm_warnings: list[str] = []
-        if self.gemm == "grouped" and not hasattr(self.lib, "cublasGemmGroupedBatchedEx"):
+        if self.gemm != "per_expert" and not hasattr(self.lib, "cublasGemmGroupedBatchedEx"):
             self._per_expert_from_now("this libcublas has no cublasGemmGroupedBatchedEx (cuBLAS 12.5 or later)")
         self.plans = LRU(16)
         self.graphs = GraphCache(self._capture, lambda g: g.launch(stream=env.stream),
@@ -386,7 +409,8 @@ class Reference:
         w13, w2 = inputs["w13"].data.ptr, inputs["w2"].data.ptr
         # Outside any capture: the GEMMs then launch on (and are captured from) env.stream.
         _check_cublas(self.lib.cublasSetStream_v2(self.handle, self.env.stream.ptr), "cublasSetStream")
-        # One graph launch instead of 4 (or 2 * E/W + 1) from Python: the shapes depend on the counts only.
+        # One graph launch instead of 4 (or 2 * E/W + 1) from Python: the shapes, and auto's way of
+        # running them, depend on the counts only (the plan), so a routing seen again replays them.
         self.graphs.run((plan.key, w13, w2), lambda: self._expert_launches(plan, w13, w2), "the expert GEMMs")
 
     def combine(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
@@ -453,57 +477,63 @@ class Reference:
         self.regroup_rows((plan.rows,), (COPY_THREADS,), (dst, src, self.arrival_starts, self.expert_starts,
                                                           self.i32["E"], self.i32["vecs"], np.int32(to_expert)))
 
+    def ways(self, plan: Plan) -> tuple[str, str]:
+        """How the expert phase runs the plan's two projections (gate/up, down) in this mode:
+        each "grouped" (one grouped GEMM) or "per_expert" (one GEMM per expert with rows)."""
+        return plan.auto if self.gemm == "auto" else (self.gemm, self.gemm)
+
     def _expert_launches(self, plan: Plan, w13: int, w2: int) -> None:
-        if self.gemm == "grouped":
+        ways = self.ways(plan)
+        if "grouped" in ways:
             try:
-                self._grouped_launches(plan, w13, w2)
+                self._projections(plan, w13, w2, ways)
                 return
             except GroupedUnsupported as exc:
                 if self.env.stream.is_capturing():
                     raise  # the capture fails; the graph cache runs this again eagerly
                 self._per_expert_from_now(str(exc))
-        self._per_expert_launches(plan, w13, w2)
+                ways = self.ways(plan)
+        self._projections(plan, w13, w2, ways)
 
-    def _grouped_launches(self, plan: Plan, w13: int, w2: int) -> None:
-        """The pointer arrays from the counts (one kernel); one grouped GEMM [n_e, H] @ [H, 2I]
-        over the experts with rows (gate and up together); silu * up over all rows (one kernel);
-        one grouped GEMM [n_e, I] @ [I, H]. Four launches."""
-        if plan.grouped is None:
+    def _projections(self, plan: Plan, w13: int, w2: int, ways: tuple[str, str]) -> None:
+        """Gate/up [n_e, H] @ [H, 2I] over the experts with rows, silu * up over all rows (one
+        kernel), down [n_e, I] @ [I, H]; a projection is one grouped GEMM or one GEMM per expert
+        (`ways`), and the pointer arrays of the grouped ones come from the counts (one kernel
+        before them). Grouped: 4 launches; per expert: 2 * (experts with rows) + 1."""
+        if "grouped" in ways and plan.grouped is None:
             rows = np.array([n for _, _, n in plan.experts], dtype=np.int32)
             plan.grouped = (GroupedCall(2 * self.I, self.H, rows), GroupedCall(self.H, self.I, rows))
-        gate_up, down = plan.grouped
-        a, i64 = self.i32, np.int64
-        ptrs, step = self.gemm_ptrs.data.ptr, self.el * 8
         with self.env.stream:
-            self.grouped_pointers((1,), (1024,), (
-                self.recv_counts, a["world"], a["local"], i64(w13), i64(w2), i64(self.xe.data.ptr),
-                i64(self.h13.data.ptr), i64(self.h.data.ptr), i64(self.y.data.ptr), i64(self.H), i64(self.I),
-                self.gemm_ptrs))
-            self._grouped(gate_up, ptrs, ptrs + step, ptrs + 2 * step)
+            if "grouped" in ways:
+                a, i64 = self.i32, np.int64
+                self.grouped_pointers((1,), (1024,), (
+                    self.recv_counts, a["world"], a["local"], i64(w13), i64(w2), i64(self.xe.data.ptr),
+                    i64(self.h13.data.ptr), i64(self.h.data.ptr), i64(self.y.data.ptr), i64(self.H), i64(self.I),
+                    self.gemm_ptrs))
+            self._projection(plan, 0, ways[0], w13)
             self._silu(plan)
-            self._grouped(down, ptrs + 3 * step, ptrs + 4 * step, ptrs + 5 * step)
+            self._projection(plan, 1, ways[1], w2)
 
-    def _grouped(self, call: GroupedCall, a: int, b: int, c: int) -> None:
-        status = call.call(self.lib, self.handle, a, b, c)
-        if status != 0:
-            raise GroupedUnsupported(f"cublasGemmGroupedBatchedEx returned cuBLAS status {status}")
+    def _projection(self, plan: Plan, j: int, way: str, weights: int) -> None:
+        """Projection j (0: gate/up from xe into h13, 1: down from h into y), row-major
+        out[n_e, m] = rows[n_e, k] @ W_e[k, m] per expert, which cuBLAS sees column-major as
+        out^T = W_e^T rows^T; grouped_pointers wrote its pointer arrays at 3j, 3j + 1, 3j + 2."""
+        m, k = (2 * self.I, self.H) if j == 0 else (self.H, self.I)
+        if way == "grouped":
+            step = self.el * 8
+            ptrs = self.gemm_ptrs.data.ptr + 3 * j * step
+            status = plan.grouped[j].call(self.lib, self.handle, ptrs, ptrs + step, ptrs + 2 * step)
+            if status != 0:
+                raise GroupedUnsupported(f"cublasGemmGroupedBatchedEx returned cuBLAS status {status}")
+            return
+        src, dst = (self.xe, self.h13) if j == 0 else (self.h, self.y)
+        a, b = src.data.ptr, dst.data.ptr
+        for e, r0, n in plan.experts:
+            self._gemm(m, n, k, weights + e * k * m * 2, a + r0 * k * 2, b + r0 * m * 2)
 
     def _silu(self, plan: Plan) -> None:
         blocks = min(4096, (plan.rows * self.I // 2 + 255) // 256)
         self.silu_mul((blocks,), (256,), (self.h13, self.h, np.int64(plan.rows), self.i32["half"]))
-
-    def _per_expert_launches(self, plan: Plan, w13: int, w2: int) -> None:
-        """Per local expert with rows, [n, H] @ [H, 2I] (gate and up in one GEMM); silu * up over
-        all rows in one kernel; per expert [n, I] @ [I, H]. 2 * (experts with rows) + 1 launches."""
-        H, I = self.H, self.I
-        xe, h13, h, y = self.xe.data.ptr, self.h13.data.ptr, self.h.data.ptr, self.y.data.ptr
-        with self.env.stream:
-            for e, r0, n in plan.experts:
-                # Row-major C[n, 2I] = X[n, H] @ W13_e[H, 2I] is column-major C^T = W13_e^T X^T.
-                self._gemm(2 * I, n, H, w13 + e * H * 2 * I * 2, xe + r0 * H * 2, h13 + r0 * 2 * I * 2)
-            self._silu(plan)
-            for e, r0, n in plan.experts:
-                self._gemm(H, n, I, w2 + e * I * H * 2, h + r0 * I * 2, y + r0 * H * 2)
 
     def _gemm(self, m: int, n: int, k: int, a: int, b: int, c: int) -> None:
         """Column-major C[m, n] = A[m, k] B[k, n] on device pointers (bf16, fp32 accumulation), on

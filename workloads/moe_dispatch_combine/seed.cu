@@ -15,9 +15,10 @@
 // Host-driven and sequential (the reference in C): sort the (token, choice) rows by expert into a
 // send buffer, exchange the per-expert counts with NCCL send/recv, read them on the host, move the
 // rows with one grouped NCCL send/recv, regroup them by local expert, run one cuBLAS grouped GEMM
-// per projection over every local expert (gate and up together, then down) around a silu * up
-// kernel, put the results back in arrival order, send them back with a second grouped NCCL
-// send/recv, and sum each token's 8 results with its router weights.
+// per projection over every local expert (gate and up together, then down; one GEMM per expert
+// instead when they average many rows) around a silu * up kernel, put the results back in arrival
+// order, send them back with a second grouped NCCL send/recv, and sum each token's 8 results with
+// its router weights.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <vector>
@@ -154,6 +155,15 @@ weighted_combine(const uint4* results, const int* pos, const float* topk_w, uint
 // copy on the stream that runs them puts all their pointers on the device before the first.
 // The host rewrites its pinned arrays only after the iteration's host sync, which every stream of
 // the previous iteration (joined back to the harness's stream) has passed: no copy still reads them.
+// A call whose problems average at least kPerProblemRows rows runs as one cublasGemmEx per problem
+// instead, with the same pointers from the host arrays: measured on one H100 with cuBLAS 13.1
+// (docs/performance.md, 2026-11-24, sixth session; the reference's expert phase at W=2), one GEMM
+// per expert took 0.44-0.51x the grouped call's time at 226-2944 rows an expert (255 to 1021 on
+// average), but 1.05x at 17-619 (65 on average): cuBLAS's grouped kernels are far below its
+// per-GEMM ones on Hopper once a problem has hundreds of rows. The reference's auto mode makes the
+// same choice (reference.py, PER_EXPERT_MIN_ROWS).
+constexpr int kPerProblemRows = 128;
+
 struct GemmCall {
   int m, k;          // output columns and depth, the same for every problem of the call
   int first, count;  // its problems: [first, first + count) of the iteration's arrays
@@ -207,18 +217,39 @@ static int grouped_add(cuco_ctx* ctx, GroupedGemms* g, const void* weights, cons
   return 0;
 }
 
-// The iteration's pointers to the device, on the stream that runs its calls, before them.
+// Whether call `call` runs one cublasGemmEx per problem (its problems average at least
+// kPerProblemRows rows) rather than one grouped GEMM.
+static bool grouped_per_problem(const GroupedGemms* g, const GemmCall& call) {
+  long long rows = 0;
+  for (int j = call.first; j < call.first + call.count; ++j) rows += g->rows[j];
+  return call.count > 0 && rows >= (long long)kPerProblemRows * call.count;
+}
+
+// The iteration's pointers to the device, on the stream that runs its calls, before them
+// (nothing when no call of the iteration reads them there).
 static int grouped_upload(cuco_ctx* ctx, GroupedGemms* g, cudaStream_t s) {
-  if (g->rows.empty()) return 0;
+  bool grouped = false;
+  for (const GemmCall& call : g->calls) grouped = grouped || (call.count > 0 && !grouped_per_problem(g, call));
+  if (!grouped) return 0;
   CUCO_TRY_CUDA(ctx, cudaMemcpyAsync(g->dev, g->host, 3 * (size_t)g->capacity * sizeof(void*),
                                      cudaMemcpyHostToDevice, s));
   return 0;
 }
 
-// Runs call `c` on the stream `blas` is bound to (nothing when it has no problems).
+// Runs call `c` on the stream `blas` is bound to (nothing when it has no problems): one GEMM per
+// problem or one grouped GEMM (grouped_per_problem).
 static int grouped_run(cuco_ctx* ctx, cublasHandle_t blas, GroupedGemms* g, int c) {
   const GemmCall call = g->calls[c];
   if (call.count == 0) return 0;
+  if (grouped_per_problem(g, call)) {
+    const float one = 1.0f, zero = 0.0f;  // host pointer mode: read at the call
+    for (int j = call.first; j < call.first + call.count; ++j)
+      CUCO_TRY_CUBLAS(ctx, cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, call.m, g->rows[j], call.k, &one, g->host[j],
+                                        CUDA_R_16BF, call.m, g->host[g->capacity + j], CUDA_R_16BF, call.k, &zero,
+                                        (void*)g->host[2 * g->capacity + j], CUDA_R_16BF, call.m, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+    return 0;
+  }
   g->m.assign(call.count, call.m);
   g->k.assign(call.count, call.k);
   g->ones.assign(call.count, 1);

@@ -2,6 +2,7 @@
 // includes this after its streams): GEMMs in float on the handle's stream, bf16 or fp32 operands.
 #pragma once
 
+#include <atomic>
 #include <vector>
 
 // ---------------------------------------------------------------- cuBLAS
@@ -29,6 +30,11 @@ inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
   return CUBLAS_STATUS_SUCCESS;
 }
 inline const char* cublasGetStatusString(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? "success" : "error"; }
+
+// Calls that reached cuBLAS, over the process (a driver may report them: which way a candidate
+// ran its GEMMs is part of what a test checks).
+inline std::atomic<long long> emu_gemm_ex_calls{0};
+inline std::atomic<long long> emu_grouped_gemm_calls{0};
 
 inline float emu_load(const void* p, cudaDataType t, size_t i) {
   if (t == CUDA_R_32F) return ((const float*)p)[i];
@@ -73,6 +79,7 @@ inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cubla
                                    const void* alpha, const void* A, cudaDataType at, int lda, const void* B,
                                    cudaDataType bt, int ldb, const void* beta, void* C, cudaDataType ct, int ldc,
                                    cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  ++emu_gemm_ex_calls;
   return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1,
                                     compute, algo);
 }
@@ -102,6 +109,7 @@ inline cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasO
       return CUBLAS_STATUS_INVALID_VALUE;
     gs.push_back(g);
   }
+  ++emu_grouped_gemm_calls;
   emu_check_stream(h->stream)->enqueue("cublasGemmGroupedBatchedEx", [=] {
     int idx = 0;
     for (const Group& g : gs)

@@ -30,8 +30,9 @@ STRATEGIES = [
     Strategy(
         name="host_sequential",
         template="host_sequential.cu.j2",
-        description="sort rows by expert, NCCL counts exchange, grouped NCCL send/recv dispatch, two cuBLAS GEMMs "
-                    "per expert, grouped send/recv combine, weighted sum; one stream (the seed)",
+        description="sort rows by expert, NCCL counts exchange, grouped NCCL send/recv dispatch, one cuBLAS grouped "
+                    "GEMM per projection (one GEMM per expert when they average many rows), grouped send/recv "
+                    "combine, weighted sum; one stream (the seed)",
         knobs={},
         design=lambda k: DesignPoint("nccl_host", "before", "per_peer", "host", "shard", "1", "0"),
     ),
