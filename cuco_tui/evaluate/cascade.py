@@ -238,7 +238,7 @@ def evaluate(
             say(Progress(level, f"{e.get('level')} {e.get('shape')}"))
 
     group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event)
-    result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus})
+    result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus}, source=source)
     if is_shared(gpus) and not result.status.ok:
         result = replace(result, reason=result.reason + shared_gpu.failure_hint(source))
     return result
@@ -322,9 +322,11 @@ def close_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
     return warnings
 
 
-def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> CascadeResult:
-    """Turn what the ranks reported into one status, a reason and diagnostics."""
+def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source: str = "") -> CascadeResult:
+    """Turn what the ranks reported into one status, a reason and diagnostics. `source`: the
+    candidate's text, which a deadlock report quotes at each wait."""
     outcomes = group.ranks
+    file = Path(str(base.get("candidate", ""))).name
     level = _level_reached(outcomes)
     verifications = _verifications(outcomes, workload)
     logs = dict(base.pop("logs", {}))
@@ -351,7 +353,7 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> Casc
 
     timeouts = [(o, o.last("timeout")) for o in outcomes if o.last("timeout")]
     if timeouts:
-        report = describe_hang(outcomes)
+        report = describe_hang(outcomes, file, source)
         o, e = timeouts[0]
         diags.append(Diagnostic(level=int(level), severity="error", message=e["message"], rank=o.rank, code="timeout"))
         return CascadeResult(**common, status=Status.DEADLOCK, level=level, diagnostics=diags,
@@ -386,7 +388,7 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> Casc
                              reason=f"wrong output at {v.shape}: {what}" + released)
 
     if group.deadline_hit:
-        report = describe_hang(outcomes)
+        report = describe_hang(outcomes, file, source)
         return CascadeResult(**common, status=Status.DEADLOCK, level=level, diagnostics=diags, deadlock_report=report,
                              reason=f"the run did not finish within its deadline of {group.seconds:.0f} s" + released)
 
