@@ -99,7 +99,8 @@ def rank_views(outcomes: list[RankOutcome], file: str = "") -> list[RankView]:
             views.append(RankView(o.rank, state, o.describe_exit()))
             continue
         what = str(event.get("what") or event.get("phase") or "")
-        in_launch = what.startswith("candidate launch") or what.startswith("cuco_")
+        # "candidate launch (check 1)", "two candidate launches back to back (perturbed, seed 7)", "cuco_init"
+        in_launch = "candidate launch" in what or what.startswith("cuco_")
         views.append(RankView(o.rank, "in_launch" if in_launch else "past_launch", what,
                               _waits(o.rank, event.get("trace", []), file)))
     return views

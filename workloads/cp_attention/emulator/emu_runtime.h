@@ -17,6 +17,11 @@
 //  - cuBLAS: cublasGemmStridedBatchedEx and cublasGemmEx in float on the handle's stream (bf16 or
 //    fp32 operands).
 //  - A watchdog ends the process after EMU_TIMEOUT_S seconds with what each stream waits for.
+//  - Schedule perturbations, as L2 verification applies them on GPUs (the policy of
+//    cuco_tui/harness/perturb_lib/cuco_perturb.h, shared with the rank worker's interposer): while a
+//    rank's perturbation is enabled (a driver enables it around cuco_launch), each of its copies,
+//    event records and waits, kernel launches, NCCL calls and GEMMs is preceded on its stream by
+//    the hold the policy draws for it, in the order the rank's host thread enqueues them.
 #pragma once
 
 #include "cuda_cpu.h"
@@ -198,6 +203,8 @@ struct EmuStream {
 };
 typedef EmuStream* cudaStream_t;
 
+#include "emu_perturb.h"  // needs EmuStream
+
 inline cudaStream_t emu_stream_create() {
   std::lock_guard<std::mutex> lock(emu_streams_mu);
   int index = 0;
@@ -272,6 +279,7 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }  // kept: pending waits may name it
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  emu_perturb_before(s, CUCO_OP_EVENT);
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(e->mu);
@@ -287,6 +295,7 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  emu_perturb_before(s, CUCO_OP_EVENT);
   uint64_t target;
   {
     std::lock_guard<std::mutex> lock(e->mu);
@@ -300,6 +309,7 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) 
 }
 
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+  emu_perturb_before(s, CUCO_OP_COPY);
   if (kind == cudaMemcpyHostToDevice) {  // pageable host memory: staged at the call
     auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char*)src,
                                                                (const unsigned char*)src + bytes);
@@ -310,6 +320,7 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cud
   return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t s) {
+  emu_perturb_before(s, CUCO_OP_COPY);
   emu_check_stream(s)->enqueue("memset", [dst, value, bytes] { memset(dst, value, bytes); });
   return cudaSuccess;
 }
@@ -317,6 +328,7 @@ inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStrea
 // kernel<<<grid, block, smem, stream>>>(args...), rewritten by the test into this call.
 template <class Kernel, class... Args>
 void emu_enqueue_kernel(const char* name, cudaStream_t s, dim3 grid, dim3 block, Kernel kernel, Args... args) {
+  emu_perturb_before(s, CUCO_OP_KERNEL);
   emu_check_stream(s)->enqueue(std::string("kernel ") + name, [=] { emu_launch(grid, block, kernel, args...); });
 }
 
@@ -427,6 +439,7 @@ inline void emu_p2p_submit(std::vector<EmuPending> ops) {
   for (auto& op : ops)
     if (op.stream != s || op.comm != ops.front().comm) emu_die("one NCCL group on several streams or comms");
   auto shared = std::make_shared<std::vector<EmuPending>>(std::move(ops));
+  emu_perturb_before(s, CUCO_OP_NCCL);
   emu_check_stream(s)->enqueue("nccl send/recv", [shared] {
     ncclComm_t c = shared->front().comm;
     EmuNcclGroup* g = c->g;
@@ -475,6 +488,7 @@ inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, nc
   if (emu_group_depth > 0) emu_die("the emulator takes no collectives inside NCCL groups");
   const uint64_t seq = c->colls++;
   const size_t bytes = count * emu_nccl_size(t);
+  emu_perturb_before(s, CUCO_OP_NCCL);
   emu_check_stream(s)->enqueue("nccl all-gather", [c, seq, send, recv, bytes] {
     EmuNcclGroup* g = c->g;
     std::unique_lock<std::mutex> lock(g->mu);
@@ -560,6 +574,7 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
   if (lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n) || ldc < m)
     return CUBLAS_STATUS_INVALID_VALUE;
   const float al = *(const float*)alpha, be = *(const float*)beta;
+  emu_perturb_before(h->stream, CUCO_OP_GEMM);
   emu_check_stream(h->stream)->enqueue("cublasGemmStridedBatchedEx", [=] {
     for (int b = 0; b < batch; ++b)
       for (int col = 0; col < n; ++col)
