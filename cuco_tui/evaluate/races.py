@@ -68,6 +68,14 @@ def rounds(outcomes: list[RankOutcome]) -> list[Round]:
     return out
 
 
+def rounds_of_events(events: list[dict[str, Any]]) -> list[Round]:
+    """`rounds` from the flat list of events `evaluate(events_out=...)` collects (each names its rank)."""
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for e in events:
+        by_rank.setdefault(int(e.get("rank", 0)), []).append(e)
+    return rounds([RankOutcome(r, 0, 0, 0, evs) for r, evs in sorted(by_rank.items())])
+
+
 def failed_seed(outcomes: list[RankOutcome], v: Verification) -> int | None:
     """The perturbation seed of a failed verification, None for an ordinary check."""
     for o in outcomes:

@@ -121,8 +121,9 @@ class RankChecks:
                     perturber.enable(False)
 
             def late() -> None:
-                if p.start_delay_us:
-                    perturber.hold(g.stream.ptr, p.start_delay_us)
+                if p.start_delay_us and not perturber.hold(g.stream.ptr, p.start_delay_us):
+                    g.log.emit("perturb_warning", message=f"its stream could not be held back for its late start "
+                                                          f"(perturbation seed {p.seed}): the round ran without it")
 
             started = time.monotonic()
             ok = self.back_to_back(shape, held, reference, inputs, outputs, expected, dtypes,
