@@ -362,6 +362,7 @@ def test_a_wrong_answer_under_a_perturbed_schedule_is_a_race_that_names_its_seed
             "--perturb-rounds 1") in r.reason
     race = [d for d in r.diagnostics if d.code == "race"]
     assert len(race) == 1 and "under perturbation seed 41" in race[0].message
+    assert not [d for d in r.diagnostics if d.code == "perturb"]  # no "verified under ..." beside it
     assert [v.shape for v in r.verifications if not v.ok] == ["verify perturbed, seed 41, 1st"]
 
 

@@ -109,8 +109,9 @@ def notes(outcomes: list[RankOutcome]) -> list[Diagnostic]:
     out = [Diagnostic(level=int(Level.VERIFY), severity="warning", code="perturb", rank=o.rank,
                       message=f"rank {o.rank}: {e.get('message', '')}")
            for o in outcomes for e in o.of("perturb_warning")]
-    done = [r for r in rounds(outcomes) if r.ok]
-    if not done:
+    every = rounds(outcomes)
+    done = [r for r in every if r.ok]
+    if not done or any(r.ok is False for r in every):  # a failed round speaks for itself
         return out
     seeds = f"seed {done[0].seed}" if len(done) == 1 else f"seeds {done[0].seed}-{done[-1].seed}"
     kinds = ", ".join(dict.fromkeys(r.kind for r in done))
