@@ -399,3 +399,34 @@ def test_a_hang_in_a_perturbed_round_names_the_round():
     assert "(during the perturbed round of seed 42: what seed 42 does)" in r.reason
     assert "rank 0 waits on rank 1 (c.cu:97, 'arrived' (flag 1): wants 3, saw 2)" in r.deadlock_report
     assert 'c.cu:97: wait_flag<<<1, 1, 0, stream>>>(f, CUCO_WAIT_SITE("arrived"));' in r.deadlock_report
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--perturb-rounds", "0"], "--perturb-rounds must be 1 or more, not 0"),
+    (["--perturb-seed", "-4"], "--perturb-seed must be 0 or more, not -4"),
+    (["--no-perturb", "--perturb-seed", "3"], "--no-perturb turns the perturbed schedules off"),
+])
+def test_bad_perturbation_options_are_refused_in_one_sentence(capsys, argv, says):
+    from cuco_tui.cli.cuco import main
+
+    assert main(["eval", str(W.seed), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cuco: ") and says in err and err.count("\n") == 1
+
+
+def test_perturbation_options_reach_the_evaluation(monkeypatch, capsys):
+    from cuco_tui.cli.cuco import main
+    from cuco_tui.evaluate import cascade
+
+    seen = []
+
+    def fake_evaluate(path, workload, options, progress=None):
+        seen.append(options)
+        return CascadeResult(str(path), workload.name, Status.NO_GPU, Level.COMPILE, "no_gpu: none; compiled only")
+
+    monkeypatch.setattr(cascade, "evaluate", fake_evaluate)
+    assert main(["eval", str(W.seed), "--perturb-seed", "17", "--perturb-rounds", "1", "--json"]) == 0
+    assert main(["eval", str(W.seed), "--no-perturb", "--json"]) == 0
+    assert main(["eval", str(W.seed), "--json"]) == 0
+    assert [(o.perturb, o.perturb_seed, o.perturb_rounds) for o in seen] == [
+        (True, 17, 1), (False, None, cascade.EvalOptions().perturb_rounds), (True, None, 4)]

@@ -10,7 +10,7 @@
 #              which builds what it checks in parallel first)
 #   faults-w4  the race faults and cycle_of_three, 4 ranks
 # and a table of everything at the end (race_check.py summary; JSON in $OUT/races.json).
-#   bash benchmarks/runs/races_one_gpu.sh          # about 7 minutes on a fresh H100
+#   bash benchmarks/runs/races_one_gpu.sh          # about 8 minutes on a fresh H100 (each step has a limit)
 set -u
 STEP_TAIL=12
 source "$(dirname "$0")/common.sh"
@@ -19,7 +19,7 @@ R="python3 benchmarks/race_check.py"
 step build "${BUILD_S:-120}" $R build --out "$OUT" --jobs 15
 step faults-w2 "${FAULTS2_S:-150}" $R faults --out "$OUT" --world 2
 step luck "${LUCK_S:-70}" $R luck --out "$OUT" --worlds 2,4 --jobs 3
-step check "${CHECK_S:-200}" python3 benchmarks/shared_gpu_check.py --out "$OUT/check" --jobs 3 --build-jobs 15 \
+step check "${CHECK_S:-240}" python3 benchmarks/shared_gpu_check.py --out "$OUT/check" --jobs 3 --build-jobs 15 \
   --worlds 2,4
 step faults-w4 "${FAULTS4_S:-150}" $R faults --out "$OUT" --world 4
 TAIL=60 step summary 60 $R summary --out "$OUT" --check "$OUT/check/shared_gpu_check.json"
