@@ -439,7 +439,6 @@ inline void emu_p2p_submit(std::vector<EmuPending> ops) {
   for (auto& op : ops)
     if (op.stream != s || op.comm != ops.front().comm) emu_die("one NCCL group on several streams or comms");
   auto shared = std::make_shared<std::vector<EmuPending>>(std::move(ops));
-  emu_perturb_before(s, CUCO_OP_NCCL);
   emu_check_stream(s)->enqueue("nccl send/recv", [shared] {
     ncclComm_t c = shared->front().comm;
     EmuNcclGroup* g = c->g;
@@ -469,6 +468,7 @@ inline ncclResult_t emu_p2p(bool send, const void* buf, size_t count, ncclDataTy
                             cudaStream_t s) {
   // A rank may send to itself (NCCL matches it with its own recv, as any other peer's).
   if (peer < 0 || peer >= c->g->world) emu_die("NCCL send/recv with a bad peer");
+  emu_perturb_before(s, CUCO_OP_NCCL);  // at each call, in a group too, as the interposer holds the stream
   EmuPending op{c, s, EmuP2P{send, peer, const_cast<void*>(buf), count * emu_nccl_size(t)}};
   if (emu_group_depth > 0) {
     emu_group_ops.push_back(op);
