@@ -12,7 +12,9 @@ or NVSHMEM code is skipped (it needs one GPU per rank).
                                         [--strategies NAMES] [WORKLOAD ...]
 
 Evaluations run `--jobs` at a time on the GPU; a candidate that fails is evaluated once more
-alone, so that a failure caused by sharing the GPU with another group is told apart.
+alone, so that a failure caused by sharing the GPU with another group is told apart. L2's
+perturbed schedules run as in any evaluation (`--no-perturb` turns them off); each result records
+their seeds and the seconds they added (`perturbed_s`, the slowest rank's).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from cuco_tui.toolchain import BuildCache, compile_candidate
 from cuco_tui.toolchain.attention import ensure_library
 from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate
+from cuco_tui.evaluate.races import rounds_of_events
 from cuco_tui.core.result import CascadeResult, Status
 from cuco_tui.evaluate.shared_gpu import device_initiated
 from cuco_tui.workload.manifest import list_workloads, load_workload
@@ -72,14 +75,18 @@ def sources(name: str, dest: Path, sweep: bool) -> list[tuple[str, Path]]:
     return files
 
 
-def summary(r: CascadeResult, seconds: float, alone: bool) -> dict:
+def summary(r: CascadeResult, seconds: float, alone: bool, events: list[dict] | None = None) -> dict:
     labels = [v.shape for v in r.verifications]
+    rounds = rounds_of_events(events or [])
     return {
         "status": r.status.value, "level": int(r.level), "ok": r.status == Status.MEASURED, "reason": r.reason,
         "checks": len(labels), "back_to_back_checks": sum("back to back" in s for s in labels),
         "worst_rel_error": max((v.max_rel_error for v in r.verifications), default=None),
         "errors": [d.render() for d in r.diagnostics if d.severity == "error"][:5],
         "deadlock_report": r.deadlock_report[:3000], "seconds": round(seconds, 1), "alone": alone,
+        "perturbed_rounds": [{"seed": x.seed, "kind": x.kind, "ok": x.ok, "seconds": round(x.seconds, 3),
+                              "held_ms": round(x.delayed_us / 1000, 1), "calls": x.calls} for x in rounds],
+        "perturbed_s": round(sum(x.seconds for x in rounds), 3),
         "stderr": {} if r.status == Status.MEASURED else
                   {k: v[-1500:] for k, v in r.logs.items() if k.startswith("rank")},
     }
@@ -96,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="comma-separated labels (e.g. seed,ipc_dispatch[ipc_8]): check only these")
     ap.add_argument("--strategies", help="comma-separated strategy names (e.g. fused_tile): check only their renders")
     ap.add_argument("--build-jobs", type=int, default=12, help="parallel nvcc runs before the checks (default 12)")
+    ap.add_argument("--no-perturb", action="store_true", help="verify without L2's perturbed schedules")
     args = ap.parse_args(argv)
     worlds = [int(x) for x in args.worlds.split(",") if x]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -129,9 +137,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(job: Job, alone: bool = False) -> dict:
         t0 = time.monotonic()
-        opts = EvalOptions(gpus=[args.gpu], world=job.world, share_gpu=True, bench=False)
-        r = evaluate(job.path, load_workload(job.workload), opts)
-        return summary(r, time.monotonic() - t0, alone)
+        opts = EvalOptions(gpus=[args.gpu], world=job.world, share_gpu=True, bench=False, perturb=not args.no_perturb)
+        events: list[dict] = []
+        r = evaluate(job.path, load_workload(job.workload), opts, events_out=events)
+        return summary(r, time.monotonic() - t0, alone, events)
 
     results: dict[tuple[str, int, str], dict] = {}
     t0 = time.monotonic()
@@ -147,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         for job, res in zip(jobs, pool.map(run, jobs)):
             results[(job.workload, job.world, job.label)] = res
             dump()
-            print(f"{'ok  ' if res['ok'] else 'FAIL'} {res['seconds']:5.1f} s  {job.workload} W={job.world} "
-                  f"{job.label}: {res['reason'][:160]}", flush=True)
+            print(f"{'ok  ' if res['ok'] else 'FAIL'} {res['seconds']:5.1f} s (perturbed {res['perturbed_s']:.2f} s)  "
+                  f"{job.workload} W={job.world} {job.label}: {res['reason'][:160]}", flush=True)
     for job in jobs:  # a failure beside another group: once more, alone
         key = (job.workload, job.world, job.label)
         if not results[key]["ok"] and args.jobs > 1:

@@ -13,7 +13,8 @@ FIELDS = {
     "cuco_ctx": (abi.CContext, ["abi_version", "rank", "world", "device", "n_inputs", "n_outputs", "inputs",
                                 "outputs", "n_dims", "trace_slots", "dim_names", "dims", "nccl_id", "trace", "error"]),
     "cuco_buffer": (abi.CBuffer, ["ptr", "bytes", "shape", "ndim", "dtype", "name"]),
-    "cuco_wait_slot": (abi.CWaitSlot, ["state", "site", "kind", "peer", "id", "expected", "observed", "completed"]),
+    "cuco_wait_slot": (abi.CWaitSlot, ["state", "site", "kind", "peer", "id", "expected", "observed", "completed",
+                                                   "label"]),
 }
 
 
@@ -51,10 +52,41 @@ def test_wait_slots_decode_and_skip_unused():
     slots[3].expected = 4
     slots[3].observed = 4
     slots[3].completed = 9
+    slots[3].label = b"arrived"
     records = abi.decode_slots(bytes(slots))
     assert [r.slot for r in records] == [1, 3]
     assert records[0].state == "waiting" and records[0].kind == "barrier" and records[0].site == 42
+    assert records[0].label == ""
     assert records[1].state == "done" and records[1].kind == "flag" and records[1].completed == 9
+    assert records[1].label == "arrived"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler")
+def test_a_wait_site_keeps_its_label_and_line_and_cuts_long_labels(tmp_path):
+    """cuco::WaitSite, built on the host as CUCO_WAIT_SITE makes it, with the label the slot gets."""
+    src = tmp_path / "site.cpp"
+    src.write_text(
+        '#define __host__\n#define __device__\n#include <cstdio>\n#include "cuco_abi.h"\n'
+        "namespace cuco {\n" + _wait_site_struct() + "}\n"
+        '#define CUCO_WAIT_SITE(label) ::cuco::WaitSite((label), __LINE__)\n'
+        "int main() {\n"
+        '  cuco::WaitSite a = CUCO_WAIT_SITE("arrived");\n'
+        '  cuco::WaitSite b = CUCO_WAIT_SITE("a-label-far-longer-than-the-slot-holds");\n'
+        '  printf("%d %s|%d %s|%zu\\n", a.line, a.label, b.line, b.label, sizeof(cuco::WaitSite));\n}\n')
+    exe = tmp_path / "site"
+    subprocess.run(["g++", "-std=c++17", "-I", str(RUNTIME_INCLUDE), str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.strip()
+    lines = src.read_text().splitlines()
+    at = [i + 1 for i, line in enumerate(lines) if "= CUCO_WAIT_SITE(" in line]
+    cut = "a-label-far-longer-than-the-slot-holds"[:abi.WAIT_LABEL_LEN - 1]
+    assert out == f"{at[0]} arrived|{at[1]} {cut}|28"
+
+
+def _wait_site_struct() -> str:
+    """cuco::WaitSite exactly as the runtime header defines it (the header itself needs CUDA)."""
+    text = (RUNTIME_INCLUDE / "cuco_runtime.cuh").read_text()
+    start = text.index("struct WaitSite {")
+    return text[start:text.index("};", start) + 2] + "\n"
 
 
 def test_loading_a_library_without_the_abi_says_what_is_missing(tmp_path):

@@ -316,3 +316,117 @@ def test_a_rank_that_dies_before_done_is_still_the_candidates_failure():
     run.ranks[0].events = [e for e in run.ranks[0].events if e.get("event") != "done"]
     run.ranks[0].exit_code = -11
     assert interpret(run, W, dict(BASE)).status == Status.RUNTIME_ERROR
+
+
+# L2's perturbed schedules, as the ranks report them (rank_checks.RankChecks.perturbed): a `perturb`
+# event when a round starts, `verify` events labelled with its seed, `perturb_stats` when it ends.
+# The verify events are the recorded ones of tests/data/runs/measured and wrong_values, relabelled.
+
+def _verify_event(name: str, rank: int, **fields) -> dict:
+    e = next(json.loads(line) for line in (DATA / name / f"rank{rank}.jsonl").read_text().splitlines()
+             if '"event": "verify"' in line)
+    return {**e, **fields}
+
+
+def _perturbed_run(failing_seed: int | None, seeds=(40, 41, 42, 43), calls: int = 12) -> GroupRun:
+    ranks = []
+    for rank in range(2):
+        events = [{"event": "shape_start", "rank": rank, "shape": "verify", "level": "verify", "dims": {}}]
+        events += [_verify_event("measured", rank, check=c) for c in range(2)]
+        for i, seed in enumerate(seeds):
+            events.append({"event": "perturb", "rank": rank, "shape": "verify", "round": i, "seed": seed,
+                           "kind": ("copies_late", "rank_late", "compute_late", "scatter")[seed % 4],
+                           "target": 0, "description": f"what seed {seed} does", "unit_us": 2000,
+                           "start_delay_us": 0})
+            fails = seed == failing_seed and rank == 1
+            for nth, check in (("2nd", 4 + 2 * i), ("1st", 5 + 2 * i)):
+                src = "wrong_values" if fails and nth == "1st" else "measured"
+                events.append(_verify_event(src, rank, check=check, label=f"perturbed, seed {seed}, {nth}",
+                                            perturb_seed=seed))
+            events.append({"event": "perturb_stats", "rank": rank, "shape": "verify", "round": i, "seed": seed,
+                           "ok": seed != failing_seed, "seconds": 0.05, "calls": calls, "delayed": 3,
+                           "delayed_us": 6000, "skipped": 0, "errors": 0, "per_class": {}})
+            if seed == failing_seed:
+                break
+        events.append({"event": "done", "rank": rank})
+        ranks.append(RankOutcome(rank, 0, 1000 + rank, 0, events))
+    return GroupRun(ranks, 10.0, deadline_hit=False, aborted=False, gpus_released=True, rundir=DATA)
+
+
+def test_a_wrong_answer_under_a_perturbed_schedule_is_a_race_that_names_its_seed():
+    r = interpret(_perturbed_run(failing_seed=41), W, dict(BASE, gpus=[0, 0]))
+    assert r.status == Status.INCORRECT and r.level == Level.VERIFY
+    assert r.reason.startswith("race: wrong output under a perturbed schedule (seed 41, rank_late: what seed 41 does)")
+    assert "at verify perturbed, seed 41, 1st: max relative error" in r.reason and "worst: rank 1, y[" in r.reason
+    assert ("Replay: cuco eval c.cu --workload gemm_allgather --share-gpu --world 2 --no-bench --perturb-seed 41 "
+            "--perturb-rounds 1") in r.reason
+    race = [d for d in r.diagnostics if d.code == "race"]
+    assert len(race) == 1 and "under perturbation seed 41" in race[0].message
+    assert not [d for d in r.diagnostics if d.code == "perturb"]  # no "verified under ..." beside it
+    assert [v.shape for v in r.verifications if not v.ok] == ["verify perturbed, seed 41, 1st"]
+
+
+def test_a_candidate_that_survives_the_perturbed_schedules_says_so():
+    r = interpret(_perturbed_run(failing_seed=None), W, dict(BASE))
+    assert r.status == Status.MEASURED and "race" not in r.reason
+    note = next(d for d in r.diagnostics if d.code == "perturb")
+    assert note.severity == "note"
+    assert note.message.startswith("verified under 4 perturbed schedule(s) (seeds 40-43: copies_late, rank_late, "
+                                   "compute_late, scatter) in 0.20 s; 24 ordering points held back, 48 ms in all")
+    assert len(r.verifications) == 2 + 8 and all(v.ok for v in r.verifications)
+
+
+def test_perturbed_rounds_that_reached_no_call_of_the_candidate_are_a_warning():
+    r = interpret(_perturbed_run(failing_seed=None, calls=0), W, dict(BASE))
+    assert r.status == Status.MEASURED
+    assert any(d.code == "perturb" and d.severity == "warning" and "reached none" in d.message for d in r.diagnostics)
+
+
+def test_a_hang_in_a_perturbed_round_names_the_round():
+    run = _perturbed_run(failing_seed=None, seeds=(42,))
+    for o in run.ranks:
+        o.events = [e for e in o.events if e["event"] not in ("perturb_stats", "done")
+                    and not (e["event"] == "verify" and e.get("perturb_seed"))]
+        o.events.append({"event": "timeout", "rank": o.rank, "phase": "verify:verify", "limit_s": 10.0,
+                         "what": "two candidate launches back to back (perturbed, seed 42)",
+                         "message": "two candidate launches back to back (perturbed, seed 42) did not finish within "
+                                    "10.0 s", "trace": [{"slot": 0, "state": "waiting", "site": 97, "kind": "flag",
+                                                          "peer": 1 - o.rank, "id": 1, "expected": 3, "observed": 2,
+                                                          "completed": 5, "label": "arrived"}]})
+        o.exit_code = 124
+    r = interpret(run, W, dict(BASE), source="\n" * 96 + "    wait_flag<<<1, 1, 0, stream>>>(f, CUCO_WAIT_SITE(\"arrived\"));\n")
+    assert r.status == Status.DEADLOCK
+    assert "(during the perturbed round of seed 42: what seed 42 does)" in r.reason
+    assert "rank 0 waits on rank 1 (c.cu:97, 'arrived' (flag 1): wants 3, saw 2)" in r.deadlock_report
+    assert 'c.cu:97: wait_flag<<<1, 1, 0, stream>>>(f, CUCO_WAIT_SITE("arrived"));' in r.deadlock_report
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--perturb-rounds", "0"], "--perturb-rounds must be 1 or more, not 0"),
+    (["--perturb-seed", "-4"], "--perturb-seed must be 0 or more, not -4"),
+    (["--no-perturb", "--perturb-seed", "3"], "--no-perturb turns the perturbed schedules off"),
+])
+def test_bad_perturbation_options_are_refused_in_one_sentence(capsys, argv, says):
+    from cuco_tui.cli.cuco import main
+
+    assert main(["eval", str(W.seed), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cuco: ") and says in err and err.count("\n") == 1
+
+
+def test_perturbation_options_reach_the_evaluation(monkeypatch, capsys):
+    from cuco_tui.cli.cuco import main
+    from cuco_tui.evaluate import cascade
+
+    seen = []
+
+    def fake_evaluate(path, workload, options, progress=None):
+        seen.append(options)
+        return CascadeResult(str(path), workload.name, Status.NO_GPU, Level.COMPILE, "no_gpu: none; compiled only")
+
+    monkeypatch.setattr(cascade, "evaluate", fake_evaluate)
+    assert main(["eval", str(W.seed), "--perturb-seed", "17", "--perturb-rounds", "1", "--json"]) == 0
+    assert main(["eval", str(W.seed), "--no-perturb", "--json"]) == 0
+    assert main(["eval", str(W.seed), "--json"]) == 0
+    assert [(o.perturb, o.perturb_seed, o.perturb_rounds) for o in seen] == [
+        (True, 17, 1), (False, None, cascade.EvalOptions().perturb_rounds), (True, None, 4)]

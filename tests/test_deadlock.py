@@ -1,6 +1,9 @@
 """Each kind of hang diagnosis, from wait-trace dumps in the form the rank workers write them
 (one real dump, recorded on the 2 x H200 host, in tests/data/runs/hang)."""
 
+import json
+from pathlib import Path
+
 from cuco_tui.harness.deadlock import analyze
 from cuco_tui.harness.launcher import RankOutcome
 
@@ -88,3 +91,65 @@ def test_the_recorded_hang_from_the_gpu_host(tmp_path):
         outcomes.append(RankOutcome(r, r, 0, 124, events))
     d = analyze(outcomes)
     assert d.kind == "cycle" and "line 13" in d.summary
+
+
+# Named waits (cuco::WaitSite): dumps in the worker's form, with the site and label the device writes
+# for a wait launched with CUCO_WAIT_SITE, checked against the hanging faults' own sources.
+
+FAULTS = Path(__file__).resolve().parents[1] / "workloads" / "gemm_allgather" / "faults"
+
+
+def named(source, label, kind, peer, ident, expected=1, observed=0, state="waiting"):
+    """The slot a wait launched with CUCO_WAIT_SITE(label) in `source` records: its line is the macro's."""
+    site = next(i + 1 for i, line in enumerate(source.splitlines()) if f'CUCO_WAIT_SITE("{label}")' in line)
+    return {**slot(site, kind, peer, ident, expected, observed, state), "label": label}
+
+
+def test_a_cycle_of_named_waits_names_the_flag_the_launch_line_and_quotes_the_launch():
+    src = (FAULTS / "hang.cu").read_text()
+    d = analyze([timed_out(0, [named(src, "neighbour go", "flag", 1, 7)]),
+                 timed_out(1, [named(src, "neighbour go", "flag", 0, 7)])], file="hang.cu", source=src)
+    line = named(src, "neighbour go", "flag", 1, 7)["site"]
+    assert d.kind == "cycle"
+    assert f"rank 0 waits on rank 1 (hang.cu:{line}, 'neighbour go' (flag 7): wants 1, saw 0)" in d.summary
+    quoted = [x for x in d.details if x.startswith(f"hang.cu:{line}: ")]
+    assert quoted and quoted[0].startswith(f"hang.cu:{line}: wait_for_neighbour<<<1, 32, 0, stream>>>(")
+    assert 'CUCO_WAIT_SITE("neighbour go"));' in quoted[0]
+    assert not any("helper kernel" in x for x in d.details)
+
+
+def test_a_missing_signal_names_the_wait_and_its_launch():
+    src = (FAULTS / "missing_signal.cu").read_text()
+    w = named(src, "previous posted", "flag", 1, 3, expected=4, observed=3)
+    d = analyze([timed_out(0, [w]),
+                 timed_out(1, [], what="agreeing on the outcome", event="aborted")], file="missing_signal.cu",
+                source=src)
+    assert d.kind == "missing_signal"
+    assert (f"rank 0 still waits at missing_signal.cu:{w['site']} for 'previous posted' (flag 3) from rank 1 "
+            f"(seen 3 of 4)") in d.summary
+    assert any(x.startswith(f"missing_signal.cu:{w['site']}: wait_prev<<<") for x in d.details)
+
+
+def test_unnamed_waits_for_different_flags_at_one_helper_line_get_a_hint():
+    # Every wait of a candidate whose helper kernel calls cuco::wait_geq with CUCO_SITE is at one line.
+    d = analyze([timed_out(0, [slot(31, "flag", 1, 0, i=0), slot(31, "flag", 1, 1, i=1)]),
+                 timed_out(1, [slot(31, "flag", 0, 1)])])
+    assert d.kind == "cycle" and "(line 31, flag" in d.summary
+    assert any("CUCO_WAIT_SITE" in x and "helper kernel" in x for x in d.details)
+
+
+def test_a_named_barrier_is_named_in_the_short_barrier_report():
+    d = analyze([timed_out(0, [{**slot(12, "barrier", -1, 0), "label": "gathered"}]),
+                 timed_out(1, [], what="harness barrier", event="aborted")], file="c.cu")
+    assert d.kind == "short_barrier" and "wait at c.cu:12 ('gathered')" in d.summary
+
+
+def test_dumps_recorded_before_waits_had_names_still_read():
+    runs = Path(__file__).parent / "data" / "runs" / "hang"
+    outcomes = [RankOutcome(r, r, 0, 124, [json.loads(line) for line in
+                                           (runs / f"rank{r}.jsonl").read_text().splitlines() if line.strip()])
+                for r in range(2)]
+    assert all("label" not in s for o in outcomes for e in o.of("timeout") for s in e["trace"])
+    d = analyze(outcomes, file="hang.cu", source="\n" * 12 + "  cuco::wait_geq<unsigned>(trace, CUCO_SITE, peer, 7, flag, 1u);\n")
+    assert d.kind == "cycle" and "(line 13, flag 7" in d.summary
+    assert "hang.cu:13: cuco::wait_geq<unsigned>(trace, CUCO_SITE, peer, 7, flag, 1u);" in d.details

@@ -3,6 +3,7 @@ so that on a GPU host each fails for the reason it was written for."""
 
 import pytest
 
+from cuco_tui.core.result import Status
 from cuco_tui.toolchain import BuildCache, compile_candidate
 from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.evaluate.faults import load_expectations
@@ -66,3 +67,87 @@ def test_a_fault_that_needs_more_ranks_runs_when_there_are_enough(monkeypatch):
     monkeypatch.setattr(selftest, "evaluate", evaluate)
     with pytest.raises(Evaluated, match="cycle_of_three.cu"):
         selftest.run_fault_suite(W, EvalOptions(world=4, share_gpu=True), only=("cycle_of_three",))
+
+
+RACES = ("early_arrival", "reuse_before_read", "stale_pull")
+
+
+def test_the_race_faults_are_listed_with_their_expectation():
+    expected = load_expectations(W)
+    for name in RACES:
+        assert expected[name] == {"status": "incorrect", "says": ["wrong output"], "race": True}
+        assert "FAULT (race" in (W.root / "faults" / f"{name}.cu").read_text()
+
+
+def test_each_race_fault_is_one_ordering_away_from_a_correct_candidate():
+    """The correct parents (candidates/) and the faults differ only in the ordering they drop."""
+    import difflib
+
+    for name, parent in (("early_arrival", "ce_overlap"), ("reuse_before_read", "ce_overlap"),
+                         ("stale_pull", "ce_pull")):
+        a = (W.root / "candidates" / f"{parent}.cu").read_text().splitlines()
+        b = (W.root / "faults" / f"{name}.cu").read_text().splitlines()
+        changed = [line for line in difflib.unified_diff(a, b, lineterm="", n=0)
+                   if line[:1] in "+-" and not line.startswith(("+++", "---")) and not line[1:].lstrip().startswith("//")]
+        assert 1 <= len(changed) <= 4, (name, changed)
+
+
+def _suite_with(monkeypatch, first, replay=None):
+    """run_fault_suite over the race faults, with `first(options)` standing in for a GPU evaluation of
+    a fault (it returns the status, the reason and the events the ranks would report) and `replay`
+    for the evaluation of one seed alone; the seed passes after each. Returns (checks, calls)."""
+    from cuco_tui.core.result import CascadeResult, Level
+    from cuco_tui.evaluate import faults as selftest
+    from cuco_tui.evaluate.cascade import EvalOptions
+
+    calls = []
+
+    def evaluate(path, workload, options, events_out=None, **kwargs):
+        calls.append((path.name, options))
+        if path.name == "seed.cu":
+            status, reason, events = "measured", "verified", []
+        elif options.perturb_rounds == 1 and replay is not None:
+            status, reason, events = replay(options)
+        else:
+            status, reason, events = first(options)
+        if events_out is not None:
+            events_out.extend(events)
+        return CascadeResult(str(path), workload.name, Status(status), Level.VERIFY, reason)
+
+    monkeypatch.setattr(selftest, "choose_gpus", lambda workload, options: ([0, 0], ""))
+    monkeypatch.setattr(selftest, "evaluate", evaluate)
+    return selftest.run_fault_suite(W, EvalOptions(world=2, share_gpu=True), only=RACES), calls
+
+
+def _failed_under(seed):
+    return [{"event": "verify", "rank": 1, "ok": True, "perturb_seed": None},
+            {"event": "verify", "rank": 1, "ok": False, "perturb_seed": seed}]
+
+
+def test_a_race_fault_that_fails_under_a_seed_is_replayed_with_that_seed_alone(monkeypatch):
+    checks, calls = _suite_with(
+        monkeypatch, lambda o: ("incorrect", "race: wrong output under a perturbed schedule (seed 41, ...)",
+                                _failed_under(41)),
+        replay=lambda o: ("incorrect", f"race: wrong output under a perturbed schedule (seed {o.perturb_seed}, ...)",
+                          _failed_under(o.perturb_seed)))
+    assert [(c.name, c.perturb_seed, c.replayed, c.ok) for c in checks] == [(n, 41, "incorrect", True) for n in RACES]
+    replays = [o for name, o in calls if name != "seed.cu" and o.perturb_rounds == 1]
+    assert len(replays) == 3 and all(o.perturb_seed == 41 and not o.bench for o in replays)
+
+
+def test_a_replay_that_passes_is_a_problem(monkeypatch):
+    checks, _ = _suite_with(monkeypatch, lambda o: ("incorrect", "race: ... (seed 9, ...)", _failed_under(9)),
+                            replay=lambda o: ("measured", "verified", []))
+    assert all(not c.ok and any("replaying seed 9 gave measured" in p for p in c.problems) for c in checks)
+
+
+def test_a_race_the_ordinary_checks_caught_is_noted_not_replayed(monkeypatch):
+    checks, calls = _suite_with(monkeypatch, lambda o: ("incorrect", "wrong output at verify #1: ...",
+                                                        [{"event": "verify", "ok": False, "perturb_seed": None}]))
+    assert all(c.ok and c.perturb_seed is None and "ordinary checks" in c.note for c in checks)
+    assert not [o for name, o in calls if name != "seed.cu" and o.perturb_rounds == 1]
+
+
+def test_a_race_fault_that_passes_everything_fails_the_suite(monkeypatch):
+    checks, _ = _suite_with(monkeypatch, lambda o: ("measured", "verified", []))
+    assert all(not c.ok and "status measured, expected incorrect" in c.problems for c in checks)

@@ -32,6 +32,11 @@ def test_the_seed_verifies_with_two_ranks_on_one_gpu(name):
     assert all(v.ok for v in r.verifications)
     assert sum("back to back" in s for s in labels) >= 2 * len(w.verify_shapes), labels
     assert any(d.code == "shared_gpu" for d in r.diagnostics)
+    # L2's perturbed schedules ran, reached the candidate's calls, and it survived them.
+    assert sum("perturbed, seed" in s for s in labels) >= 2 * 4 * len(w.verify_shapes), labels
+    note = next(d for d in r.diagnostics if d.code == "perturb" and d.severity == "note")
+    assert note.message.startswith("verified under 4 perturbed schedule(s)"), _explain(r)
+    assert not any(d.code == "perturb" and d.severity == "warning" for d in r.diagnostics), _explain(r)
 
 
 @pytest.mark.parametrize("name", [n for n in list_workloads() if 4 in load_workload(n).world_sizes])
@@ -50,3 +55,22 @@ def test_a_device_initiated_candidate_fails_there_with_the_reason():
     # The failure itself (NCCL refuses the device communicator across "hosts"), then why.
     assert "ncclDevCommCreate" in r.reason or "ncclCommWindowRegister" in r.reason, _explain(r)
     assert "communicates from the device" in r.reason and "one GPU per rank" in r.reason
+
+
+@pytest.mark.parametrize("fault", ["early_arrival", "reuse_before_read", "stale_pull"])
+def test_a_race_fails_under_a_perturbed_schedule_and_its_seed_replays_it(fault):
+    """The race faults pass the ordinary checks by luck on one GPU; a perturbed round fails them,
+    the reason names the seed, and that seed alone fails them again."""
+    import re
+    from dataclasses import replace
+
+    w = load_workload("gemm_allgather")
+    path = w.root / "faults" / f"{fault}.cu"
+    options = EvalOptions(gpus=[0], world=2, share_gpu=True, bench=False)
+    r = evaluate(path, w, options)
+    assert r.status == Status.INCORRECT and r.reason.startswith("race: wrong output under a perturbed schedule"), \
+        _explain(r)
+    assert any(d.code == "race" for d in r.diagnostics) and "worst: rank" in r.reason
+    seed = int(re.search(r"\(seed (\d+), ", r.reason).group(1))
+    again = evaluate(path, w, replace(options, perturb_seed=seed, perturb_rounds=1))
+    assert again.status == Status.INCORRECT and f"(seed {seed}, " in again.reason, _explain(again)

@@ -79,10 +79,12 @@ def _inputs(dims, seed):
     return [bufs, {}]
 
 
-def run_candidate(binary, folder, dims, seed, lagging=-1, launches=4, teardown_barrier=True, timeout=60):
+def run_candidate(binary, folder, dims, seed, lagging=-1, launches=4, teardown_barrier=True, timeout=60,
+                  perturb_seed=None):
     """Runs the emulated candidate (input set i from seed + i; `lagging`: the rank whose streams lag
-    far behind the other's, -1 for delays drawn per stream from the seed); returns [(what, rank 1's
-    kv as bf16 bits, the float64 answer)] for every launch it checks.
+    far behind the other's, -1 for delays drawn per stream from the seed; `perturb_seed`: L2's
+    schedule perturbation of that seed around every launch, as the rank worker applies it); returns
+    [(what, rank 1's kv as bf16 bits, the float64 answer)] for every launch it checks.
 
     teardown_barrier=False tears a rank down as soon as its own stream is done: the IPC templates
     (ce_pull, ce_push, ipc_push) then crash on a peer's last signal or copy into freed memory; they
@@ -97,6 +99,8 @@ def run_candidate(binary, folder, dims, seed, lagging=-1, launches=4, teardown_b
         want.append(REF.expected(inputs, dims, 2)[1]["kv"])
     (folder / "meta.txt").write_text(f"{L} {S} {H} {D} {launches} {seed} {timeout} {int(teardown_barrier)} "
                                      f"{lagging}\n")
+    if perturb_seed is not None:
+        (folder / "perturb.txt").write_text(f"{perturb_seed} 2000 0\n")
     r = subprocess.run([str(binary), str(folder)], capture_output=True, text=True, timeout=timeout + 60)
     assert r.returncode == 0, f"exit {r.returncode}:\n{r.stderr[-4000:]}"
 
@@ -150,6 +154,20 @@ def test_candidate_runs_end_to_end_on_the_cpu(emulated, tmp_path, name, dims, sc
             check(got, want, f"{name}, schedule seed {seed}, lagging rank {lagging}, {what}")
 
 
+# L2's perturbed schedules (cuco_tui/harness/perturb_lib/cuco_perturb.h): copies_late on rank 0,
+# rank_late on rank 1, compute_late on rank 0, scatter aimed at rank 1; a correct candidate survives all.
+PERTURBED = (0, 5, 2, 7)
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", [c[0] for c in CANDIDATES])
+def test_candidate_survives_the_perturbed_schedules(emulated, tmp_path, name):
+    dims = SHAPES[0][0]
+    for p in PERTURBED:
+        for what, got, want in run_candidate(emulated[name], tmp_path / f"p{p}", dims, 11, perturb_seed=p):
+            check(got, want, f"{name}, perturbation seed {p}, {what}")
+
+
 MUTANTS = {  # name: (strategy, knobs, a wait the candidate needs, what dropping it does)
     "layered-no-compute-wait": (
         "host_layered", {"groups": 4},
@@ -157,7 +175,8 @@ MUTANTS = {  # name: (strategy, knobs, a wait the candidate needs, what dropping
         "the send stream sends each group before its GEMM has computed it"),
     "push-no-consumed-wait": (
         "ce_push", {"groups": 4},
-        "wait_for<<<1, 1, 0, c->copy_stream>>>(&mine->consumed, kConsumed, kDecode, e - 1, trace);",
+        'wait_for<<<1, 1, 0, c->copy_stream>>>(&mine->consumed, kConsumed, kDecode, e - 1, trace, '
+        'CUCO_WAIT_SITE("consumed"));',
         "rank 0 copies the next launch's groups over rank 1's landing buffer before rank 1 has copied "
         "the last launch's out"),
 }

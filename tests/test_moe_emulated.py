@@ -141,9 +141,11 @@ def cublas_calls(folder):
     return {words[0]: int(words[1]), words[2]: int(words[3])}
 
 
-def run_candidate(binary, folder, world, dims, seed, lagging=-1, launches=3, teardown_barrier=True, timeout=90):
-    """Runs the emulated candidate (input set i from seed + i); returns [(what, rank, out as bf16 bits,
-    the float64 answer)] for every launch it checks and every rank."""
+def run_candidate(binary, folder, world, dims, seed, lagging=-1, launches=3, teardown_barrier=True, timeout=90,
+                  perturb_seed=None):
+    """Runs the emulated candidate (input set i from seed + i; `perturb_seed`: L2's schedule
+    perturbation of that seed around every launch, as the rank worker applies it); returns [(what,
+    rank, out as bf16 bits, the float64 answer)] for every launch it checks and every rank."""
     folder.mkdir(parents=True)
     want = []
     for i in range(launches + 1):
@@ -153,6 +155,8 @@ def run_candidate(binary, folder, world, dims, seed, lagging=-1, launches=3, tea
                 arr.tofile(folder / f"r{rank}-{name}{i}.bin")
         want.append(REF.expected(inputs, dims, world))
     (folder / "meta.txt").write_text(_meta(world, dims, launches, seed, timeout, teardown_barrier, lagging))
+    if perturb_seed is not None:
+        (folder / "perturb.txt").write_text(f"{perturb_seed} 2000 0\n")
     r = subprocess.run([str(binary), str(folder)], capture_output=True, text=True, timeout=timeout + 60)
     assert r.returncode == 0, f"exit {r.returncode}:\n{r.stderr[-4000:]}"
     shape = (dims["T"], dims["H"])
@@ -220,6 +224,21 @@ def test_candidate_runs_per_problem_gemms_on_the_cpu(emulated, tmp_path, name):
         assert (calls["grouped"] > 0) == (name in BOTH_WAYS), calls
 
 
+# L2's perturbed schedules (cuco_tui/harness/perturb_lib/cuco_perturb.h): at W=2 copies_late on rank 0,
+# rank_late on rank 1, compute_late on rank 0, scatter aimed at rank 1; a correct candidate survives all.
+PERTURBED = (0, 5, 2, 7)
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", [c[0] for c in CANDIDATES])
+def test_candidate_survives_the_perturbed_schedules(emulated, tmp_path, name):
+    world, dims, _ = SHAPES[0]
+    for p in PERTURBED:
+        for what, rank, got, want in run_candidate(emulated[name], tmp_path / f"p{p}", world, dims, 11,
+                                                   perturb_seed=p):
+            check(got, want, f"{name}, perturbation seed {p}, rank {rank}, {what}")
+
+
 ARRIVAL = [c[0] for c in CANDIDATES if c[1] == "arrival_pipeline"]
 
 
@@ -236,7 +255,8 @@ OLD_SCHEDULES = ((11, -1), (23, 1), (29, 0))
 MUTANTS = {  # name: (strategy, knobs, a wait the candidate needs, what dropping it does, (world, dims, schedules))
     "pipeline-no-rows-wait": (
         "expert_pipeline", {"mover": "copy_engine", "groups": 4, "mover_blocks": 16, "results": "separate"},
-        "if (rows_from.bits[0]) wait_groups<<<dim3(W, 1), 1, 0, stream>>>(mine, kRows, g, rows_from, pushed, trace);",
+        "if (rows_from.bits[0])\n      wait_groups<<<dim3(W, 1), 1, 0, stream>>>(mine, kRows, g, rows_from, pushed, "
+        'trace, CUCO_WAIT_SITE("rows"));',
         "each group is gathered and computed before the peers' rows of the group have landed",
         (*SHAPES[0][:2], OLD_SCHEDULES)),
     "pipeline-no-computed-wait": (

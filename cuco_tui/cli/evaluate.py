@@ -28,6 +28,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     options = EvalOptions(
         gpus=gpu_list(args.gpus), world=args.world, bench=not args.no_bench,
         shapes=tuple(s for s in (args.shapes or "").split(",") if s), share_gpu=share_gpu_asked(args),
+        **perturb_options(args),
     )
     err = Console(stderr=True)
     progress = None if args.json else (lambda p: err.print(f"[dim]L{int(p.level)}[/dim] {p.message}"))
@@ -40,6 +41,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if hint:
         print(f"hint: {hint}", file=sys.stderr)
     return 0 if result.status.ok else 1
+
+
+def perturb_options(args: argparse.Namespace) -> dict:
+    """--no-perturb, --perturb-seed, --perturb-rounds as EvalOptions fields."""
+    if args.perturb_rounds is not None and args.perturb_rounds < 1:
+        raise UsageError(f"--perturb-rounds must be 1 or more, not {args.perturb_rounds} (--no-perturb turns them off)")
+    if args.perturb_seed is not None and args.perturb_seed < 0:
+        raise UsageError(f"--perturb-seed must be 0 or more, not {args.perturb_seed}")
+    if args.no_perturb and (args.perturb_seed is not None or args.perturb_rounds is not None):
+        raise UsageError("--no-perturb turns the perturbed schedules off: drop --perturb-seed and --perturb-rounds")
+    out: dict = {"perturb": not args.no_perturb, "perturb_seed": args.perturb_seed}
+    if args.perturb_rounds is not None:
+        out["perturb_rounds"] = args.perturb_rounds
+    return out
+
+
+def add_perturb_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-perturb", action="store_true",
+                   help="verify without the perturbed schedules (L2 runs the back-to-back launches again with the "
+                        "candidate's copies, compute or whole streams held back, which racy candidates fail)")
+    p.add_argument("--perturb-seed", type=int, metavar="N",
+                   help="the first perturbed schedule's seed (default: a random one); a failure names the seed")
+    p.add_argument("--perturb-rounds", type=int, metavar="N",
+                   help="perturbed schedules to run, seeds N, N+1, ... (default 4: one of each kind)")
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -82,7 +107,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         raise UsageError("say what to test: --faults")
     workload = workload_named(args.workload)
     options = EvalOptions(gpus=gpu_list(args.gpus), world=args.world,
-                          first_launch_timeout_s=args.launch_timeout, share_gpu=share_gpu_asked(args))
+                          first_launch_timeout_s=args.launch_timeout, share_gpu=share_gpu_asked(args),
+                          **perturb_options(args))
     gpus, why = choose_gpus(workload, options)
     if not gpus:
         hint = share_gpu_hint(workload, options)
@@ -92,14 +118,16 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     only = tuple(s for s in (args.only or "").split(",") if s)
     checks = run_fault_suite(workload, options, only, say=lambda s: err.print(f"[dim]{s}[/dim]"))
     t = Table(title=f"fault suite of {workload.name}", title_justify="left")
-    for col in ("candidate", "expected", "got", "detected after", "GPUs fine after", "verdict", "diagnosis"):
+    for col in ("candidate", "expected", "got", "detected after", "replayed", "GPUs fine after", "verdict",
+                "diagnosis"):
         t.add_column(col)
     for c in checks:
         det = f"{c.detection_s:.1f} s (limit {c.limit_s:.0f} s)" if c.detection_s is not None else "-"
+        replayed = f"seed {c.perturb_seed}: {c.replayed or '-'}" if c.perturb_seed is not None else "-"
         verdict = (Text("skipped", style="dim") if c.skipped else Text("pass", style="green") if c.ok
                    else Text("FAIL: " + "; ".join(c.problems), style="red"))
-        diagnosis = (c.report.splitlines()[0] if c.report else c.reason)[:160]
-        t.add_row(c.name, c.expected, c.got, det, "yes" if c.healthy_after else "NO", verdict, diagnosis)
+        diagnosis = (c.report.splitlines()[0] if c.report else c.reason)[:160] + (f" ({c.note})" if c.note else "")
+        t.add_row(c.name, c.expected, c.got, det, replayed, "yes" if c.healthy_after else "NO", verdict, diagnosis)
     stdout_console().print(t)
     run = [c for c in checks if not c.skipped]
     passed = sum(c.ok for c in run)
@@ -126,6 +154,7 @@ def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--no-bench", action="store_true", help="stop after verification (L2)")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     e.add_argument("--share-gpu", action="store_true", help=SHARE_GPU_HELP)
+    add_perturb_arguments(e)
     e.set_defaults(fn=cmd_eval)
 
     b = sub.add_parser("baseline", help="measure the workload's reference and its ceilings")
@@ -147,6 +176,7 @@ def add_selftest_parsers(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--share-gpu", action="store_true", help=SHARE_GPU_HELP)
     st.add_argument("--launch-timeout", type=float, default=10.0,
                     help="time limit of a candidate's first launch, in seconds (default 10)")
+    add_perturb_arguments(st)
     st.set_defaults(fn=cmd_selftest)
 
     w = sub.add_parser("workloads", help="list the workloads")

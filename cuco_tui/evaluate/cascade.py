@@ -15,8 +15,9 @@ from typing import Any, Callable
 
 from cuco_tui.toolchain import BuildCache, compile_candidate
 from cuco_tui.toolchain.attention import ensure_library, uses_attention
+from cuco_tui.toolchain.perturb import ensure_perturb_library
 from cuco_tui.toolchain.toolchain import Toolchain, discover
-from cuco_tui.evaluate import shared_gpu
+from cuco_tui.evaluate import races, shared_gpu
 from cuco_tui.core.result import (
     CascadeResult,
     Diagnostic,
@@ -59,6 +60,13 @@ class EvalOptions:
     # Every rank on one GPU (the first of `gpus`, else GPU 0): checks correctness on a machine
     # with fewer GPUs than ranks. It never times (ranks sharing one GPU time-slice it).
     share_gpu: bool = False
+    # After the ordinary checks, L2 runs the back-to-back launches again under perturbed schedules
+    # (evaluate/races.py): `perturb_rounds` seeds from `perturb_seed` (None: a random one), holds in
+    # units of `perturb_unit_us` (None: 2 ms, more when ranks share a GPU).
+    perturb: bool = True
+    perturb_seed: int | None = None
+    perturb_rounds: int = races.DEFAULT_ROUNDS
+    perturb_unit_us: int | None = None
 
 
 ProgressFn = Callable[[Progress], None]
@@ -153,6 +161,20 @@ def harness_libraries(workload: Workload, source: str | None, toolchain: Toolcha
     return [], "", f"the harness attention library is missing: {attention.problem}"
 
 
+def perturb_entry(options: EvalOptions, world: int, shared: bool, toolchain: Toolchain, cache: BuildCache,
+                  say: ProgressFn) -> tuple[dict[str, Any] | None, str]:
+    """(the plan's `perturb` entry or None, why there is none when one was asked for)."""
+    if not options.perturb or options.perturb_rounds < 1:
+        return None, ""
+    say(Progress(Level.COMPILE, "the schedule perturber (built once per machine)"))
+    lib = ensure_perturb_library(toolchain, cache)
+    if not lib.ok:
+        return None, lib.problem
+    seed = options.perturb_seed if options.perturb_seed is not None else secrets.randbelow(races.SEED_RANGE)
+    return races.plan_entry(str(lib.path), seed, options.perturb_rounds,
+                            races.unit_us(world, shared, options.perturb_unit_us)), ""
+
+
 def run_deadline(plan: dict[str, Any]) -> float:
     """The launcher's backstop for the whole run; each launch has its own, tighter limit."""
     return 180.0 + 120.0 * len(plan["shapes"])
@@ -229,6 +251,13 @@ def evaluate(
     # L2 + L3 in one group run: the workers verify at the verify size first and stop there
     # on any failure, so L3 is only entered by a candidate that passed L2.
     plan = make_plan(workload, build.library, options, "evaluate") | {"preload": preload, "notes": [note] if note else []}
+    perturb, problem = perturb_entry(options, len(gpus), is_shared(gpus), toolchain, cache, say)
+    if perturb:
+        plan["perturb"] = perturb
+    elif problem:
+        diags = diags + [Diagnostic(level=int(Level.VERIFY), severity="warning", code="perturb",
+                                    message=f"verified without perturbed schedules: {problem}")]
+        base["diagnostics"] = diags
     rundir = new_rundir(runs_root(options, cache), f"{candidate.stem}-{sha[:8]}")
     say(Progress(Level.VERIFY, f"running on GPUs {','.join(map(str, gpus))}"))
 
@@ -240,7 +269,7 @@ def evaluate(
             say(Progress(level, f"{e.get('level')} {e.get('shape')}"))
 
     group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event)
-    result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus})
+    result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus}, source=source)
     if is_shared(gpus) and not result.status.ok:
         result = replace(result, reason=result.reason + shared_gpu.failure_hint(source))
     return result
@@ -324,9 +353,11 @@ def close_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
     return warnings
 
 
-def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> CascadeResult:
-    """Turn what the ranks reported into one status, a reason and diagnostics."""
+def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source: str = "") -> CascadeResult:
+    """Turn what the ranks reported into one status, a reason and diagnostics. `source`: the
+    candidate's text, which a deadlock report quotes at each wait."""
     outcomes = group.ranks
+    file = Path(str(base.get("candidate", ""))).name
     level = _level_reached(outcomes)
     verifications = _verifications(outcomes, workload)
     logs = dict(base.pop("logs", {}))
@@ -334,6 +365,11 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> Casc
         if o.stderr_tail.strip():
             logs[f"rank{o.rank}.stderr"] = o.stderr_tail
     diags = list(base.pop("diagnostics", [])) + reference_warnings(outcomes) + close_warnings(outcomes)
+    diags += races.notes(outcomes)
+    rounds = races.rounds(outcomes)
+    unfinished = [r for r in rounds if r.ok is None]
+    during = (f" (during the perturbed round of seed {unfinished[0].seed}: {unfinished[0].description})"
+              if unfinished else "")
     common = dict(base, verifications=verifications, run_seconds=group.seconds, logs=logs)
     released = "" if group.gpus_released else " Warning: the GPUs still showed the group's processes 30 s later."
 
@@ -349,15 +385,15 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> Casc
         else:
             reason = f"rank {o.rank}: {e['message']}"
         return CascadeResult(**common, status=Status.RUNTIME_ERROR, level=level, diagnostics=diags,
-                             reason=reason + released)
+                             reason=reason + during + released)
 
     timeouts = [(o, o.last("timeout")) for o in outcomes if o.last("timeout")]
     if timeouts:
-        report = describe_hang(outcomes)
+        report = describe_hang(outcomes, file, source)
         o, e = timeouts[0]
         diags.append(Diagnostic(level=int(level), severity="error", message=e["message"], rank=o.rank, code="timeout"))
         return CascadeResult(**common, status=Status.DEADLOCK, level=level, diagnostics=diags,
-                             deadlock_report=report, reason=f"rank {o.rank}: {e['message']}" + released)
+                             deadlock_report=report, reason=f"rank {o.rank}: {e['message']}" + during + released)
 
     # A rank that reported all its results ("done") and died closing the harness's group is a
     # warning (close_warnings), not the candidate's failure.
@@ -383,12 +419,20 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any]) -> Casc
                     f"it; the error is spread over many; largest: {v.worst})")
         else:
             what = f"max relative error {v.max_rel_error:.3g} exceeds {v.tolerance:g} (worst: {v.worst})"
+        seed = races.failed_seed(outcomes, v)
+        if seed is not None:
+            replay = races.replay_hint(str(base.get("candidate", "")), workload.name, seed, len(outcomes),
+                                       is_shared(list(base.get("gpus", []))))
+            reason, diag = races.race_diagnostic(next((r for r in rounds if r.seed == seed), None), seed, v, what,
+                                                 replay)
+            return CascadeResult(**common, status=Status.INCORRECT, level=level, diagnostics=diags + [diag],
+                                 reason=reason + released)
         diags.append(Diagnostic(level=int(level), severity="error", message=f"{v.shape}: {what}", code="verify"))
         return CascadeResult(**common, status=Status.INCORRECT, level=level, diagnostics=diags,
                              reason=f"wrong output at {v.shape}: {what}" + released)
 
     if group.deadline_hit:
-        report = describe_hang(outcomes)
+        report = describe_hang(outcomes, file, source)
         return CascadeResult(**common, status=Status.DEADLOCK, level=level, diagnostics=diags, deadlock_report=report,
                              reason=f"the run did not finish within its deadline of {group.seconds:.0f} s" + released)
 

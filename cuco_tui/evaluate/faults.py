@@ -1,12 +1,14 @@
 """`cuco selftest --faults`: every deliberately broken candidate of a workload's `faults/`
 folder must get its expected status and diagnosis, within its time limit plus 5 s, and the
-GPUs must pass the seed's verification right after each."""
+GPUs must pass the seed's verification right after each. A race fault (`race = true`) that fails
+in one of L2's perturbed schedules must fail again when that seed alone is replayed; one that the
+ordinary checks catch first (its race showed by itself, as it may on real concurrency) is noted."""
 
 from __future__ import annotations
 
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus, evaluate
@@ -29,6 +31,9 @@ class FaultCheck:
     healthy_after: bool
     problems: tuple[str, ...]
     skipped: str = ""  # why the fault was not run (it needs more ranks than this run has)
+    perturb_seed: int | None = None  # the perturbation seed it failed under (race faults)
+    replayed: str = ""  # the status when that seed alone was replayed
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -41,6 +46,13 @@ def _detection(result: CascadeResult, rundir_events: list[dict]) -> tuple[float 
     if not launches or not ends:
         return None, None
     return min(e["t"] for e in ends) - launches[-1]["t"], float(launches[-1].get("limit_s", 0.0))
+
+
+def failed_perturb_seed(events: list[dict]) -> int | None:
+    """The seed of the first perturbed round whose verification failed on some rank."""
+    seeds = [int(e["perturb_seed"]) for e in events
+             if e.get("event") == "verify" and not e.get("ok") and e.get("perturb_seed") is not None]
+    return min(seeds) if seeds else None
 
 
 def load_expectations(workload: Workload) -> dict[str, dict]:
@@ -82,14 +94,28 @@ def run_fault_suite(workload: Workload, options: EvalOptions, only: tuple[str, .
         if detection is not None and limit is not None and result.status in (Status.DEADLOCK, Status.RUNTIME_ERROR):
             if detection > limit + DETECTION_SLACK_S:
                 problems.append(f"detected after {detection:.1f} s, more than {limit:.0f} s + {DETECTION_SLACK_S:.0f} s")
+        seed, replayed, note = None, "", ""
+        if want.get("race"):
+            seed = failed_perturb_seed(events)
+            if seed is None and result.status.value == want["status"]:
+                note = "caught by the ordinary checks: the race showed without a perturbed schedule"
+            elif seed is None and not options.perturb:
+                problems.append("a race fault needs the perturbed schedules, which this run turned off")
+            elif seed is not None:
+                say(f"{name}: replaying perturbation seed {seed}")
+                again = evaluate(path, workload, replace(verify_only, perturb_seed=seed, perturb_rounds=1))
+                replayed = again.status.value
+                if again.status.value != want["status"] or f"seed {seed}" not in again.reason:
+                    problems.append(f"replaying seed {seed} gave {replayed}: {again.reason[:200]}")
         healthy = True
         if result.level >= 2:
             after = evaluate(workload.seed, workload, verify_only)
             healthy = after.status == Status.MEASURED
             if not healthy:
                 problems.append(f"the seed failed on the same GPUs right after: {after.reason}")
-        verdict = "" if not problems else " PROBLEM: " + "; ".join(problems)
+        verdict = (f" ({note})" if note else "") + ("" if not problems else " PROBLEM: " + "; ".join(problems))
         say(f"{name}: {result.status.value} in {time.monotonic() - t0:.1f} s{verdict}")
         checks.append(FaultCheck(name, want["status"], result.status.value, tuple(want.get("says", [])),
-                                 result.reason, result.deadlock_report, detection, limit, healthy, tuple(problems)))
+                                 result.reason, result.deadlock_report, detection, limit, healthy, tuple(problems),
+                                 perturb_seed=seed, replayed=replayed, note=note))
     return checks

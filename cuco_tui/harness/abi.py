@@ -8,12 +8,13 @@ import ctypes
 from dataclasses import dataclass
 from pathlib import Path
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 MAX_BUFFERS = 8
 MAX_DIMS = 8
 NAME_LEN = 16
 ERROR_LEN = 1024
 NCCL_ID_BYTES = 128
+WAIT_LABEL_LEN = 24
 
 DTYPES = {"bf16": 1, "f16": 2, "f32": 3, "i32": 4, "i64": 5, "u8": 6}
 WAIT_KINDS = {1: "flag", 2: "signal", 3: "barrier"}
@@ -41,6 +42,7 @@ class CWaitSlot(ctypes.Structure):
         ("expected", ctypes.c_uint64),
         ("observed", ctypes.c_uint64),
         ("completed", ctypes.c_uint64),
+        ("label", ctypes.c_char * WAIT_LABEL_LEN),
     ]
 
 
@@ -77,6 +79,7 @@ class WaitRecord:
     expected: int
     observed: int
     completed: int
+    label: str = ""  # the wait's name (cuco::WaitSite); "" for a wait at a device line (CUCO_SITE)
 
 
 def decode_slots(raw: bytes) -> list[WaitRecord]:
@@ -98,6 +101,7 @@ def decode_slots(raw: bytes) -> list[WaitRecord]:
                 expected=s.expected,
                 observed=s.observed,
                 completed=s.completed,
+                label=s.label.decode(errors="replace"),
             )
         )
     return out

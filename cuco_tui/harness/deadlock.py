@@ -8,6 +8,11 @@ of the whole team. From the graph and from what the other ranks were doing:
     launch, or exited), so the signal will never come;
   - a short barrier: fewer ranks in a barrier than the team has;
   - no wait recorded: a kernel that spins or computes outside the traced waits.
+
+A wait is named where the host launched it when the candidate passes a cuco::WaitSite
+(CUCO_WAIT_SITE("arrived")): the report then gives the handshake's name and the launch line;
+an unnamed wait (CUCO_SITE) gives the device line of the wait and the flag's id. With the
+candidate's source at hand, the report quotes the line of each wait.
 """
 
 from __future__ import annotations
@@ -29,12 +34,23 @@ class Wait:
     expected: int
     observed: int
     blocks: int  # how many blocks of this rank wait here
+    label: str = ""  # the wait's name (a cuco::WaitSite), "" for an unnamed wait
+    file: str = ""  # the candidate's file name, when known: sites read "file.cu:97"
+
+    def where(self) -> str:
+        """A named wait's site is the host line that launched it ("ce_overlap.cu:97"); an unnamed
+        one's is the device line of the wait ("line 31")."""
+        return f"{self.file}:{self.site}" if self.file and self.label else f"line {self.site}"
+
+    def what(self) -> str:
+        """The awaited flag by name where the candidate gave one: "'arrived' (flag 1)", else "flag 1"."""
+        return f"'{self.label}' ({self.kind} {self.id})" if self.label else f"{self.kind} {self.id}"
 
     def describe(self) -> str:
-        where = f"line {self.site}"
         if self.kind == "barrier":
-            return f"{self.blocks} block(s) in a barrier of the whole team at {where} (barrier {self.id})"
-        return (f"{self.blocks} block(s) at {where} wait for {self.kind} {self.id} from rank {self.peer} to reach "
+            named = f" '{self.label}'" if self.label else ""
+            return f"{self.blocks} block(s) in a barrier{named} of the whole team at {self.where()} (barrier {self.id})"
+        return (f"{self.blocks} block(s) at {self.where()} wait for {self.what()} from rank {self.peer} to reach "
                 f"{self.expected}, last seen {self.observed}")
 
 
@@ -58,22 +74,23 @@ class HangDiagnosis:
         return "\n".join((self.summary,) + tuple(f"  {d}" for d in self.details))
 
 
-def _waits(rank: int, trace: list[dict[str, Any]]) -> tuple[Wait, ...]:
+def _waits(rank: int, trace: list[dict[str, Any]], file: str = "") -> tuple[Wait, ...]:
     grouped: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for slot in trace:
         if slot.get("state") == "waiting":
-            key = (slot["site"], slot["kind"], slot["peer"], slot["id"] if slot["kind"] != "barrier" else 0,
-                   slot["expected"])
+            # Dumps recorded before waits had names carry no label.
+            key = (slot["site"], slot.get("label", ""), slot["kind"], slot["peer"],
+                   slot["id"] if slot["kind"] != "barrier" else 0, slot["expected"])
             grouped[key].append(slot)
     out = []
-    for (site, kind, peer, ident, expected), slots in sorted(grouped.items()):
+    for (site, label, kind, peer, ident, expected), slots in sorted(grouped.items()):
         observed = min(s["observed"] for s in slots)
         ident = slots[0]["id"] if kind != "barrier" else min(s["id"] for s in slots)
-        out.append(Wait(rank, site, kind, peer, ident, expected, observed, len(slots)))
+        out.append(Wait(rank, site, kind, peer, ident, expected, observed, len(slots), label, file))
     return tuple(out)
 
 
-def rank_views(outcomes: list[RankOutcome]) -> list[RankView]:
+def rank_views(outcomes: list[RankOutcome], file: str = "") -> list[RankView]:
     views = []
     for o in outcomes:
         event = o.last("timeout") or o.last("aborted") or o.last("error")
@@ -82,9 +99,10 @@ def rank_views(outcomes: list[RankOutcome]) -> list[RankView]:
             views.append(RankView(o.rank, state, o.describe_exit()))
             continue
         what = str(event.get("what") or event.get("phase") or "")
-        in_launch = what.startswith("candidate launch") or what.startswith("cuco_")
+        # "candidate launch (check 1)", "two candidate launches back to back (perturbed, seed 7)", "cuco_init"
+        in_launch = "candidate launch" in what or what.startswith("cuco_")
         views.append(RankView(o.rank, "in_launch" if in_launch else "past_launch", what,
-                              _waits(o.rank, event.get("trace", []))))
+                              _waits(o.rank, event.get("trace", []), file)))
     return views
 
 
@@ -126,11 +144,48 @@ def _activity(view: RankView) -> str:
     return f"is inside {view.what} but in no traced wait"
 
 
-def analyze(outcomes: list[RankOutcome], world: int | None = None) -> HangDiagnosis:
-    views = rank_views(outcomes)
+def _quotes(views: list[RankView], file: str, source: str) -> tuple[str, ...]:
+    """The source line of every wait that is waiting, and a hint where unnamed waits that differ
+    (another peer or flag) share one line: the line of a helper kernel, which says little."""
+    waits = [w for v in views for w in v.waits]
+    lines = source.splitlines()
+    out = []
+    for site in sorted({w.site for w in waits}):
+        if 0 < site <= len(lines):
+            out.append(f"{file or 'line'}:{site}: {_statement(lines, site)}")
+    shared = defaultdict(set)
+    for w in waits:
+        if not w.label and w.kind != "barrier":
+            shared[w.site].add((w.peer, w.id))
+    if any(len(v) > 1 for v in shared.values()):
+        out.append("waits for different flags are reported at one line, the wait inside a helper kernel: pass "
+                   "CUCO_WAIT_SITE(\"name\") from each launch (a cuco::WaitSite) to name them and their launch lines")
+    return tuple(out)
+
+
+def _statement(lines: list[str], site: int) -> str:
+    """The statement that line `site` (1-based) belongs to, on one line: a launch whose wait site
+    (CUCO_WAIT_SITE) sits on a continuation line is quoted from its start, a wait whose arguments
+    go on is quoted to its end. At most 4 lines either way."""
+    def ends(line: str) -> bool:
+        return not line.strip() or line.rstrip().endswith((";", "{", "}")) or line.lstrip().startswith(("//", "#"))
+
+    start = end = site - 1
+    while start > 0 and site - 1 - start < 4 and not ends(lines[start - 1]):
+        start -= 1
+    while end + 1 < len(lines) and end - (site - 1) < 4 and not ends(lines[end]):
+        end += 1
+    text = " ".join(line.strip() for line in lines[start:end + 1])
+    return text if len(text) <= 240 else text[:237] + "..."
+
+
+def analyze(outcomes: list[RankOutcome], world: int | None = None, file: str = "", source: str = "") -> HangDiagnosis:
+    """`file` and `source`: the candidate's file name and text, when known, for sites as
+    file:line and the quoted lines of the waits."""
+    views = rank_views(outcomes, file)
     world = world or len(views)
     by_rank = {v.rank: v for v in views}
-    details = tuple(f"rank {v.rank}: {_activity(v)}" for v in views)
+    details = tuple(f"rank {v.rank}: {_activity(v)}" for v in views) + _quotes(views, file, source)
     flag_waits = [w for v in views for w in v.waits if w.kind != "barrier" and w.peer >= 0]
     edges: dict[int, set[int]] = defaultdict(set)
     for w in flag_waits:
@@ -141,7 +196,7 @@ def analyze(outcomes: list[RankOutcome], world: int | None = None) -> HangDiagno
         hops = []
         for a, b in zip(cycle, cycle[1:] + cycle[:1]):
             w = next(w for w in flag_waits if w.rank == a and w.peer == b)
-            hops.append(f"rank {a} waits on rank {b} (line {w.site}, {w.kind} {w.id}: wants {w.expected}, "
+            hops.append(f"rank {a} waits on rank {b} ({w.where()}, {w.what()}: wants {w.expected}, "
                         f"saw {w.observed})")
         summary = "Deadlock: a cycle of waits. " + "; ".join(hops) + "; so none of them can go on."
         return HangDiagnosis("cycle", summary, details, cycle, tuple(views))
@@ -151,7 +206,7 @@ def analyze(outcomes: list[RankOutcome], world: int | None = None) -> HangDiagno
         if peer is None or not any(pw.peer >= 0 or pw.kind == "barrier" for pw in peer.waits):
             doing = _activity(peer) if peer else "is not part of the group"
             got = f"{w.observed} of {w.expected}" if w.observed < w.expected else str(w.observed)
-            summary = (f"Missing signal: rank {w.rank} still waits at line {w.site} for {w.kind} {w.id} from rank "
+            summary = (f"Missing signal: rank {w.rank} still waits at {w.where()} for {w.what()} from rank "
                        f"{w.peer} (seen {got}), but rank {w.peer} {doing}: the signal it should send never came.")
             return HangDiagnosis("missing_signal", summary, details, (), tuple(views))
 
@@ -159,14 +214,15 @@ def analyze(outcomes: list[RankOutcome], world: int | None = None) -> HangDiagno
     if barrier_waits:
         inside = sorted({w.rank for w in barrier_waits})
         outside = [r for r in range(world) if r not in inside]
-        sites = sorted({w.site for w in barrier_waits})
+        sites = ", ".join(dict.fromkeys(w.where() + (f" ('{w.label}')" if w.label else "")
+                                        for w in sorted(barrier_waits, key=lambda w: w.site)))
         if outside:
             others = "; ".join(f"rank {r} {_activity(by_rank[r])}" if r in by_rank else f"rank {r} reported nothing"
                                for r in outside)
             summary = (f"Barrier entered by fewer ranks than the team has: {len(inside)} of {world} "
-                       f"(ranks {', '.join(map(str, inside))}) wait at line {', '.join(map(str, sites))}; {others}.")
+                       f"(ranks {', '.join(map(str, inside))}) wait at {sites}; {others}.")
             return HangDiagnosis("short_barrier", summary, details, (), tuple(views))
-        summary = (f"Every rank waits in a barrier (lines {', '.join(map(str, sites))}) yet none is released: "
+        summary = (f"Every rank waits in a barrier ({sites}) yet none is released: "
                    f"a barrier index or count that differs between ranks, or more blocks syncing than the device "
                    f"communicator has barriers for.")
         return HangDiagnosis("short_barrier", summary, details, (), tuple(views))
@@ -182,6 +238,6 @@ def analyze(outcomes: list[RankOutcome], world: int | None = None) -> HangDiagno
                          details, (), tuple(views))
 
 
-def describe_hang(outcomes: list[RankOutcome]) -> str:
-    """The deadlock report stored in a CascadeResult."""
-    return analyze(outcomes).render()
+def describe_hang(outcomes: list[RankOutcome], file: str = "", source: str = "") -> str:
+    """The deadlock report stored in a CascadeResult (`file`, `source`: the candidate's name and text)."""
+    return analyze(outcomes, file=file, source=source).render()

@@ -29,6 +29,7 @@ from typing import Any
 
 from cuco_tui.harness import abi
 from cuco_tui.harness.candidate_calls import CandidateCalls, CandidateFailed
+from cuco_tui.harness.perturb import PerturbError, PerturbLibrary
 from cuco_tui.harness.rank_checks import RankChecks
 from cuco_tui.harness.rank_events import EXIT_FAILED, EXIT_OK, EventLog
 from cuco_tui.harness.rank_group import RankGroup
@@ -51,6 +52,10 @@ class Rank:
         self.watchdog = Watchdog(self.log, rundir / "abort")
         self.watchdog.start()
         self.group = RankGroup(cupy, nccl, plan, rank, self.log, self.watchdog)
+        # The schedule perturber goes first: the candidate's calls into the CUDA runtime, NCCL and
+        # cuBLAS bind to it only if no library that defines them is in the process's global scope
+        # before it (a reference that imports PyTorch puts a CUDA runtime there).
+        self.perturber = self.load_perturber() if plan.get("library") else None
         self.ref_module = load_reference(Path(plan["reference"]))
         self.reference_notes: set[str] = set()
         try:
@@ -64,9 +69,21 @@ class Rank:
             self.reference_notes.add(str(note))
             self.log.emit("reference_warning", message=str(note))
         library = abi.CandidateLibrary(Path(plan["library"])) if plan.get("library") else None
+        if self.perturber is not None and library is not None:
+            self.perturber.bind(library.lib._handle)
         self.candidate = CandidateCalls(self.group, library)
         self.timing = Timing(self.group)
-        self.checks = RankChecks(self.group, self.ref_module, self.candidate, self.timing)
+        self.checks = RankChecks(self.group, self.ref_module, self.candidate, self.timing, self.perturber)
+
+    def load_perturber(self) -> PerturbLibrary | None:
+        spec = self.plan.get("perturb")
+        if not spec:
+            return None
+        try:
+            return PerturbLibrary(Path(spec["library"]))
+        except PerturbError as exc:  # the candidate is verified all the same, without perturbed rounds
+            self.log.emit("perturb_warning", message=f"{exc}; verified without schedule perturbation")
+            return None
 
     def run(self) -> int:
         self.group.join()
@@ -116,6 +133,8 @@ class Rank:
                 break
         if ok and shape["level"] == "verify":
             ok = checks.back_to_back(shape, launch, reference, inputs, outputs, expected, dtypes)
+        if ok and shape["level"] == "verify":
+            ok = checks.perturbed(shape, launch, reference, inputs, outputs, expected, dtypes)
         if ok and shape["level"] == "bench":
             run_reference = lambda: reference.run(inputs, expected)  # noqa: E731
             warm = timing.time(run_reference, "the reference", 120.0, repetitions=3)

@@ -82,11 +82,16 @@ def cuda_arch(env: dict[str, str] | None = None) -> str:
 
 def nvcc_flags(toolchain: Toolchain) -> list[str]:
     """nvcc's flags for a candidate, everything but the source and `-o OUT`: a position-independent
-    shared library for one architecture, with the runtime header, NCCL and cuBLAS."""
+    shared library for one architecture, with the runtime header, NCCL and cuBLAS.
+
+    The CUDA runtime is linked shared (nvcc links it statically by default): a statically linked
+    runtime's functions are hidden inside the candidate, and L2's schedule perturbation
+    (harness/perturb_lib) must stand between the candidate and the runtime it calls."""
     arch = cuda_arch()
-    flags = ["-shared", "-Xcompiler", "-fPIC", "-std=c++17", "-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+    flags = ["-shared", "-Xcompiler", "-fPIC", "-std=c++17", "-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}",
+             "-cudart", "shared"]
     includes = [toolchain.runtime_include, toolchain.nccl.include, toolchain.cublas.include]
-    libs = [toolchain.nccl.lib, toolchain.cublas.lib]
+    libs = [toolchain.nccl.lib, toolchain.cublas.lib, toolchain.cudart]
     for inc in dict.fromkeys(p for p in includes if p is not None):
         flags.append(f"-I{inc}")
     lib_dirs = list(dict.fromkeys(p for p in libs if p is not None))

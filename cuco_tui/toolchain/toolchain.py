@@ -48,6 +48,9 @@ class Toolchain:
     cutlass: Path | None = None  # the include folder holding cutlass/ and cute/
     cutlass_version: str = ""  # "4.2.0", from cutlass/version.h
     cutlass_problem: str = ""  # why `cutlass` is None, with the fix
+    # The folder holding the shared CUDA runtime (libcudart.so.13) candidates link, for their
+    # rpath; None when not found (the loader's own search then has to find it).
+    cudart: Path | None = None
 
     @property
     def can_compile(self) -> bool:
@@ -64,6 +67,7 @@ class Toolchain:
                 h.update(header.read_bytes())
         for header in self.runtime_headers():
             h.update(header.read_bytes())
+        h.update(f"cudart|{self.cudart}".encode())
         return h.hexdigest()[:16]
 
     def runtime_headers(self) -> list[Path]:
@@ -104,6 +108,36 @@ def _find_nvcc(env: dict[str, str]) -> Path | None:
         return Path(found)
     fallback = Path("/usr/local/cuda/bin/nvcc")
     return fallback if fallback.exists() else None
+
+
+CUDART_SONAME = "libcudart.so.13"
+
+
+def _find_cudart(nvcc: Path | None, env: dict[str, str], nvidia: Path | None) -> Path | None:
+    """The folder of the shared CUDA runtime: CUCO_CUDART_HOME, CUDA_HOME, the toolkit of `nvcc`
+    (the real binary, where `nvcc` is a wrapper script), the nvidia-cuda-runtime package, /usr/local/cuda."""
+    roots: list[Path] = []
+    if env.get("CUCO_CUDART_HOME"):
+        roots.append(Path(env["CUCO_CUDART_HOME"]))
+    if env.get("CUDA_HOME"):
+        roots.append(Path(env["CUDA_HOME"]))
+    if nvcc is not None:
+        roots.append(nvcc.resolve().parent.parent)
+        try:  # a wrapper such as `exec /usr/local/cuda-13.0/bin/nvcc "$@"`
+            text = nvcc.read_text(errors="replace")[:4096] if nvcc.stat().st_size < 4096 else ""
+        except OSError:
+            text = ""
+        m = re.search(r"(/\S+)/bin/nvcc\b", text)
+        if m:
+            roots.append(Path(m.group(1)))
+    if nvidia is not None:
+        roots += [nvidia / "cu13", nvidia / "cuda_runtime"]
+    roots.append(Path("/usr/local/cuda"))
+    for root in roots:
+        for lib in (root / "lib", root / "lib64", root / "targets" / "x86_64-linux" / "lib"):
+            if (lib / CUDART_SONAME).exists():
+                return lib
+    return None
 
 
 def _nvcc_version(nvcc: Path | None) -> str:
@@ -210,7 +244,7 @@ def discover(env: dict[str, str] | None = None) -> Toolchain:
             )
     cutlass, cutlass_problem = find_cutlass(env)
     return Toolchain(nvcc, _nvcc_version(nvcc), nccl, cublas, RUNTIME_INCLUDE, tuple(problems), cutlass,
-                     cutlass_version(cutlass), cutlass_problem)
+                     cutlass_version(cutlass), cutlass_problem, _find_cudart(nvcc, env, nvidia))
 
 
 def nccl_version(include: Path | None) -> str:

@@ -16,12 +16,13 @@
 
 #include <stdint.h>
 
-#define CUCO_ABI_VERSION 1
+#define CUCO_ABI_VERSION 2
 #define CUCO_MAX_BUFFERS 8
 #define CUCO_MAX_DIMS 8
 #define CUCO_NAME_LEN 16
 #define CUCO_ERROR_LEN 1024
 #define CUCO_NCCL_ID_BYTES 128
+#define CUCO_WAIT_LABEL_LEN 24
 
 /* Element types of harness buffers. */
 enum cuco_dtype { CUCO_BF16 = 1, CUCO_F16 = 2, CUCO_F32 = 3, CUCO_I32 = 4, CUCO_I64 = 5, CUCO_U8 = 6 };
@@ -42,7 +43,8 @@ enum cuco_wait_kind { CUCO_WAIT_FLAG = 1, CUCO_WAIT_SIGNAL = 2, CUCO_WAIT_BARRIE
 
 typedef struct cuco_wait_slot {
   uint32_t state;              /* enum cuco_wait_state */
-  int32_t site;                /* source line of the wait (CUCO_SITE) */
+  int32_t site;                /* source line of the wait: where the host launched it (a cuco::WaitSite,
+                                  CUCO_WAIT_SITE), else the device line (CUCO_SITE) */
   int32_t kind;                /* enum cuco_wait_kind */
   int32_t peer;                /* rank waited on; -1 for a barrier of the whole team */
   uint64_t id;                 /* flag, signal or barrier id */
@@ -50,6 +52,7 @@ typedef struct cuco_wait_slot {
   uint64_t observed;           /* last value seen while waiting */
   uint64_t completed;          /* recorded waits this slot has finished: progress (a flag wait
                                   satisfied within the grace polls is not recorded) */
+  char label[CUCO_WAIT_LABEL_LEN]; /* the wait's name ("ready", "arrived"; NUL-padded), "" when unnamed */
 } cuco_wait_slot;
 
 typedef struct cuco_ctx {

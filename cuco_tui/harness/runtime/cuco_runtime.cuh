@@ -6,7 +6,9 @@
 //  - host helpers: a NCCL communicator from that id, NCCL device-API (LSA) setup with
 //    symmetric windows and a device communicator, CUDA-IPC peer pointers;
 //  - trace points: waits that record, per block, where they wait and for what, in pinned
-//    host memory the harness reads while a kernel hangs.
+//    host memory the harness reads while a kernel hangs. Name each wait where the host launches
+//    it, with CUCO_WAIT_SITE("arrived") passed into the kernel: the deadlock report then says
+//    which handshake stalled and at which launch line, not only the line of a shared helper.
 //
 // Error handling: host helpers return 0 or a nonzero code after writing a sentence into
 // ctx->error. The CUCO_TRY_* macros are the one place where a macro returns from the
@@ -32,6 +34,11 @@
 
 // The wait site of a trace point: the source line, so a report can point at it.
 #define CUCO_SITE __LINE__
+
+// A named wait site, built on the host where the wait is launched and passed into the kernel
+// (a cuco::WaitSite parameter), so that a hang report names the handshake and its launch line:
+//   wait_flag<<<1, 1, 0, stream>>>(flags, peer, epoch, trace, CUCO_WAIT_SITE("arrived"));
+#define CUCO_WAIT_SITE(label) ::cuco::WaitSite((label), __LINE__)
 
 namespace cuco {
 
@@ -199,6 +206,16 @@ struct Trace {
 
 inline Trace trace_of(const cuco_ctx* ctx) { return Trace{ctx->trace, ctx->trace_slots}; }
 
+// Where a wait was launched and what it waits for, by name: a label of up to 23 characters
+// (longer ones are cut) and the host line. Passed by value into kernels (28 bytes).
+struct WaitSite {
+  int line;
+  char label[CUCO_WAIT_LABEL_LEN];
+  __host__ __device__ WaitSite(const char* name, int at) : line(at), label{} {
+    for (int i = 0; name != nullptr && i < CUCO_WAIT_LABEL_LEN - 1 && name[i] != 0; ++i) label[i] = name[i];
+  }
+};
+
 #ifdef __CUDACC__
 
 __device__ inline volatile cuco_wait_slot* slot_of(Trace t) {
@@ -216,12 +233,14 @@ __device__ inline volatile cuco_wait_slot* slot_of(Trace t) {
 constexpr uint32_t kWaitGracePolls = 256;
 
 // Called by one thread of the block once it has waited past the grace polls: records the wait
-// and returns the slot's count of finished waits (read now, while the thread waits anyway).
-__device__ inline uint64_t wait_begin(Trace t, int site, int kind, int peer, uint64_t id, uint64_t expected,
-                                      uint64_t observed) {
+// (`label`: its name, nullptr for an unnamed one) and returns the slot's count of finished waits
+// (read now, while the thread waits anyway).
+__device__ inline uint64_t wait_begin(Trace t, int site, const char* label, int kind, int peer, uint64_t id,
+                                      uint64_t expected, uint64_t observed) {
   volatile cuco_wait_slot* s = slot_of(t);
   if (!s) return 0;
   s->site = site;
+  for (int i = 0; i < CUCO_WAIT_LABEL_LEN; ++i) s->label[i] = label != nullptr ? label[i] : 0;
   s->kind = kind;
   s->peer = peer;
   s->id = id;
@@ -250,13 +269,14 @@ __device__ inline void wait_end(Trace t, uint64_t observed, uint64_t completed_b
 // one is recorded, its observed value refreshed every 1024 polls so a hang shows how far it
 // got, and its slot's `completed` counts it when it ends.
 template <typename T>
-__device__ inline T wait_geq(Trace t, int site, int peer, uint64_t id, const T* flag, T expected) {
+__device__ inline T wait_geq_at(Trace t, int site, const char* label, int peer, uint64_t id, const T* flag,
+                                T expected) {
   cuda::atomic_ref<const T, cuda::thread_scope_system> ref(*flag);
   T seen = ref.load(cuda::memory_order_acquire);
   uint32_t polls = 1;
   for (; seen < expected && polls < kWaitGracePolls; ++polls) seen = ref.load(cuda::memory_order_acquire);
   if (seen >= expected) return seen;
-  const uint64_t done = wait_begin(t, site, CUCO_WAIT_FLAG, peer, id, (uint64_t)expected, (uint64_t)seen);
+  const uint64_t done = wait_begin(t, site, label, CUCO_WAIT_FLAG, peer, id, (uint64_t)expected, (uint64_t)seen);
   for (; seen < expected; ++polls) {
     if ((polls & 1023u) == 0) wait_observe(t, (uint64_t)seen);
     seen = ref.load(cuda::memory_order_acquire);
@@ -265,16 +285,41 @@ __device__ inline T wait_geq(Trace t, int site, int peer, uint64_t id, const T* 
   return seen;
 }
 
+// The wait at a named site (CUCO_WAIT_SITE("arrived"), built where the host launched it): the
+// report names the handshake and the launch line.
+template <typename T>
+__device__ inline T wait_geq(Trace t, const WaitSite& site, int peer, uint64_t id, const T* flag, T expected) {
+  return wait_geq_at(t, site.line, site.label, peer, id, flag, expected);
+}
+
+// The wait at a device source line (CUCO_SITE): unnamed; the report shows the line and the id.
+template <typename T>
+__device__ inline T wait_geq(Trace t, int site, int peer, uint64_t id, const T* flag, T expected) {
+  return wait_geq_at(t, site, nullptr, peer, id, flag, expected);
+}
+
 // An LSA barrier sync with its wait recorded (peer -1: the whole team; id: the barrier index).
 template <typename Coop>
-__device__ inline void lsa_barrier_sync(Trace t, int site, ncclLsaBarrierSession<Coop>& bar, Coop coop,
-                                        uint32_t barrier_index, cuda::memory_order order) {
+__device__ inline void lsa_barrier_sync_at(Trace t, int site, const char* label, ncclLsaBarrierSession<Coop>& bar,
+                                           Coop coop, uint32_t barrier_index, cuda::memory_order order) {
   const bool leader = coop.thread_rank() == 0;
   // The barrier spins inside NCCL, so it is recorded before it starts: posted writes and one
   // read of the slot's count (about 1 us for the leader thread; the barrier itself takes longer).
-  const uint64_t done = leader ? wait_begin(t, site, CUCO_WAIT_BARRIER, -1, barrier_index, 0, 0) : 0;
+  const uint64_t done = leader ? wait_begin(t, site, label, CUCO_WAIT_BARRIER, -1, barrier_index, 0, 0) : 0;
   bar.sync(coop, order);
   if (leader) wait_end(t, 0, done);
+}
+
+template <typename Coop>
+__device__ inline void lsa_barrier_sync(Trace t, const WaitSite& site, ncclLsaBarrierSession<Coop>& bar, Coop coop,
+                                        uint32_t barrier_index, cuda::memory_order order) {
+  lsa_barrier_sync_at(t, site.line, site.label, bar, coop, barrier_index, order);
+}
+
+template <typename Coop>
+__device__ inline void lsa_barrier_sync(Trace t, int site, ncclLsaBarrierSession<Coop>& bar, Coop coop,
+                                        uint32_t barrier_index, cuda::memory_order order) {
+  lsa_barrier_sync_at(t, site, nullptr, bar, coop, barrier_index, order);
 }
 
 #endif  // __CUDACC__

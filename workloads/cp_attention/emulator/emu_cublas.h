@@ -56,6 +56,7 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
   if (lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n) || ldc < m)
     return CUBLAS_STATUS_INVALID_VALUE;
   const float al = *(const float*)alpha, be = *(const float*)beta;
+  emu_perturb_before(h->stream, CUCO_OP_GEMM);
   emu_check_stream(h->stream)->enqueue("cublasGemmStridedBatchedEx", [=] {
     for (int b = 0; b < batch; ++b)
       for (int col = 0; col < n; ++col)
@@ -110,6 +111,7 @@ inline cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasO
     gs.push_back(g);
   }
   ++emu_grouped_gemm_calls;
+  emu_perturb_before(h->stream, CUCO_OP_GEMM);
   emu_check_stream(h->stream)->enqueue("cublasGemmGroupedBatchedEx", [=] {
     int idx = 0;
     for (const Group& g : gs)

@@ -17,6 +17,11 @@
 //  - cuBLAS (emu_cublas.h): cublasGemmStridedBatchedEx, cublasGemmEx and cublasGemmGroupedBatchedEx
 //    in float on the handle's stream (bf16 or fp32 operands).
 //  - A watchdog ends the process after EMU_TIMEOUT_S seconds with what each stream waits for.
+//  - Schedule perturbations, as L2 verification applies them on GPUs (the policy of
+//    cuco_tui/harness/perturb_lib/cuco_perturb.h, shared with the rank worker's interposer): while a
+//    rank's perturbation is enabled (a driver enables it around cuco_launch), each of its copies,
+//    event records and waits, kernel launches, NCCL calls and GEMMs is preceded on its stream by
+//    the hold the policy draws for it, in the order the rank's host thread enqueues them.
 #pragma once
 
 #include "cuda_cpu.h"
@@ -198,6 +203,8 @@ struct EmuStream {
 };
 typedef EmuStream* cudaStream_t;
 
+#include "emu_perturb.h"  // needs EmuStream
+
 inline cudaStream_t emu_stream_create() {
   std::lock_guard<std::mutex> lock(emu_streams_mu);
   int index = 0;
@@ -272,6 +279,7 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }  // kept: pending waits may name it
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  emu_perturb_before(s, CUCO_OP_EVENT);
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(e->mu);
@@ -287,6 +295,7 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  emu_perturb_before(s, CUCO_OP_EVENT);
   uint64_t target;
   {
     std::lock_guard<std::mutex> lock(e->mu);
@@ -300,6 +309,7 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) 
 }
 
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+  emu_perturb_before(s, CUCO_OP_COPY);
   if (kind == cudaMemcpyHostToDevice) {  // pageable host memory: staged at the call
     auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char*)src,
                                                                (const unsigned char*)src + bytes);
@@ -310,6 +320,7 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cud
   return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t s) {
+  emu_perturb_before(s, CUCO_OP_COPY);
   emu_check_stream(s)->enqueue("memset", [dst, value, bytes] { memset(dst, value, bytes); });
   return cudaSuccess;
 }
@@ -317,6 +328,7 @@ inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStrea
 // kernel<<<grid, block, smem, stream>>>(args...), rewritten by the test into this call.
 template <class Kernel, class... Args>
 void emu_enqueue_kernel(const char* name, cudaStream_t s, dim3 grid, dim3 block, Kernel kernel, Args... args) {
+  emu_perturb_before(s, CUCO_OP_KERNEL);
   emu_check_stream(s)->enqueue(std::string("kernel ") + name, [=] { emu_launch(grid, block, kernel, args...); });
 }
 
@@ -456,6 +468,7 @@ inline ncclResult_t emu_p2p(bool send, const void* buf, size_t count, ncclDataTy
                             cudaStream_t s) {
   // A rank may send to itself (NCCL matches it with its own recv, as any other peer's).
   if (peer < 0 || peer >= c->g->world) emu_die("NCCL send/recv with a bad peer");
+  emu_perturb_before(s, CUCO_OP_NCCL);  // at each call, in a group too, as the interposer holds the stream
   EmuPending op{c, s, EmuP2P{send, peer, const_cast<void*>(buf), count * emu_nccl_size(t)}};
   if (emu_group_depth > 0) {
     emu_group_ops.push_back(op);
@@ -475,6 +488,7 @@ inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, nc
   if (emu_group_depth > 0) emu_die("the emulator takes no collectives inside NCCL groups");
   const uint64_t seq = c->colls++;
   const size_t bytes = count * emu_nccl_size(t);
+  emu_perturb_before(s, CUCO_OP_NCCL);
   emu_check_stream(s)->enqueue("nccl all-gather", [c, seq, send, recv, bytes] {
     EmuNcclGroup* g = c->g;
     std::unique_lock<std::mutex> lock(g->mu);

@@ -26,9 +26,11 @@ __global__ void post_flag(Flags* peer_flags, int kind, int rank, unsigned long l
   ref.store(epoch, cuda::memory_order_release);
 }
 
-__global__ void wait_flag(const Flags* mine, int kind, int peer, unsigned long long epoch, cuco::Trace trace) {
+// `site`: where the host launched this wait, and the flag's name, for the deadlock report.
+__global__ void wait_flag(const Flags* mine, int kind, int peer, unsigned long long epoch, cuco::Trace trace,
+                          cuco::WaitSite site) {
   const unsigned long long* f = kind == kReady ? &mine->ready[peer] : &mine->arrived[peer];
-  cuco::wait_geq<unsigned long long>(trace, CUCO_SITE, peer, (uint64_t)kind, f, epoch);
+  cuco::wait_geq<unsigned long long>(trace, site, peer, (uint64_t)kind, f, epoch);
 }
 
 struct Candidate {
@@ -93,7 +95,7 @@ static int candidate_launch(Candidate* c, cudaStream_t stream) {
   CUCO_TRY(gemm_rows(c, c->blas_side, x, r * rows, rows));  // own rows: no communication needed
   for (int p = 0; p < W; ++p) {
     if (p == r) continue;
-    wait_flag<<<1, 1, 0, stream>>>((const Flags*)c->flags.local, kReady, p, e, trace);
+    wait_flag<<<1, 1, 0, stream>>>((const Flags*)c->flags.local, kReady, p, e, trace, CUCO_WAIT_SITE("ready"));
     CUCO_TRY_CUDA(ctx, cudaMemcpyAsync((char*)c->gathered.peers[p] + r * shard_bytes, x, shard_bytes,
                                        cudaMemcpyDeviceToDevice, stream));
     post_flag<<<1, 1, 0, stream>>>((Flags*)c->flags.peers[p], kArrived, r, e);
@@ -101,7 +103,7 @@ static int candidate_launch(Candidate* c, cudaStream_t stream) {
   CUCO_TRY_CUBLAS(ctx, cublasSetStream(c->blas_main, stream));
   for (int i = 1; i < W; ++i) {
     const int p = (r + i) % W;  // peers in ring order, so the first to arrive is multiplied first
-    wait_flag<<<1, 1, 0, stream>>>((const Flags*)c->flags.local, kArrived, p, e, trace);
+    wait_flag<<<1, 1, 0, stream>>>((const Flags*)c->flags.local, kArrived, p, e, trace, CUCO_WAIT_SITE("arrived"));
     CUCO_TRY(gemm_rows(c, c->blas_main, (const char*)c->gathered.local + p * shard_bytes, p * rows, rows));
   }
   CUCO_TRY_CUDA(ctx, cudaGetLastError());

@@ -9,8 +9,8 @@
 // FAULT (never returns): each rank waits for a flag from its neighbour that nobody sets.
 #include <cublas_v2.h>
 
-__global__ void wait_for_neighbour(const unsigned* flag, int peer, cuco::Trace trace) {
-  if (threadIdx.x == 0) cuco::wait_geq<unsigned>(trace, CUCO_SITE, peer, 7, flag, 1u);
+__global__ void wait_for_neighbour(const unsigned* flag, int peer, cuco::Trace trace, cuco::WaitSite site) {
+  if (threadIdx.x == 0) cuco::wait_geq<unsigned>(trace, site, peer, 7, flag, 1u);
 }
 
 struct Candidate {
@@ -42,7 +42,8 @@ static int candidate_launch(Candidate* c, cudaStream_t stream) {
   const int W = ctx->world;
   const size_t shard = (size_t)(c->M / W) * c->K;
   CUCO_TRY_NCCL(ctx, ncclAllGather(cuco::input(ctx, "x")->ptr, c->gathered, shard, ncclBfloat16, c->comm, stream));
-  wait_for_neighbour<<<1, 32, 0, stream>>>(c->flag, (ctx->rank + 1) % W, cuco::trace_of(ctx));
+  wait_for_neighbour<<<1, 32, 0, stream>>>(c->flag, (ctx->rank + 1) % W, cuco::trace_of(ctx),
+                                           CUCO_WAIT_SITE("neighbour go"));
   const int n_local = (int)(c->N / W);
   const float alpha = 1.0f, beta = 0.0f;
   CUCO_TRY_CUBLAS(ctx, cublasSetStream(c->blas, stream));

@@ -15,8 +15,9 @@ __global__ void post(unsigned long long* peer_flag, unsigned long long value) {
   ref.store(value, cuda::memory_order_release);
 }
 
-__global__ void wait_prev(const unsigned long long* flag, int prev, unsigned long long value, cuco::Trace trace) {
-  cuco::wait_geq<unsigned long long>(trace, CUCO_SITE, prev, 3, flag, value);
+__global__ void wait_prev(const unsigned long long* flag, int prev, unsigned long long value, cuco::Trace trace,
+                          cuco::WaitSite site) {
+  cuco::wait_geq<unsigned long long>(trace, site, prev, 3, flag, value);
 }
 
 struct Candidate {
@@ -53,7 +54,8 @@ static int candidate_launch(Candidate* c, cudaStream_t stream) {
   // Row-major Y = A @ B is column-major Y^T = B^T A^T: m = N/W, n = M, k = K.
   const unsigned long long e = ++c->epoch;
   if (ctx->rank != W - 1) post<<<1, 1, 0, stream>>>((unsigned long long*)c->flags.peers[(ctx->rank + 1) % W], e);
-  wait_prev<<<1, 1, 0, stream>>>((const unsigned long long*)c->flags.local, (ctx->rank + W - 1) % W, e, cuco::trace_of(ctx));
+  wait_prev<<<1, 1, 0, stream>>>((const unsigned long long*)c->flags.local, (ctx->rank + W - 1) % W, e, cuco::trace_of(ctx),
+                                 CUCO_WAIT_SITE("previous posted"));
   const int n_local = (int)(c->N / W);
   const float alpha = 1.0f, beta = 0.0f;
   CUCO_TRY_CUBLAS(ctx, cublasSetStream(c->blas, stream));

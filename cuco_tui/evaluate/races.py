@@ -1,0 +1,129 @@
+"""L2's perturbed schedules, from the cascade's side: what the plan asks of the ranks, and what
+their reports mean.
+
+After the ordinary checks the ranks run the back-to-back launches again under schedule
+perturbations (harness/perturb_lib/cuco_perturb.h: a rank's copies, its compute or all its
+ordering points held back, or holds at random, and a rank started late), one seed per round. A
+correct candidate passes every round; a wrong answer there is a race the ordinary checks were
+lucky to miss, and the result names the seed, what it did and the worst element, with the command
+that replays it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cuco_tui.core.result import Diagnostic, Level, Verification
+from cuco_tui.harness.launcher import RankOutcome
+
+DEFAULT_ROUNDS = 4  # one round of each kind (seed % 4) from a random first seed
+DEFAULT_UNIT_US = 2000
+SEED_RANGE = 1 << 24
+
+
+@dataclass(frozen=True)
+class Round:
+    """One perturbed round as the ranks reported it."""
+
+    seed: int
+    kind: str
+    description: str
+    seconds: float  # wall time of the round (the slowest rank's)
+    delayed: int  # ordering points held back, all ranks
+    delayed_us: int  # their holds, summed over the ranks
+    calls: int  # ordering points seen, all ranks
+    ok: bool | None  # None: the round did not finish
+
+
+def unit_us(world: int, shared: bool, asked: int | None = None) -> int:
+    """The unit of the holds. Ranks that share a GPU take turns on it: a hold has to outlast
+    the turns of the others to open a window, so the unit grows with the ranks that share."""
+    if asked is not None:
+        return asked
+    return DEFAULT_UNIT_US * max(1, world // 2) if shared else DEFAULT_UNIT_US
+
+
+def plan_entry(library: str, seed: int, rounds: int, unit: int) -> dict[str, Any]:
+    return {"library": library, "seed": seed, "rounds": rounds, "unit_us": unit}
+
+
+def rounds(outcomes: list[RankOutcome]) -> list[Round]:
+    """Every perturbed round any rank started, in order."""
+    started: dict[int, dict[str, Any]] = {}
+    ended: dict[int, list[dict[str, Any]]] = {}
+    for o in outcomes:
+        for e in o.of("perturb"):
+            started.setdefault(int(e["seed"]), e)
+        for e in o.of("perturb_stats"):
+            ended.setdefault(int(e["seed"]), []).append(e)
+    out = []
+    for seed, e in started.items():
+        stats = ended.get(seed, [])
+        done = len(stats) == len(outcomes)
+        out.append(Round(seed, str(e.get("kind", "")), str(e.get("description", "")),
+                         max((float(s.get("seconds", 0.0)) for s in stats), default=0.0),
+                         sum(int(s.get("delayed", 0)) for s in stats), sum(int(s.get("delayed_us", 0)) for s in stats),
+                         sum(int(s.get("calls", 0)) for s in stats),
+                         all(bool(s.get("ok")) for s in stats) if done else None))
+    return out
+
+
+def rounds_of_events(events: list[dict[str, Any]]) -> list[Round]:
+    """`rounds` from the flat list of events `evaluate(events_out=...)` collects (each names its rank)."""
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for e in events:
+        by_rank.setdefault(int(e.get("rank", 0)), []).append(e)
+    return rounds([RankOutcome(r, 0, 0, 0, evs) for r, evs in sorted(by_rank.items())])
+
+
+def failed_seed(outcomes: list[RankOutcome], v: Verification) -> int | None:
+    """The perturbation seed of a failed verification, None for an ordinary check."""
+    for o in outcomes:
+        for e in o.of("verify"):
+            if e.get("perturb_seed") is not None and f"{e['shape']} {e.get('label')}" == v.shape:
+                return int(e["perturb_seed"])
+    return None
+
+
+def replay_hint(candidate: str, workload: str, seed: int, world: int, shared: bool) -> str:
+    where = f" --share-gpu --world {world}" if shared else f" --world {world}"
+    return (f"cuco eval {candidate} --workload {workload}{where} --no-bench --perturb-seed {seed} "
+            f"--perturb-rounds 1")
+
+
+def race_diagnostic(r: Round | None, seed: int, v: Verification, what: str, replay: str) -> tuple[str, Diagnostic]:
+    """(the result's reason, the diagnostic) for a verification that failed under perturbation `seed`."""
+    how = f"{r.kind}: {r.description}" if r else "a perturbation"
+    reason = (f"race: wrong output under a perturbed schedule (seed {seed}, {how}) at {v.shape}: {what}; "
+              f"the ordinary checks passed. Replay: {replay}")
+    diag = Diagnostic(level=int(Level.VERIFY), severity="error", code="race",
+                      message=(f"under perturbation seed {seed} ({how}), {v.shape}: {what}. A correct candidate "
+                               f"gives the same answer whatever its streams' timing: some ordering (a wait, an "
+                               f"event, a flag posted after the data it announces) is missing. Replay: {replay}"))
+    return reason, diag
+
+
+def notes(outcomes: list[RankOutcome]) -> list[Diagnostic]:
+    """What the perturbed rounds did, for a result that got past them; warnings when they could not
+    run or reached none of the candidate's calls."""
+    out = [Diagnostic(level=int(Level.VERIFY), severity="warning", code="perturb", rank=o.rank,
+                      message=f"rank {o.rank}: {e.get('message', '')}")
+           for o in outcomes for e in o.of("perturb_warning")]
+    every = rounds(outcomes)
+    done = [r for r in every if r.ok]
+    if not done or any(r.ok is False for r in every):  # a failed round speaks for itself
+        return out
+    seeds = f"seed {done[0].seed}" if len(done) == 1 else f"seeds {done[0].seed}-{done[-1].seed}"
+    kinds = ", ".join(dict.fromkeys(r.kind for r in done))
+    seconds = sum(r.seconds for r in done)
+    held = sum(r.delayed_us for r in done) / 1000.0
+    out.append(Diagnostic(level=int(Level.VERIFY), severity="note", code="perturb",
+                          message=(f"verified under {len(done)} perturbed schedule(s) ({seeds}: {kinds}) in "
+                                   f"{seconds:.2f} s; {sum(r.delayed for r in done)} ordering points held back, "
+                                   f"{held:.0f} ms in all")))
+    if not any(r.calls for r in done):
+        out.append(Diagnostic(level=int(Level.VERIFY), severity="warning", code="perturb",
+                              message=("the schedule perturbation reached none of the candidate's calls (a CUDA "
+                                       "runtime that is not the shared one, or a library loaded before the "
+                                       "perturber that defines the same functions): its rounds tested nothing")))
+    return out

@@ -1,0 +1,176 @@
+"""gemm_allgather on the CPU under L2's perturbed schedules: the correct candidates (the seed, the
+hand-written ce_overlap and ce_pull, the host and peer-pipeline templates) and the race faults, run
+whole over the CPU model of CUDA, NCCL and cuBLAS (workloads/cp_attention/emulator/, driven by
+workloads/moe_dispatch_combine/emulator/moe_main.inc, which knows nothing of the workload but its
+buffers: one launch alone, launches back to back with fresh inputs in stream order, one after a
+host wait), with the perturbation of a seed applied around every cuco_launch exactly as the rank
+worker's interposer applies it (the policy is cuco_tui/harness/perturb_lib/cuco_perturb.h, shared).
+
+The streams' own random sleeps are turned off (`quiet`), so that what moves the schedule is the
+perturbation alone: a correct candidate survives every kind of it, on every rank it may aim at; a
+race fault fails under the kind that opens its window, and under the four consecutive seeds a
+default L2 run draws, whatever the first. (The emulator's default random sleeps are no part of
+these runs; LSA candidates need the NCCL device API, which the emulator lacks.)"""
+
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from cuco_tui.harness.bf16 import from_bf16_bits
+from cuco_tui.harness.perturb import KINDS, kind_of, target_of
+from cuco_tui.harness.rank_reference import load_reference
+from cuco_tui.harness.verify import POISON_BF16
+from cuco_tui.workload.manifest import load_workload
+from emulator_helpers import candidate_source, compile_emulated, needs_gxx, with_driver
+
+W = load_workload("gemm_allgather")
+DRIVER = load_workload("moe_dispatch_combine").root / "emulator"
+REF = load_reference(W.reference)
+UNIT_US = 10_000  # holds of 10 and 20 ms: far above the thread scheduling of a busy machine
+
+CANDIDATES = {  # name: (strategy or a file under the workload, knobs)
+    "seed": (None, None),
+    "ce_overlap": ("candidates/ce_overlap.cu", None),
+    "ce_pull": ("candidates/ce_pull.cu", None),
+    "host_chunked": ("host_chunked", {"chunks": 4}),
+    "peer_ce_2": ("peer_pipeline", {"mover": "copy_engine", "chunks": 2, "own_rows": "parallel"}),
+    "peer_ipc_1": ("peer_pipeline", {"mover": "ipc", "chunks": 1, "own_rows": "first", "mover_blocks": 8}),
+}
+FAULTS = {  # name: the kinds of perturbation that must expose it, on any rank they aim at
+    "early_arrival": ("copies_late",),
+    "reuse_before_read": ("rank_late", "compute_late"),
+    "stale_pull": ("copies_late",),
+}
+DIMS = {2: {"M": 256, "K": 64, "N": 128}, 4: {"M": 256, "K": 64, "N": 256}}
+
+
+def _source(name):
+    what, knobs = CANDIDATES.get(name, (f"faults/{name}.cu", None))
+    if what is not None and what.endswith(".cu"):
+        return (W.root / what).read_text()
+    from cuco_tui.agents.offline import StrategyBook
+
+    return candidate_source(W.seed, StrategyBook.load(W.root, W.seed), what, knobs or {})
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gemm_e2e")
+    names = list(CANDIDATES) + list(FAULTS)
+    return compile_emulated({n: with_driver(_source(n), "moe_main.inc") for n in names}, root, (DRIVER,))
+
+
+def _meta(world, dims, launches, seed, timeout):
+    lines = [f"{world} {launches} {seed} {timeout} 1 -1", f"{len(dims)} " + " ".join(f"{k} {v}" for k, v in dims.items())]
+    for rank in range(world):
+        spec = REF.io_spec(dims, world, rank)
+        bufs = [("in", *b) for b in spec["inputs"]] + [("out", *b) for b in spec["outputs"]]
+        lines.append(str(len(bufs)))
+        for kind, name, shape, _dtype in bufs:
+            lines.append(f"{kind} {name} 1 {len(shape)} " + " ".join(map(str, list(shape) + [1] * (4 - len(shape)))))
+    return "\n".join(lines) + "\n"
+
+
+def run(binary, folder, world, perturb_seed=None, launches=3, seed=7, timeout=90):
+    """Runs the emulated candidate, perturbed by `perturb_seed` (None: not at all), streams quiet.
+    Returns [(what, rank, y as bf16 bits, the float64 answer)] for every launch and rank."""
+    dims = DIMS[world]
+    folder.mkdir(parents=True)
+    want = []
+    for i in range(launches + 1):
+        inputs = []
+        for rank in range(world):
+            spec = REF.io_spec(dims, world, rank)
+            bufs = {n: np.empty(s, dtype=np.uint16) for n, s, _ in spec["inputs"]}
+            REF.fill_inputs(np, bufs, dims, world, rank, seed + i)
+            for name, arr in bufs.items():
+                arr.tofile(folder / f"r{rank}-{name}{i}.bin")
+            inputs.append(bufs)
+        want.append(REF.expected(inputs, dims, world))
+    (folder / "meta.txt").write_text(_meta(world, dims, launches, seed, timeout))
+    (folder / "perturb.txt").write_text(f"{-1 if perturb_seed is None else perturb_seed} {UNIT_US} 1\n")
+    r = subprocess.run([str(binary), str(folder)], capture_output=True, text=True, timeout=timeout + 60)
+    assert r.returncode == 0, f"exit {r.returncode}:\n{r.stderr[-4000:]}"
+    shape = (dims["M"], dims["N"] // world)
+    tags = [("first launch alone", "first", 0)] + [(f"launch {i} of {launches} back to back", f"b2b{i}", i)
+                                                    for i in range(1, launches + 1)] + [("after a host wait", "last", 0)]
+    return [(what, rank, np.fromfile(folder / f"r{rank}-y-{tag}.bin", dtype=np.uint16).reshape(shape),
+             want[i][rank]["y"]) for what, tag, i in tags for rank in range(world)]
+
+
+def wrong(got_bits, want):
+    """harness.verify.compare's verdict against the float64 answer: '' when it passes, else why not."""
+    unwritten = int((got_bits == POISON_BF16).sum())
+    got = from_bf16_bits(np, got_bits).astype(np.float64)
+    finite = np.isfinite(got)
+    rms = float(np.sqrt(np.mean(want * want)))
+    rel = np.where(finite, np.abs(np.where(finite, got, 0.0) - want) / (np.abs(want) + rms), np.inf)
+    if unwritten == 0 and finite.all() and float(rel.max()) <= W.rtol:
+        return ""
+    worst = np.unravel_index(int(np.argmax(rel)), rel.shape)
+    return (f"{unwritten} unwritten, {int((~finite).sum())} non-finite, max rel error {float(rel.max()):.3g} at "
+            f"{tuple(int(i) for i in worst)}: got {got[worst]:.4g}, want {want[worst]:.4g}")
+
+
+def failures(results):
+    return [f"rank {rank}, {what}: {why}" for what, rank, got, want in results if (why := wrong(got, want))]
+
+
+def seeds_of(kind, world):
+    """One seed of `kind` aimed at each rank."""
+    k = KINDS.index(kind)
+    return [4 * t + k for t in range(world)]
+
+
+def test_the_seed_decides_kind_and_target_as_the_policy_says():
+    assert [kind_of(s) for s in range(8)] == list(KINDS) * 2
+    assert [target_of(s, 2) for s in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert seeds_of("rank_late", 4) == [1, 5, 9, 13] and [target_of(s, 4) for s in (1, 5, 9, 13)] == [0, 1, 2, 3]
+
+
+@needs_gxx
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("name", list(CANDIDATES))
+def test_a_correct_candidate_survives_every_perturbation(emulated, tmp_path, name, world):
+    """No false alarm: every kind, aimed at every rank (at W=4 each kind at another rank)."""
+    seeds = [s for k in KINDS for s in seeds_of(k, world)] if world == 2 else [0, 5, 10, 15]
+    for s in [None] + seeds:
+        bad = failures(run(emulated[name], tmp_path / f"p{s}", world, s))
+        assert not bad, f"{name} at W={world}, perturbation seed {s} ({s is not None and kind_of(s)}): {bad[:3]}"
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(FAULTS))
+def test_a_race_fault_fails_under_the_perturbation_that_opens_its_window(emulated, tmp_path, name):
+    for kind in FAULTS[name]:
+        for s in seeds_of(kind, 2):
+            assert failures(run(emulated[name], tmp_path / f"p{s}", 2, s)), (
+                f"{name} passed under perturbation seed {s} ({kind} aimed at rank {target_of(s, 2)})")
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(FAULTS))
+def test_a_race_fault_fails_in_a_default_run_whatever_its_first_seed(emulated, tmp_path, name):
+    """L2's default: four consecutive seeds from a random one, one of each kind; the first that fails
+    stops it, and its seed replays the failure."""
+    for first in (3, 6, 17):
+        failed = next((s for s in range(first, first + 4)
+                       if failures(run(emulated[name], tmp_path / f"f{first}-p{s}", 2, s))), None)
+        assert failed is not None, f"{name} passed the four perturbed rounds from seed {first}"
+        assert failures(run(emulated[name], tmp_path / f"f{first}-replay{failed}", 2, failed)), (
+            f"{name} failed under seed {failed} but not when it was replayed")
+
+
+@needs_gxx
+def test_what_the_perturbation_adds_to_a_run(emulated, tmp_path):
+    """The holds' cost in the emulator: bounded by the policy's budget per rank."""
+    t0 = time.monotonic()
+    assert not failures(run(emulated["ce_overlap"], tmp_path / "plain", 2, None))
+    plain = time.monotonic() - t0
+    t0 = time.monotonic()
+    assert not failures(run(emulated["ce_overlap"], tmp_path / "held", 2, 1))  # rank_late: every point held
+    held = time.monotonic() - t0
+    # 5 launches, at most 32 units of holds on the lagging rank (cuco_perturb.h's budget).
+    assert held - plain < 32 * UNIT_US / 1e6 + 2.0, (plain, held)

@@ -1,0 +1,252 @@
+"""The schedule perturber (harness/perturb_lib): it builds and is cached, its C API draws the policy
+of cuco_perturb.h, and as an interposer it holds a stream back before the calls it stands in front
+of, passing each call on unchanged. Kernels cannot run here: the holds are checked against a
+stand-in CUDA runtime that logs what it is asked (built here, with the real one's soname and
+symbol versions), and the binding against the real shared runtime by counting the calls it saw.
+
+Every library is loaded in a child process: an interposer loaded into the test process would stand
+in front of whatever CUDA library a later test loads."""
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from cuco_tui.harness import perturb
+from cuco_tui.toolchain import BuildCache
+from cuco_tui.toolchain.nvcc import nvcc_flags
+from cuco_tui.toolchain.perturb import ensure_perturb_library
+from cuco_tui.toolchain.toolchain import discover
+
+TC = discover()
+needs_nvcc = pytest.mark.skipif(TC.nvcc is None, reason="needs nvcc")
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    if TC.nvcc is None:
+        pytest.skip("needs nvcc")
+    lib = ensure_perturb_library(TC, BuildCache(tmp_path_factory.mktemp("perturb-cache")))
+    assert lib.ok, lib.problem
+    return lib.path
+
+
+def child(code: str) -> dict:
+    """Run `code` in a fresh Python (this tree on its path); it prints one JSON object."""
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+                       env={"PYTHONPATH": ":".join(sys.path), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr[-4000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@needs_nvcc
+def test_it_builds_once_per_machine_and_is_cached(library, tmp_path):
+    cache = BuildCache(tmp_path / "cache")
+    first = ensure_perturb_library(TC, cache)
+    again = ensure_perturb_library(TC, cache)
+    assert first.ok and not first.cached and first.seconds > 0
+    assert again.ok and again.cached and again.path == first.path
+    assert first.path.name.startswith("libcuco_perturb-") and first.path.stat().st_size > 0
+
+
+def test_without_nvcc_it_says_why(tmp_path):
+    from dataclasses import replace
+
+    lib = ensure_perturb_library(replace(TC, nvcc=None), BuildCache(tmp_path))
+    assert not lib.ok and "nvcc was not found" in lib.problem
+
+
+def test_a_library_that_is_not_the_perturber_is_refused(tmp_path):
+    with pytest.raises(perturb.PerturbError, match="cannot load the schedule perturber"):
+        perturb.PerturbLibrary(tmp_path / "missing.so")
+
+
+@needs_nvcc
+def test_the_c_api_draws_the_policy_of_each_kind(library):
+    got = child(f"""
+        import json
+        from pathlib import Path
+        from cuco_tui.harness.perturb import PerturbLibrary, OP_CLASSES
+        p = PerturbLibrary(Path({str(library)!r}))
+        out = {{}}
+        for seed in range(8):
+            for rank in range(2):
+                c = p.configure(seed, rank, 2, 1000)
+                draws = [p.draw(op) for op in OP_CLASSES for _ in range(3)]
+                out[f"{{seed}}/{{rank}}"] = dict(kind=c.kind, target=c.target, start=c.start_delay_us,
+                                                 description=c.description, draws=draws, stats=p.stats().__dict__)
+        c = p.configure(1, 0, 2, 1000)
+        out["budget"] = sum(p.draw("copy") for _ in range(100))
+        p.configure(3, 1, 2, 1000)
+        out["scatter_again"] = [p.draw("kernel") for _ in range(40)]
+        p.configure(3, 1, 2, 1000)
+        out["scatter_again"] += [p.draw("kernel") for _ in range(40)]
+        print(json.dumps(out))
+    """)
+    unit = 1000
+    for seed in range(8):
+        kind, target = perturb.kind_of(seed), perturb.target_of(seed, 2)
+        for rank in range(2):
+            d = got[f"{seed}/{rank}"]
+            assert (d["kind"], d["target"]) == (kind, target)
+            draws = dict(zip(perturb.OP_CLASSES, zip(*[iter(d["draws"])] * 3)))
+            mine = rank == target
+            if kind == "copies_late":
+                assert draws == {op: (2 * unit if mine and op == "copy" else 0,) * 3 for op in perturb.OP_CLASSES}
+                assert d["start"] == 0 and d["description"] == f"rank {target}'s copies each held back 2.0 ms"
+            elif kind == "rank_late":
+                assert draws == {op: (unit if mine else 0,) * 3 for op in perturb.OP_CLASSES}
+                assert d["start"] == (2 * unit if mine else 0)
+                assert d["description"] == (f"rank {target} started 2.0 ms late and each of its ordering points held "
+                                            f"back 1.0 ms")
+            elif kind == "compute_late":
+                assert draws == {op: (2 * unit if mine and op in ("kernel", "gemm") else 0,) * 3
+                                 for op in perturb.OP_CLASSES}
+            else:
+                assert all(0 <= x <= 2 * unit for x in d["draws"])
+                assert d["description"].startswith("every rank's ordering points held back at random, up to 2.0 ms")
+            st = d["stats"]
+            assert st["calls"] == 15 and st["per_class"] == {op: 3 for op in perturb.OP_CLASSES}
+            assert st["delayed"] == sum(1 for x in d["draws"] if x) and st["delayed_us"] == sum(d["draws"])
+    # The same description on every rank: the one sentence a failure reports.
+    assert all(got[f"{s}/0"]["description"] == got[f"{s}/1"]["description"] for s in range(8))
+    # Scatter draws per rank and call, the same again for the same seed; about half hold.
+    assert got["3/0"]["draws"] != got["3/1"]["draws"]
+    assert got["scatter_again"][:40] == got["scatter_again"][40:]
+    assert 8 < sum(1 for x in got["scatter_again"][:40] if x) < 32
+    assert got["budget"] == 32 * unit  # CUCO_PERTURB_BUDGET_UNITS
+
+
+FAKE_CUDART = r"""
+#include <stdio.h>
+#include <string.h>
+#include <stdint.h>
+typedef struct { unsigned x, y, z; } dim3;
+typedef void (*host_fn)(void*);
+static char log_[8192];
+static int pending_error = 0;
+static void say(const char* s) { strncat(log_, s, sizeof log_ - strlen(log_) - 2); strcat(log_, ";"); }
+const char* fake_log(void) { return log_; }
+void fake_reset(int error) { log_[0] = 0; pending_error = error; }
+int cudaPeekAtLastError(void) { return pending_error; }
+int cudaGetLastError(void) { int e = pending_error; pending_error = 0; return e; }
+int cudaStreamIsCapturing(void* s, int* status) { *status = (uintptr_t)s == 0xCA7 ? 1 : 0; return 0; }
+int cudaLaunchHostFunc(void* s, host_fn fn, void* us) {
+  char b[64]; snprintf(b, sizeof b, "hold %lx %lu", (unsigned long)(uintptr_t)s, (unsigned long)(uintptr_t)us);
+  say(b); fn(us); return 0;
+}
+int cudaMemcpyAsync(void* d, const void* s, size_t n, int kind, void* st) {
+  char b[96]; snprintf(b, sizeof b, "memcpy %lx %lx %zu %d %lx", (unsigned long)(uintptr_t)d,
+                       (unsigned long)(uintptr_t)s, n, kind, (unsigned long)(uintptr_t)st); say(b); return 0;
+}
+int cudaEventRecord(void* e, void* st) { (void)e; (void)st; say("record"); return 0; }
+int cudaStreamWaitEvent(void* st, void* e, unsigned f) { (void)e; (void)st; (void)f; say("wait"); return 0; }
+int __cudaLaunchKernel(void* k, dim3 g, dim3 b, void** a, size_t sm, void* st) {
+  char m[64]; snprintf(m, sizeof m, "kernel %u %u %zu", g.x, b.x, sm); (void)k; (void)a; (void)st; say(m); return 0;
+}
+"""
+
+FAKE_CANDIDATE = r"""
+#include <stddef.h>
+typedef struct { unsigned x, y, z; } dim3;
+int cudaMemcpyAsync(void*, const void*, size_t, int, void*);
+int cudaEventRecord(void*, void*);
+int cudaStreamWaitEvent(void*, void*, unsigned);
+int __cudaLaunchKernel(void*, dim3, dim3, void**, size_t, void*);
+int run(void* stream) {
+  dim3 g = {7, 1, 1}, b = {128, 1, 1};
+  int rc = cudaMemcpyAsync((void*)0x10, (void*)0x20, 64, 3, stream);
+  rc |= cudaEventRecord((void*)0x30, stream);
+  rc |= cudaStreamWaitEvent(stream, (void*)0x30, 0);
+  rc |= __cudaLaunchKernel((void*)0x40, g, b, 0, 96, stream);
+  return rc;
+}
+"""
+
+
+@needs_nvcc
+@needs_cc
+def test_it_holds_the_stream_before_each_call_and_passes_the_call_on(library, tmp_path):
+    """A stand-in runtime with the real one's soname and symbol version, a 'candidate' linked to it:
+    while enabled, each call is preceded by a hold (a host function) on the same stream, of the
+    policy's length; the call itself reaches the runtime with its arguments; nothing while disabled,
+    nothing on a stream being captured, nothing while a CUDA error is pending."""
+    (tmp_path / "cudart.c").write_text(FAKE_CUDART)
+    (tmp_path / "cudart.map").write_text("libcudart.so.13 { global: *; };\n")
+    (tmp_path / "cand.c").write_text(FAKE_CANDIDATE)
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", f"-Wl,--version-script={tmp_path}/cudart.map",
+                    str(tmp_path / "cudart.c"), "-o", str(tmp_path / "libcudart.so.13")], check=True)
+    subprocess.run(["cc", "-shared", "-fPIC", str(tmp_path / "cand.c"), "-o", str(tmp_path / "cand.so"),
+                    f"-L{tmp_path}", "-l:libcudart.so.13", f"-Wl,-rpath,{tmp_path}", "-Wl,--disable-new-dtags"],
+                   check=True)
+    got = child(f"""
+        import ctypes, json, time
+        from pathlib import Path
+        from cuco_tui.harness.perturb import PerturbLibrary
+        p = PerturbLibrary(Path({str(library)!r}))       # first, as the rank worker loads it
+        cand = ctypes.CDLL({str(tmp_path / "cand.so")!r})  # RTLD_LOCAL, as abi.CandidateLibrary
+        rt = ctypes.CDLL({str(tmp_path / "libcudart.so.13")!r})
+        rt.fake_log.restype = ctypes.c_char_p
+        p.bind(cand._handle)
+        out = {{}}
+        cfg = p.configure(1, 0, 2, 1500)  # rank_late, aimed at rank 0: every ordering point held 1.5 ms
+        for name, stream, enabled, error in (("on", 0xABC, True, 0), ("off", 0xABC, False, 0),
+                                             ("capturing", 0xCA7, True, 0), ("error", 0xABC, True, 7)):
+            rt.fake_reset(error)
+            p.enable(enabled)
+            t0 = time.monotonic()
+            rc = cand.run(ctypes.c_void_p(stream))
+            out[name] = dict(rc=rc, log=rt.fake_log().decode(), seconds=time.monotonic() - t0)
+            p.enable(False)
+        out["stats"] = p.stats().__dict__
+        rt.fake_reset(0)
+        out["hold"] = p.hold(0xABC, 2000)
+        out["hold_log"] = rt.fake_log().decode()
+        out["start"] = cfg.start_delay_us
+        print(json.dumps(out))
+    """)
+    calls = ["memcpy 10 20 64 3 abc", "record", "wait", "kernel 7 128 96"]
+    assert got["on"]["rc"] == 0
+    assert got["on"]["log"].split(";")[:-1] == [x for c in calls for x in ("hold abc 1500", c)]
+    assert got["on"]["seconds"] >= 4 * 1.5e-3  # the stand-in runs each host function at once
+    assert got["off"]["log"].split(";")[:-1] == calls
+    assert got["capturing"]["log"].split(";")[:-1] == [c.replace("abc", "ca7") for c in calls]
+    assert got["error"]["log"].split(";")[:-1] == calls  # the candidate's pending error is left alone
+    st = got["stats"]
+    assert st["calls"] == 12 and st["delayed"] == 12 and st["delayed_us"] == 12 * 1500
+    assert st["skipped"] == 8 and st["errors"] == 0
+    assert st["per_class"] == {"copy": 3, "event": 6, "kernel": 3, "nccl": 0, "gemm": 0}
+    assert got["hold"] is True and got["hold_log"] == "hold abc 2000;" and got["start"] == 3000
+
+
+@needs_nvcc
+def test_a_candidate_built_by_the_harness_calls_the_real_runtime_through_it(library, tmp_path):
+    """With the flags candidates are built with (the shared CUDA runtime), their kernel launches and
+    copies bind to the perturber, whatever symbol versions the real runtime gives them. No GPU here:
+    the calls fail in the runtime, after the perturber has seen them."""
+    if TC.cudart is None:
+        pytest.skip("the shared CUDA runtime was not found")
+    src = tmp_path / "k.cu"
+    src.write_text('#include <cuda_runtime.h>\n__global__ void k(int* p) { *p = 1; }\n'
+                   'extern "C" int go(int* p, cudaStream_t s) {\n  k<<<1, 1, 0, s>>>(p);\n'
+                   '  return (int)cudaMemcpyAsync(p, p, 4, cudaMemcpyDeviceToDevice, s);\n}\n')
+    subprocess.run([str(TC.nvcc), *nvcc_flags(TC), str(src), "-o", str(tmp_path / "k.so")], check=True,
+                   capture_output=True)
+    got = child(f"""
+        import ctypes, json
+        from pathlib import Path
+        from cuco_tui.harness.perturb import PerturbLibrary
+        p = PerturbLibrary(Path({str(library)!r}))
+        k = ctypes.CDLL({str(tmp_path / "k.so")!r})
+        p.bind(k._handle)
+        p.configure(4, 0, 2, 1000)  # copies_late, aimed at rank 1: nothing held on rank 0
+        p.enable(True)
+        k.go(None, None)
+        p.enable(False)
+        print(json.dumps(p.stats().__dict__))
+    """)
+    assert got["calls"] == 2 and got["per_class"]["kernel"] == 1 and got["per_class"]["copy"] == 1
