@@ -11,7 +11,8 @@ import pytest
 from textual.widgets import Static
 
 from cuco_tui.app.app import CucoApp
-from cuco_tui.app.screens.lineage import DiffScreen, LineageScreen
+from cuco_tui.app.screens.compare import CompareScreen
+from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
 from cuco_tui.app.widgets.lineage.rows import LineageFilter
 from cuco_tui.lineage import SessionRepo, import_bundle
@@ -72,7 +73,7 @@ async def test_example_lineage(tmp_path):
         assert screen.marked == "c0004"
         screen.jump_to("c0011")
         await pilot.press("c")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, DiffScreen) and app.screen.diff_text is not None)
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.diff_text is not None)
         diff = app.screen.diff_text
         assert "--- c0004/candidate.cu" in diff and "+++ c0011/candidate.cu" in diff
         assert any(line.startswith(("+", "-")) and line[1:2] not in "+-" for line in diff.splitlines())

@@ -220,7 +220,7 @@ def test_the_bounds_are_measured_once_on_a_group_lent_alone_and_read_back(tmp_pa
 def test_a_stand_in_evaluator_measures_no_bounds_and_a_failure_is_said(tmp_path):
     engine, repo, bus = make(tmp_path, generations=1)
     engine.run()
-    assert bus.history(BoundsKnown)[0].bounds is None and "stand-in" in bus.history(BoundsKnown)[0].why
+    assert bus.history(BoundsKnown)[0].bounds is None and "stand-in evaluator" in bus.history(BoundsKnown)[0].why
 
     def broken(workload, gpus, world):
         raise RuntimeError("the reference crashed")

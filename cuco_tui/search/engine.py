@@ -272,7 +272,7 @@ class SearchEngine:
             if not self._steering.can_measure:
                 why = "no GPU on this machine: nothing is timed"
             elif self._bounds_fn is None:
-                why = "not measured (measure_bounds is off, or the evaluator is a stand-in)"
+                why = "not measured (a stand-in evaluator, or measure_bounds off)"
             else:
                 with executor.lease(exclusive=True) as group:
                     self._publish(MeasuringBounds(gpus=group.gpus))

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich import box
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
@@ -81,7 +83,7 @@ class ResultView(VerticalScroll):
         else:
             status.update("not evaluated")
         previous = " (last result below)" if shown.state.busy and result is not None else ""
-        facts = _facts(result) + previous if result is not None else ("" if shown.state.busy else "press e to evaluate")
+        facts = _facts(result) + previous if result is not None else ("" if shown.state.busy else "press r to run it through the cascade")
         self.query_one("#result-facts", Static).update(facts)
         reason = shown.note or (result.reason if result is not None else "")
         self.query_one("#result-reason", Static).update(Content(reason))
@@ -130,15 +132,18 @@ def _diagnostics(diags: list[Diagnostic]) -> Content:
     return Content.assemble(*parts)
 
 
-def _verification_table(rows: list[Verification]) -> Table:
+def _verification_table(rows: list[Verification]) -> Group:
+    """A table of short cells that never wrap (a narrow pane scrolls it sideways rather than
+    breaking it one token a line), then each shape's worst element on a line of its own."""
     table = Table(title="Verification", title_justify="left", box=box.SIMPLE_HEAD, expand=False)
-    for name, justify in (("shape", "left"), ("ok", "center"), ("max rel err", "right"), ("rel fro err", "right"),
-                          ("unwritten", "right"), ("non-finite", "right"), ("worst element", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for name, justify in (("shape", "left"), ("ok", "center"), ("max rel", "right"), ("fro rel", "right"),
+                          ("unwritten", "right"), ("NaN/inf", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for v in rows:
         table.add_row(v.shape, "✓" if v.ok else "✗", f"{v.max_rel_error:.3g}", f"{v.rel_fro_error:.3g}",
-                      f"{v.unwritten}/{v.elements}", str(v.nonfinite), v.worst)
-    return table
+                      f"{v.unwritten}/{v.elements}", str(v.nonfinite))
+    worst = [Text.assemble((f"{v.shape}: ", "bold"), f"worst element {v.worst}") for v in rows if v.worst]
+    return Group(table, *worst)
 
 
 def _timing_table(rows: list[ShapeTiming], geomean: float | None) -> Table:
