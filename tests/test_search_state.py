@@ -331,3 +331,15 @@ def test_the_engines_own_events_replayed_match_what_it_committed(tmp_path):
         state = apply(state, e)
         if isinstance(e, ev.AwaitingReview):
             assert state.proposals[-1].candidate == e.candidate
+
+
+def test_a_resumed_search_shows_its_earlier_candidates():
+    seed = record("c0000", speedup=1.0)
+    child = record("c0001", speedup=1.3, source=CHILD_SOURCE, parents=("c0000",))
+    left = record("c0002", status="unreviewed", review="unreviewed", source=CHILD_SOURCE + "//2\n", parents=("c0001",))
+    s = apply(DashboardState(), ev.SessionRestored(records=(child, left, seed), best=child))
+    assert dict(s.statuses) == {"measured": 2, "unreviewed": 1}
+    assert (s.best_id, s.best_speedup) == ("c0001", 1.3) and s.points == ((0, 1.0), (1, 1.3))
+    assert [b.candidate for b in s.board] == ["c0001", "c0000", "c0002"]
+    s = apply(s, awaiting("c0003", parents=("c0001",), source=left.source))
+    assert s.proposals[0].diff.startswith("--- c0001/candidate.cu")  # the parent's code is known

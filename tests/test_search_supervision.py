@@ -304,3 +304,17 @@ def test_a_reference_without_counts_gives_none(tmp_path):
     broken = tmp_path / "broken.py"
     broken.write_text("import not_a_module_anywhere\n")
     assert work_counts(replace(w, reference=Path(broken)), 2) == {}
+
+
+def test_a_resumed_search_tells_its_watchers_what_the_session_holds(tmp_path):
+    from cuco_tui.search.events import SessionRestored
+
+    engine, repo, bus = make(tmp_path, generations=1)
+    engine.run()
+    assert not bus.history(SessionRestored)  # a new session: nothing to restore
+    before = repo.records()
+    engine2, repo2, bus2 = make(tmp_path, agent=ScriptedAgent(offset=100), records=before, generations=2)
+    engine2.run()
+    restored = bus2.history(SessionRestored)[0]
+    assert restored.records == tuple(before)
+    assert restored.best.id == max((r for r in before if r.speedup), key=lambda r: r.speedup).id

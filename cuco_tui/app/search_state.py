@@ -253,6 +253,16 @@ def _both(first: Callable[[DashboardState, Any], DashboardState],
     return lambda s, e: then(first(s, e), e)
 
 
+def _restored(s: DashboardState, e: ev.SessionRestored) -> DashboardState:
+    """A resumed search's earlier candidates, as if each had just been committed."""
+    for record in sorted(e.records, key=lambda r: id_number(r.id)):
+        commit = ev.CandidateCommitted(record=record, sha="")
+        s = _ranked(_committed(s, commit), commit)
+    if e.best is not None:
+        s = replace(s, best_id=e.best.id, best_speedup=e.best.speedup)
+    return s
+
+
 def _best(s: DashboardState, e: ev.BestImproved) -> DashboardState:
     return replace(s, best_id=e.record.id, best_speedup=e.record.speedup)
 
@@ -297,6 +307,7 @@ _FOLDS: dict[type[ev.Event], Callable[[DashboardState, Any], DashboardState]] = 
     ev.Resumed: _resumed,
     ev.SearchFinished: _finished,
     ev.EngineError: _error,
+    ev.SessionRestored: _restored,
     ev.MeasuringBounds: _measuring_bounds,
     ev.BoundsKnown: _bounds_known,
     ev.Plateau: _plateau,

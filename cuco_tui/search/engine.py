@@ -51,6 +51,7 @@ from cuco_tui.search.events import (
     Plateau,
     SearchFinished,
     SearchStarted,
+    SessionRestored,
 )
 from cuco_tui.search.plateau import DIVERSIFY, STOP, PlateauWatch
 from cuco_tui.search.population import EXPLORE, Population, phase_of
@@ -215,6 +216,10 @@ class SearchEngine:
                 resumed=bool(records), start_generation=start, generations=self.config.generations,
                 islands=self.config.islands, gpu_groups=tuple(g.gpus for g in executor.groups),
                 review_mode=self._steering.review_mode, budget_usd=self._steering.budget))
+            if records:
+                with self._cond:
+                    best = self._population.best
+                self._publish(SessionRestored(records=tuple(records), best=best))
             self._session_bounds(executor)
             if not records:
                 self._evaluate_seed()

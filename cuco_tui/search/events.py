@@ -42,6 +42,15 @@ class SearchStarted(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SessionRestored(Event):
+    """A resumed search's earlier candidates (with their sources), as the lineage holds them, and
+    the best among them: what a watcher that joins now needs to show the whole session."""
+
+    records: tuple[CandidateRecord, ...]
+    best: CandidateRecord | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class GenerationStarted(Event):
     generation: int
     phase: str  # "init" | "explore" | "exploit"

@@ -16,6 +16,7 @@ from textual.reactive import reactive
 from textual.widgets import Label, Static
 
 from cuco_tui.app.messages import CandidateState, status_tone
+from cuco_tui.app.widgets.measure import natural_width
 from cuco_tui.core.result import CascadeResult, Diagnostic, Level, ShapeTiming, Verification
 
 LEVEL_NAMES = {
@@ -40,6 +41,9 @@ class Shown:
 
 
 class ResultView(VerticalScroll):
+    DEFAULT_CSS = """
+    ResultView { overflow-x: auto; }
+    """
     shown: reactive[Shown | None] = reactive(None)
 
     def compose(self) -> ComposeResult:
@@ -106,6 +110,10 @@ class ResultView(VerticalScroll):
         widget = self.query_one(selector, Static)
         widget.display = content is not None
         widget.update(content if content is not None else "")
+        # A table as wide as it is: a narrow pane scrolls it sideways rather than squeezing it.
+        width = natural_width(content) if content is not None else None
+        padding = widget.styles.padding
+        widget.styles.width = width + padding.left + padding.right if width is not None else "1fr"
 
 
 def _facts(result: CascadeResult) -> str:
@@ -141,9 +149,17 @@ def _verification_table(rows: list[Verification]) -> Group:
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for v in rows:
         table.add_row(v.shape, "✓" if v.ok else "✗", f"{v.max_rel_error:.3g}", f"{v.rel_fro_error:.3g}",
-                      f"{v.unwritten}/{v.elements}", str(v.nonfinite))
+                      f"{v.unwritten}/{count(v.elements)}", str(v.nonfinite))
     worst = [Text.assemble((f"{v.shape}: ", "bold"), f"worst element {v.worst}") for v in rows if v.worst]
     return Group(table, *worst)
+
+
+def count(n: int) -> str:
+    """1572864 -> "1.6M": an element count short enough for a narrow pane."""
+    for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
 
 
 def _timing_table(rows: list[ShapeTiming], geomean: float | None) -> Table:

@@ -79,12 +79,13 @@ class Leaderboard(Vertical):
 
     def show(self, board: tuple[BoardEntry, ...], bounds: Bounds | None, work: Mapping[str, Work],
              shapes: list[str]) -> None:
-        """Rows for exactly `board`, in its order; the cursor stays on its candidate."""
+        """Rows for exactly `board`, in its order; a cursor moved off the top stays on its
+        candidate, one at the top stays there (on the best)."""
         table = self.query_one(DataTable)
         rows = {e.candidate: row(e, shapes, bounds, work) for e in board}
         if rows == self._rows and shapes == self._shapes:
             return
-        keep = self.highlighted
+        keep = self.highlighted if table.cursor_row > 0 else None
         if shapes != self._shapes or not table.columns:
             table.clear(columns=True)
             for name in (*FIXED, *shapes):
