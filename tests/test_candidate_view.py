@@ -41,7 +41,7 @@ from cuco_tui.core.result import (
 )
 from cuco_tui.harness.deadlock import analyze
 from cuco_tui.harness.launcher import RankOutcome
-from cuco_tui.lineage import SessionRepo, import_bundle
+from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.engine import SteeringError
 from cuco_tui.search.events import AwaitingReview, CandidateCommitted
 from cuco_tui.core.records import CandidateRecord
@@ -628,38 +628,3 @@ async def test_dashboard_edit_without_a_terminal_says_so(tmp_path):
         assert await wait_until(pilot, lambda: any("cannot be handed to an editor" in n.message
                                                    for n in app._notifications), 5)
         await stop_search(app, pilot)
-
-
-# ---------------------------------------------------------------------------- snapshots (120 x 40)
-
-
-@pytest.mark.parametrize("cid", ["c0001", "c0002", "c0000"])
-def test_candidate_view_snapshot(snap_compare, tmp_path, cid):
-    """The candidate view on its first tab: compile errors (c0001), the deadlock (c0002),
-    timings (c0000). Hand-made records, no clock, the session folder shown by name only."""
-    repo = build_session(tmp_path / "demo")
-    app = CucoApp()
-
-    async def opened(pilot) -> None:
-        await open_candidate(app, pilot, repo, cid)
-        await pilot.pause(0.3)
-
-    try:
-        assert snap_compare(app, terminal_size=SIZE, run_before=opened)
-    finally:
-        repo.close()
-
-
-def test_lineage_view_snapshot(snap_compare, tmp_path):
-    """The recorded example session's lineage, c0011 selected with its details."""
-    import_bundle(BUNDLE, tmp_path / "example").close()
-    app = CucoApp(open_session=tmp_path / "example")
-
-    async def selected(pilot) -> None:
-        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
-        app.screen.jump_to("c0011")
-        facts = app.screen.query_one("#lineage-facts", Static)
-        assert await wait_until(pilot, lambda: "c0011" in str(facts.render()))
-        await pilot.pause(0.3)
-
-    assert snap_compare(app, terminal_size=SIZE, run_before=selected)

@@ -238,16 +238,3 @@ async def test_a_search_that_cannot_start_says_why(tmp_path):
         await pilot.press("p")  # nothing to steer: a warning, not a crash
         await pilot.pause(0.2)
         assert any("the search is over" in n.message for n in app._notifications)
-
-
-def test_dashboard_snapshot(snap_compare, tmp_path, monkeypatch):
-    """The dashboard at 120x40 with the fast-path proposal waiting: fixed seed, fake evaluator,
-    GPUs hidden (the no-GPU banner shows on every machine), so the same picture every run."""
-    monkeypatch.setenv("CUCO_NO_GPU", "1")
-    app = make_app(tmp_path)
-
-    async def first_proposal(pilot) -> None:
-        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen) and queue(app).shown)
-        await pilot.pause(0.3)
-
-    assert snap_compare(app, terminal_size=SIZE, run_before=first_proposal)

@@ -51,7 +51,7 @@ from cuco_tui.search.config import REVIEW_MODES
 
 NO_GPU_SEARCH = ("No GPU on this machine: every candidate is compiled (no_gpu), not verified or timed. "
                  "Press b to browse the example sessions recorded on GPU hosts.")
-NO_GPU_CHART = "Speedup chart: nothing is timed without a GPU."
+NO_GPU_CHART = "Chart: nothing is timed without a GPU."
 NARROW, SHORT, WIDE = 110, 36, 140  # below NARROW columns / SHORT lines the panels say less; from WIDE on
 # the left column (state, leaderboard, evaluations) is wider
 

@@ -22,7 +22,8 @@ class Confirm(ModalScreen[bool]):
     """
     BINDINGS = [
         Binding("y,enter", "answer(True)", "Yes", show=False),
-        Binding("n,escape", "answer(False)", "No", show=False),
+        Binding("n", "answer(False)", "No", show=False),
+        Binding("escape", "cancel", "Cancel", show=False),  # esc backs out of a question: the same as no
     ]
 
     def __init__(self, question: str, detail: str = "", yes: str = "Yes", no: str = "No") -> None:
@@ -46,3 +47,6 @@ class Confirm(ModalScreen[bool]):
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
+
+    def action_cancel(self) -> None:
+        self.dismiss(False)
