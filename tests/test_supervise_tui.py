@@ -379,3 +379,23 @@ async def test_the_lineage_names_the_machine_it_was_recorded_on(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
         assert app.screen.sub_title == "recorded on 2 x NVIDIA H200 · driver 570.86.15 · CUDA 13.0.48 · NCCL 2.28.9"
+
+
+@pytest.mark.asyncio
+async def test_an_unreviewed_candidate_says_it_was_never_evaluated(tmp_path):
+    from cuco_tui.search import outcomes
+
+    repo = build_session(tmp_path / "demo")
+    held = replace(repo.record("c0001"), id="c0005", status="pending", result=None)
+    repo.commit_candidate(outcomes.unreviewed(held, "review mode: every proposal waits for the engineer"))
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = CandidateScreen(repo, "c0005")
+        await app.push_screen(screen)
+        assert await wait_until(pilot, lambda: screen.ready)
+        assert screen.tabs.active == "overview" and screen.view.result is None and not screen.view.result_error
+        overview = section_text(screen, "overview")
+        assert "status unreviewed" in overview
+        assert "timings: not evaluated: the search stopped before this proposal was reviewed" in overview
+        assert "review unreviewed" in overview
+    repo.close()

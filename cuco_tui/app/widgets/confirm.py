@@ -16,6 +16,7 @@ class Confirm(ModalScreen[bool]):
         width: 76; max-width: 95%; height: auto;
         padding: 1 2; border: round $warning; background: $panel;
     }
+    Confirm #confirm-question, Confirm #confirm-detail { width: 1fr; }
     Confirm #confirm-detail { color: $text-muted; margin-top: 1; }
     Confirm #confirm-buttons { height: auto; margin-top: 1; }
     Confirm Button { margin-right: 2; }
