@@ -302,7 +302,8 @@ async def test_a_plateau_is_said_on_the_dashboard(tmp_path):
         screen = await started(pilot, app, proposals=False)
         assert await wait_until(pilot, lambda: "finished: plateau" in text(app, "#state-run"), 30)
         assert [n.split(":")[0] for n in screen.state.notices] == ["plateau"] * 3
-        assert sum(1 for n in app._notifications if n.title == "plateau") == 3
+        # said as it came (a toast lasts 15 s: on a loaded machine the first may be gone by now)
+        assert any(n.title == "plateau" and n.message == screen.state.notices[-1] for n in app._notifications)
 
 
 # ---------------------------------------------------------------------------- 80 x 24
