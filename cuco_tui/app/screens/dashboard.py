@@ -146,8 +146,7 @@ class DashboardScreen(Screen):
         if new.bounds is not old.bounds:
             self.query_one(SpeedupChart).bound = new.bounds.speedup if new.bounds is not None else None
         if new.board is not old.board or new.bounds is not old.bounds or new.work is not old.work:
-            self.query_one(Leaderboard).show(new.board, new.bounds, new.work,
-                                             [s.name for s in self.search.launch.workload.bench_shapes])
+            self.query_one(Leaderboard).show(new.board, new.bounds, new.work, shape_names(new))
         if new.can_measure is not old.can_measure:
             self.set_class(new.can_measure is False, "-no-gpu")  # the chart folds to one line
         for notice in new.notices[len(old.notices):]:
@@ -451,6 +450,17 @@ class DashboardScreen(Screen):
         self._quit_when_finished = True
         self.state = replace(self.state, run="stopping")
         self._control("stop", self.search.stop)
+
+
+def shape_names(s: DashboardState) -> list[str]:
+    """The bench shapes the leaderboard has columns for: the bounds', then the measured ones',
+    in the order first seen (the session's own workload, which a resumed search may not share
+    with the app's default)."""
+    names = [b.shape for b in s.bounds.shapes] if s.bounds is not None else []
+    names += list(s.work)
+    for entry in s.board:
+        names += [t.shape for t in entry.timings]
+    return list(dict.fromkeys(names))
 
 
 def parse_budget(text: str, current: float | None) -> float | None:
