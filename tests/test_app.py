@@ -46,7 +46,7 @@ def state(app: CucoApp, path: Path) -> CandidateState:
 async def evaluate(pilot, app: CucoApp, path: Path, timeout_s: float = 90.0) -> None:
     app.screen.query_one(CandidateList).select(path)
     await pilot.pause()
-    await pilot.press("e")
+    await pilot.press("r")
     done = await wait_until(pilot, lambda: state(app, path) in (CandidateState.DONE, CandidateState.FAILED), timeout_s)
     assert done, f"{path.name} still {state(app, path).value!r} after {timeout_s} s"
 
@@ -124,7 +124,7 @@ async def test_progress_states_and_measured_result():
 
     app = CucoApp(evaluate_fn=fake)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("e")
+        await pilot.press("r")
         assert await wait_until(pilot, lambda: state(app, SEED) is CandidateState.BENCHMARKING, 10)
         assert text(app, "#result-status") == "benchmarking…"
         gate.set()
@@ -163,7 +163,7 @@ async def test_evaluate_all_runs_one_after_another():
     app = CucoApp(evaluate_fn=fake)
     async with app.run_test(size=SIZE) as pilot:
         paths = app.screen.query_one(CandidateList).paths
-        await pilot.press("a")
+        await pilot.press("R")
         assert await wait_until(pilot, lambda: all(state(app, p) is CandidateState.DONE for p in paths), 20)
         assert most == 1
         assert order == [p.name for p in paths]
@@ -176,7 +176,7 @@ async def test_an_evaluation_that_raises_is_shown_not_fatal():
 
     app = CucoApp(evaluate_fn=broken)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("e")
+        await pilot.press("r")
         assert await wait_until(pilot, lambda: state(app, SEED) is CandidateState.FAILED, 10)
         assert text(app, "#result-status") == "evaluation failed"
         assert "the build cache is gone" in text(app, "#result-reason")
@@ -188,7 +188,7 @@ async def test_view_source():
     async with app.run_test(size=SIZE) as pilot:
         app.screen.query_one(CandidateList).select(COMPILE_ERROR)
         await pilot.pause()
-        await pilot.press("v")
+        await pilot.press("o")
         await pilot.pause()
         assert isinstance(app.screen, SourceScreen)
         area = app.screen.query_one(TextArea)

@@ -52,6 +52,7 @@ class MemoryLineage:
         self.committed: list[CandidateRecord] = list(records or [])
         self.heads: dict[int, str] = {}
         self.best: list[str] = []
+        self.stored_bounds = None
         self.lock = threading.Lock()
 
     def commit_candidate(self, record):
@@ -72,6 +73,12 @@ class MemoryLineage:
 
     def set_best(self, candidate_id):
         self.best.append(candidate_id)
+
+    def bounds(self):
+        return self.stored_bounds
+
+    def set_bounds(self, bounds):
+        self.stored_bounds = bounds
 
 
 @dataclass
@@ -337,13 +344,16 @@ def test_switching_to_auto_releases_held_proposals(tmp_path):
     assert [r.review for r in repo.records() if r.generation == 1] == ["accepted", "accepted"]
 
 
-def test_stop_commits_held_proposals_as_rejected(tmp_path):
+def test_stop_commits_held_proposals_as_unreviewed_not_rejected(tmp_path):
     engine, repo, bus = make(tmp_path, review_mode="review", generations=5, fast_path=False)
     bus.subscribe(lambda e: isinstance(e, AwaitingReview) and threading.Thread(target=engine.stop).start())
     summary = engine.run()
     assert summary.reason == "stopped"
     last = repo.records()[-1]
-    assert last.status == "rejected" and last.review == "rejected: the search stopped before review"
+    assert last.status == "unreviewed" and last.review == "unreviewed"
+    assert last.extra["held_because"] == "review mode: every proposal waits for the engineer"
+    assert "rejected_by" not in last.extra and summary.by_status.get("rejected") is None
+    assert summary.by_status["unreviewed"] >= 1
     assert max(r.generation for r in repo.records()) == 1
 
 

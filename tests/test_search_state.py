@@ -10,7 +10,9 @@ import threading
 
 import pytest
 
-from cuco_tui.app.search_state import EVENT_TYPES, DashboardState, Evaluation, PendingProposal, apply
+from cuco_tui.app.search_state import (EVENT_TYPES, BoardEntry, DashboardState, Evaluation, PendingProposal, apply,
+                                       strategy_label)
+from cuco_tui.core.bounds import Bounds, ShapeBound, Work
 from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.search import events as ev
 from cuco_tui.search.summary import SearchSummary
@@ -222,6 +224,56 @@ def test_engine_error_is_kept_in_order():
     assert s.errors == ("OSError: disk full", "RuntimeError: x")
 
 
+def test_the_board_ranks_every_committed_candidate_best_first():
+    from test_search_engine import timing
+
+    t = timing(1.4)
+    result = {"candidate": "c0001.cu", "workload": "w", "status": "measured", "level": 3, "reason": "",
+              "timings": [{"shape": "square-8k", "dims": {}, "candidate": t.candidate.__dict__,
+                           "reference": t.reference.__dict__, "per_rank": [], "speedup": 1.4}]}
+    measured = CandidateRecord(**{**record("c0001", speedup=1.4).__dict__, "result": result})
+    s = replay([ev.CandidateCommitted(record=record("c0000", speedup=1.0), sha="a"),
+                ev.CandidateCommitted(record=record("c0002", status="no_gpu"), sha="b"),
+                ev.CandidateCommitted(record=measured, sha="c"),
+                ev.CandidateCommitted(record=record("c0003", status="compile_error"), sha="d"),
+                ev.CandidateCommitted(record=record("c0004", status="unreviewed", review="unreviewed"), sha="e"),
+                ev.CandidateCommitted(record=record("c0005", status="rejected", review="rejected: no"), sha="f")])
+    assert [(b.candidate, b.status) for b in s.board] == [
+        ("c0001", "measured"), ("c0000", "measured"), ("c0002", "no_gpu"), ("c0005", "rejected"),
+        ("c0004", "unreviewed"), ("c0003", "compile_error")]
+    assert s.board[0].timings[0].shape == "square-8k" and s.board[0].measured and not s.board[2].measured
+    assert dict(s.statuses)["unreviewed"] == 1  # its own count, apart from the rejected
+
+
+def test_strategy_label():
+    assert strategy_label({"backend": "nccl_lsa", "sync": "per_chunk", "knobs": {"strategy": "lsa_gather"}}) == \
+        "lsa_gather"
+    assert strategy_label({"backend": "nccl_lsa", "sync": "per_chunk"}) == "nccl_lsa/per_chunk"
+    assert strategy_label({}) == "-"
+
+
+def test_search_started_says_whether_it_can_measure():
+    assert apply(DashboardState(), started()).can_measure is True
+    assert apply(DashboardState(), started(gpu_groups=((), ()))).can_measure is False
+
+
+def test_bounds_measuring_then_known():
+    bounds = Bounds("gemm_allgather", 2, (0, 1), (ShapeBound("square-8k", 2.0, 1.0, work=Work(5, 7)),))
+    s = apply(DashboardState(), ev.MeasuringBounds(gpus=(0, 1)))
+    assert s.bounds_note == "measuring on GPUs 0,1…" and s.bounds is None
+    s = apply(s, ev.BoundsKnown(bounds=bounds, work={"square-8k": Work(5, 7)}))
+    assert s.bounds == bounds and dict(s.work) == {"square-8k": Work(5, 7)} and s.bounds_note == ""
+    s = apply(DashboardState(), ev.BoundsKnown(bounds=None, work={}, why="no GPU on this machine: nothing is timed"))
+    assert s.bounds is None and s.bounds_note.startswith("no GPU")
+
+
+def test_plateau_notices_are_kept_in_order():
+    s = replay([ev.Plateau(stage="warn", generations=3, best_speedup=1.2, message="plateau: a"),
+                ev.Plateau(stage="diversify", generations=4, best_speedup=1.2, message="plateau: b")])
+    assert s.notices == ("plateau: a", "plateau: b")
+    assert apply(s, ev.SearchFinished(summary=SearchSummary.of([]), reason="plateau")).run == "finished: plateau"
+
+
 # ---------------------------------------------------------------------------- a search, replayed
 
 
@@ -272,7 +324,11 @@ def test_a_reviewed_search_replayed_event_by_event():
         proposals=(), evaluations=(), points=((0, 1.0), (1, 1.3)),
         sources={"c0000": SEED_SOURCE, "c0001": CHILD_SOURCE, "c0002": rejected.source},
         session="/tmp/sessions/gemm-1", workload="gemm_allgather", agent="offline",
-        errors=("OSError: the launcher lost its run folder",))
+        errors=("OSError: the launcher lost its run folder",),
+        board=(BoardEntry("c0001", "diff", "nccl_host", "measured", 1.3),
+               BoardEntry("c0000", "seed", "nccl_host", "measured", 1.0),
+               BoardEntry("c0002", "diff", "nccl_host", "rejected", None)),
+        can_measure=True)
 
 
 def test_the_engines_own_events_replayed_match_what_it_committed(tmp_path):
@@ -313,3 +369,15 @@ def test_the_engines_own_events_replayed_match_what_it_committed(tmp_path):
         state = apply(state, e)
         if isinstance(e, ev.AwaitingReview):
             assert state.proposals[-1].candidate == e.candidate
+
+
+def test_a_resumed_search_shows_its_earlier_candidates():
+    seed = record("c0000", speedup=1.0)
+    child = record("c0001", speedup=1.3, source=CHILD_SOURCE, parents=("c0000",))
+    left = record("c0002", status="unreviewed", review="unreviewed", source=CHILD_SOURCE + "//2\n", parents=("c0001",))
+    s = apply(DashboardState(), ev.SessionRestored(records=(child, left, seed), best=child))
+    assert dict(s.statuses) == {"measured": 2, "unreviewed": 1}
+    assert (s.best_id, s.best_speedup) == ("c0001", 1.3) and s.points == ((0, 1.0), (1, 1.3))
+    assert [b.candidate for b in s.board] == ["c0001", "c0000", "c0002"]
+    s = apply(s, awaiting("c0003", parents=("c0001",), source=left.source))
+    assert s.proposals[0].diff.startswith("--- c0001/candidate.cu")  # the parent's code is known

@@ -1,14 +1,20 @@
 """The cuco-tui application: opens a workload on the evaluate screen; `s` opens the search
-dashboard (or `start_search=True` opens it at once)."""
+dashboard (or `start_search=True` opens it at once).
+
+One key, one meaning on every screen (README, "Keys"): q quits (gracefully: a running search is
+stopped first, and asks when proposals wait), b browses sessions, l opens a lineage, s the
+search, o opens the thing under the cursor, esc goes back (never out of the search), ^p lists
+every action. The palette's system commands are these, with Quit the same graceful path."""
 
 from __future__ import annotations
 
 from textual import work
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.screen import Screen
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.screens.dashboard import DashboardScreen
@@ -58,6 +64,8 @@ class CucoApp(App):
     TITLE = "cuco"
     BINDINGS = [Binding("q", "quit", "Quit"), Binding("s", "search", "Search"), Binding("l", "lineage", "Lineage"),
                 Binding("b", "browse", "Browse")]
+    # The palette's own system commands kept (theme, keys, screenshot); Quit is replaced by ours.
+    SYSTEM_KEPT = ("Theme", "Keys", "Maximize", "Minimize", "Screenshot")
 
     def __init__(
         self,
@@ -96,7 +104,6 @@ class CucoApp(App):
         # Made from search_launch once the app runs, started by the dashboard when it first opens;
         # the lineage screens get it so that candidates of its session can be steered.
         self.live_search: LiveSearch | None = None
-        self._quit_asked = False
 
     def on_mount(self) -> None:
         self.live_search = LiveSearch(self.search_launch)
@@ -106,17 +113,41 @@ class CucoApp(App):
             self._open_lineage(self.open_session)
 
     def action_lineage(self) -> None:
-        """The lineage of the most recent session under sessions/, else of an example bundle."""
-        self._open_lineage(None)
+        """The lineage of this app's search once it started, else of the most recent session
+        under sessions/, else of an example bundle."""
+        live = self.live_search
+        self._open_lineage(live.session if live is not None and live.started else None)
 
     async def action_quit(self) -> None:
-        """`q` once while the search evaluates: stop it and quit when what runs is committed;
-        `q` again (or nothing in flight): quit now."""
+        """`q` while the search runs: the dashboard stops it and quits when what runs is
+        committed, asking first when proposals wait for review; `q` again, or nothing to wait
+        for: quit now."""
         dashboard = self.dashboard
-        if not self._quit_asked and dashboard is not None and dashboard.quit_after_search():
-            self._quit_asked = True
+        if dashboard is not None and not dashboard.quitting and dashboard.quit_after_search():
             return
         self.exit()
+
+    def action_candidates(self) -> None:
+        """The evaluate screen (the workload's candidates, one at a time); the search goes on."""
+        while len(self.screen_stack) > 1 and not isinstance(self.screen, EvaluateScreen):
+            self.pop_screen()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield SystemCommand("Quit", "Quit: a running search stops first (asks when proposals wait for review)",
+                            self.action_quit)
+        yield SystemCommand("Browse", "Browse the sessions and the example bundles recorded on GPUs",
+                            self.action_browse)
+        yield SystemCommand("Lineage", "The lineage of this search's session (else the latest session)",
+                            self.action_lineage)
+        if not isinstance(screen, DashboardScreen):
+            yield SystemCommand("Search", "The search dashboard (starts the search the first time)",
+                                self.action_search)
+        if not isinstance(screen, EvaluateScreen):
+            yield SystemCommand("Evaluate", "The workload's candidates, evaluated one at a time",
+                                self.action_candidates)
+        for command in super().get_system_commands(screen):
+            if command.title in self.SYSTEM_KEPT:
+                yield command
 
     def action_browse(self) -> None:
         """Pick a session or an example bundle (sessions/examples/) and open its lineage."""
@@ -155,8 +186,8 @@ class CucoApp(App):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "search" and isinstance(self.screen, DashboardScreen):
             return False  # already there: hidden from the footer
-        if action == "lineage" and not isinstance(self.screen, EvaluateScreen):
-            return False  # offered from the evaluate screen; the lineage screen is a mode of its own
+        if action == "lineage" and not isinstance(self.screen, (EvaluateScreen, DashboardScreen)):
+            return False  # the lineage and candidate screens are modes of their own
         if action == "browse" and not isinstance(self.screen, (EvaluateScreen, DashboardScreen)):
             return False  # the lineage and candidate screens are modes of their own
         return True

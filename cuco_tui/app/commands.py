@@ -1,5 +1,9 @@
-"""Command-palette providers: each screen's actions, by name. A provider lists (name, action)
-pairs and runs the action on the screen the palette was opened from."""
+"""Command-palette providers: each screen's actions, by name, and the candidates a screen can
+go to. A provider lists (name, action) pairs and runs the action on the screen the palette was
+opened from; a screen that lists candidates (ListsCandidates) also gets one "Open candidate ..."
+entry per candidate. The app's own actions (quit, browse, lineage, search, evaluate) are its
+system commands (CucoApp.get_system_commands). Every key of every screen has an entry here or
+there (tests/test_keys.py checks it)."""
 
 from __future__ import annotations
 
@@ -17,24 +21,38 @@ SEARCH_COMMANDS = (
     ("Search: cycle the review mode (auto, review, risky)", "cycle_review_mode"),
     ("Search: give the agent a hint", "hint"),
     ("Search: set the budget in dollars", "budget"),
-    ("Search: open a committed candidate", "open_candidate"),
-    ("Search: stop", "stop"),
+    ("Search: open a committed candidate (by id; empty: the highlighted one)", "open_candidate"),
+    ("Search: stop (asks first; waiting proposals are kept as unreviewed)", "stop"),
 )
 
 CANDIDATE_COMMANDS = (
     ("Candidate: re-benchmark (a new candidate, this one its parent)", "rebenchmark"),
-    ("Candidate: make it the parent of the next proposal", "make_parent"),
+    ("Candidate: use it as the parent of the next proposal", "make_parent"),
     ("Candidate: export its .cu, result.json and rationale", "export"),
     ("Candidate: next tab", "next_tab"),
     ("Candidate: previous tab", "previous_tab"),
+    ("Candidate: back", "back"),
 )
 
 LINEAGE_COMMANDS = (
     ("Lineage: open the highlighted candidate", "open_candidate"),
     ("Lineage: go to a candidate id", "jump"),
-    ("Lineage: compare two candidates", "compare"),
+    ("Lineage: compare two candidates (mark one, then the other)", "compare"),
+    ("Lineage: export the highlighted candidate", "export"),
+    ("Lineage: filter by island (cycle)", "cycle_island"),
+    ("Lineage: filter by status (cycle)", "cycle_status"),
+    ("Lineage: filter by backend (cycle)", "cycle_backend"),
     ("Lineage: clear the filters", "clear_filters"),
+    ("Lineage: back", "back"),
 )
+
+EVALUATE_COMMANDS = (
+    ("Evaluate: run the selected candidate through the cascade", "evaluate_selected"),
+    ("Evaluate: run every candidate, one after another", "evaluate_all"),
+    ("Evaluate: open the selected candidate's source", "view_source"),
+)
+
+COMPARE_COMMANDS = (("Compare: back", "back"),)
 
 
 @runtime_checkable
@@ -46,8 +64,23 @@ class ExplainsDisabled(Protocol):
         ...
 
 
+@runtime_checkable
+class ListsCandidates(Protocol):
+    """A screen whose candidates the palette can go to (the dashboard, the lineage)."""
+
+    def candidate_choices(self) -> list[tuple[str, str]]:
+        """(label, candidate id), in the screen's order."""
+        ...
+
+    def go_to_candidate(self, candidate_id: str) -> None: ...
+
+
 class _ScreenCommands(Provider):
     COMMANDS: tuple[tuple[str, str], ...] = ()
+
+    def _candidates(self) -> list[tuple[str, str]]:
+        screen = self.screen
+        return screen.candidate_choices() if isinstance(screen, ListsCandidates) else []
 
     async def discover(self) -> Hits:
         for name, action in self.COMMANDS:
@@ -59,6 +92,10 @@ class _ScreenCommands(Provider):
             score = matcher.match(name)
             if score > 0:
                 yield Hit(score, matcher.highlight(name), partial(self._run, action))
+        for name, cid in self._candidates():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), partial(self._go, cid))
 
     async def _run(self, action: str) -> None:
         # Through the screen's own check: an action it has turned off says why, not nothing.
@@ -66,6 +103,11 @@ class _ScreenCommands(Provider):
         if isinstance(screen, ExplainsDisabled) and screen.explain_disabled(action):
             return
         await self.screen.run_action(action)
+
+    def _go(self, candidate_id: str) -> None:
+        screen = self.screen
+        if isinstance(screen, ListsCandidates):
+            screen.go_to_candidate(candidate_id)
 
 
 class SearchCommands(_ScreenCommands):
@@ -78,3 +120,11 @@ class CandidateCommands(_ScreenCommands):
 
 class LineageCommands(_ScreenCommands):
     COMMANDS = LINEAGE_COMMANDS
+
+
+class EvaluateCommands(_ScreenCommands):
+    COMMANDS = EVALUATE_COMMANDS
+
+
+class CompareCommands(_ScreenCommands):
+    COMMANDS = COMPARE_COMMANDS

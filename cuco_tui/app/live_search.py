@@ -135,6 +135,13 @@ class LiveSearch:
         return SessionRepo.open(session)
 
     @property
+    def can_measure(self) -> bool | None:
+        """True when the search has a GPU to verify and time on, False when it compiles only (no
+        GPU), None until it planned its GPU groups."""
+        engine = self._engine
+        return None if engine is None else engine.can_measure
+
+    @property
     def paused(self) -> bool:
         return self._started().paused
 

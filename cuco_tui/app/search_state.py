@@ -10,7 +10,9 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from cuco_tui.core.records import id_number
+from cuco_tui.core.bounds import Bounds, Work
+from cuco_tui.core.records import CandidateRecord, id_number
+from cuco_tui.core.result import CascadeResult, ShapeTiming
 from cuco_tui.search import events as ev
 
 SOURCE = "candidate.cu"
@@ -51,6 +53,47 @@ class Evaluation:
     nodes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class BoardEntry:
+    """A committed candidate as the leaderboard shows it: what it is and how it ended."""
+
+    candidate: str
+    kind: str
+    strategy: str  # the offline agent's strategy, else the design's backend and sync
+    status: str
+    speedup: float | None = None
+    timings: tuple[ShapeTiming, ...] = ()  # per bench shape, when measured
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "measured" and self.speedup is not None
+
+
+def strategy_label(design: Mapping[str, Any]) -> str:
+    knobs = design.get("knobs") or {}
+    if isinstance(knobs, Mapping) and knobs.get("strategy"):
+        return str(knobs["strategy"])
+    parts = [str(design[k]) for k in ("backend", "sync") if design.get(k)]
+    return "/".join(parts) or "-"
+
+
+def board_entry(record: CandidateRecord) -> BoardEntry:
+    timings: tuple[ShapeTiming, ...] = ()
+    if record.result and record.result.get("timings"):
+        try:
+            timings = tuple(CascadeResult.from_dict(record.result).timings)
+        except (TypeError, ValueError, KeyError):
+            timings = ()  # a result this version cannot read: the entry still shows its status
+    status = "rejected" if record.review.startswith("rejected") else record.status
+    return BoardEntry(record.id, record.kind, strategy_label(record.design), status, record.speedup, timings)
+
+
+def board_key(entry: BoardEntry) -> tuple[int, float, int]:
+    """Best first: measured by speedup, then compiled-only (no_gpu), then the rest; newest first."""
+    tier = 0 if entry.measured else 1 if entry.status == "no_gpu" else 2
+    return (tier, -(entry.speedup or 0.0), -id_number(entry.candidate))
+
+
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping))
 
@@ -83,6 +126,14 @@ class DashboardState:
     agent: str = ""
     resumed_at: int | None = None  # the generation a resumed search went on from
     errors: tuple[str, ...] = ()  # the engine's error messages, in order
+    # The leaderboard: every committed candidate, best first (board_key).
+    board: tuple[BoardEntry, ...] = ()
+    # What % of bound, TFLOP/s and GB/s come from (BoundsKnown); bounds_note says why there are none.
+    bounds: Bounds | None = None
+    work: Mapping[str, Work] = field(default_factory=lambda: _frozen({}))
+    bounds_note: str = ""
+    can_measure: bool | None = None  # the search has a GPU group (None until it started)
+    notices: tuple[str, ...] = ()  # what the engine warns of (a plateau), in order
 
     @property
     def held(self) -> int:
@@ -192,6 +243,44 @@ def _committed(s: DashboardState, e: ev.CandidateCommitted) -> DashboardState:
                    proposals=_without_proposal(s, r.id), evaluations=_without_evaluation(s, r.id), points=points)
 
 
+def _ranked(s: DashboardState, e: ev.CandidateCommitted) -> DashboardState:
+    entry = board_entry(e.record)
+    board = [b for b in s.board if b.candidate != entry.candidate] + [entry]
+    return replace(s, board=tuple(sorted(board, key=board_key)))
+
+
+def _started_on(s: DashboardState, e: ev.SearchStarted) -> DashboardState:
+    return replace(s, can_measure=any(group for group in e.gpu_groups))
+
+
+def _measuring_bounds(s: DashboardState, e: ev.MeasuringBounds) -> DashboardState:
+    gpus = ",".join(map(str, e.gpus))
+    return replace(s, bounds_note=f"measuring on GPUs {gpus}…")
+
+
+def _bounds_known(s: DashboardState, e: ev.BoundsKnown) -> DashboardState:
+    return replace(s, bounds=e.bounds, work=_frozen(e.work), bounds_note=e.why)
+
+
+def _plateau(s: DashboardState, e: ev.Plateau) -> DashboardState:
+    return replace(s, notices=(*s.notices, e.message))
+
+
+def _both(first: Callable[[DashboardState, Any], DashboardState],
+          then: Callable[[DashboardState, Any], DashboardState]) -> Callable[[DashboardState, Any], DashboardState]:
+    return lambda s, e: then(first(s, e), e)
+
+
+def _restored(s: DashboardState, e: ev.SessionRestored) -> DashboardState:
+    """A resumed search's earlier candidates, as if each had just been committed."""
+    for record in sorted(e.records, key=lambda r: id_number(r.id)):
+        commit = ev.CandidateCommitted(record=record, sha="")
+        s = _ranked(_committed(s, commit), commit)
+    if e.best is not None:
+        s = replace(s, best_id=e.best.id, best_speedup=e.best.speedup)
+    return s
+
+
 def _best(s: DashboardState, e: ev.BestImproved) -> DashboardState:
     return replace(s, best_id=e.record.id, best_speedup=e.record.speedup)
 
@@ -221,7 +310,7 @@ def _error(s: DashboardState, e: ev.EngineError) -> DashboardState:
 
 
 _FOLDS: dict[type[ev.Event], Callable[[DashboardState, Any], DashboardState]] = {
-    ev.SearchStarted: _started,
+    ev.SearchStarted: _both(_started, _started_on),
     ev.GenerationStarted: _generation,
     ev.ProposalReady: _proposal_ready,
     ev.AwaitingReview: _awaiting,
@@ -229,7 +318,7 @@ _FOLDS: dict[type[ev.Event], Callable[[DashboardState, Any], DashboardState]] = 
     ev.StageStarted: _stage_started,
     ev.StageFinished: _stage_finished,
     ev.JobChanged: _job_changed,
-    ev.CandidateCommitted: _committed,
+    ev.CandidateCommitted: _both(_committed, _ranked),
     ev.BestImproved: _best,
     ev.BudgetSpent: _budget,
     ev.HintAdded: _hint,
@@ -237,6 +326,10 @@ _FOLDS: dict[type[ev.Event], Callable[[DashboardState, Any], DashboardState]] = 
     ev.Resumed: _resumed,
     ev.SearchFinished: _finished,
     ev.EngineError: _error,
+    ev.SessionRestored: _restored,
+    ev.MeasuringBounds: _measuring_bounds,
+    ev.BoundsKnown: _bounds_known,
+    ev.Plateau: _plateau,
 }
 EVENT_TYPES = frozenset(_FOLDS)  # the event types apply() knows
 

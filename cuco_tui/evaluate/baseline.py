@@ -1,7 +1,9 @@
 """Measuring a workload's reference and its ceilings on a GPU group, in one run:
 the reference (host-driven, sequential), each of its parts alone (for gemm_allgather the
 GEMM and the all-gather), and the copy-engine peer bandwidth. From these come the bounds a
-perfect overlap approaches: max(T_compute, T_comm) and max(T_compute, bytes / peer bandwidth)."""
+perfect overlap approaches: max(T_compute, T_comm) and max(T_compute, bytes / peer bandwidth).
+`bound()` is the one a search measures candidates against (core/bounds.py); `bounds_of` makes a
+session's Bounds from a Baseline."""
 
 from __future__ import annotations
 
@@ -13,13 +15,15 @@ from cuco_tui.toolchain import BuildCache
 from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.evaluate.cascade import (EvalOptions, choose_gpus, harness_libraries, make_plan, new_rundir,
                                       reference_messages, run_deadline, runs_root)
+from cuco_tui.core.bounds import Bounds, ShapeBound, Work
+from cuco_tui.core.machine import MachineInfo
 from cuco_tui.core.result import Spread
 from cuco_tui.harness.launcher import run_group
 from cuco_tui.core.workload import Workload
 
 
 # Names of reference parts that move data rather than compute (the rest are compute).
-COMM_PARTS = frozenset({"allgather", "transfer", "alltoall", "dispatch", "combine", "comm"})
+COMM_PARTS = frozenset({"allgather", "allreduce", "transfer", "alltoall", "dispatch", "combine", "comm"})
 
 
 class BaselineError(RuntimeError):
@@ -77,6 +81,41 @@ class Baseline:
     def to_dict(self) -> dict[str, Any]:
         return {"workload": self.workload, "gpus": self.gpus, "seconds": self.seconds,
                 "shapes": [s.to_dict() for s in self.shapes], "warnings": self.warnings}
+
+
+def compute_ms(shape: ShapeBaseline) -> float | None:
+    """The reference's compute parts alone, one after another (they run in sequence in it)."""
+    compute = [p.median for name, p in shape.parts.items() if name not in COMM_PARTS]
+    return sum(compute) if compute else None
+
+
+def comm_ms(shape: ShapeBaseline) -> float | None:
+    comm = [p.median for name, p in shape.parts.items() if name in COMM_PARTS]
+    return sum(comm) if comm else None
+
+
+def bound(shape: ShapeBaseline) -> float:
+    """The perfect-overlap bound of a shape, in ms: max(compute ceiling, bytes / peer bandwidth)
+    when both are known; else max(compute, communication as the reference moves it); else the
+    slowest part; else the reference itself."""
+    compute, comm = compute_ms(shape), comm_ms(shape)
+    gbps = shape.peer_gbps
+    link = shape.comm_bytes / (gbps * 1e6) if gbps and shape.comm_bytes else None
+    moved = link if link is not None else comm
+    known = [t for t in (compute, moved) if t is not None]
+    if known:
+        return max(known)
+    return shape.overlap_bound_ms
+
+
+def bounds_of(baseline: Baseline, work: dict[str, Work], machine: MachineInfo | None = None,
+              measured_at: float = 0.0) -> Bounds:
+    """The session's Bounds from a measured Baseline and the workload's work per shape."""
+    shapes = tuple(ShapeBound(shape=s.shape, reference_ms=s.reference.median, bound_ms=bound(s),
+                              compute_ms=compute_ms(s), comm_ms=comm_ms(s), peer_gbps=s.peer_gbps,
+                              work=work.get(s.shape, Work(0, s.comm_bytes)))
+                   for s in baseline.shapes)
+    return Bounds(baseline.workload, len(baseline.gpus), tuple(baseline.gpus), shapes, machine, measured_at)
 
 
 def _slowest(events: list[dict[str, Any]], key: str) -> Spread | None:

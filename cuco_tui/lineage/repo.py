@@ -11,7 +11,11 @@ The tags also let a person write `git show c0042:candidate.cu` or `git diff c000
 The repository is bare (`sessions/<name>/.git` with core.bare = true): candidates are written
 straight into the object database, never checked out, so there is no work tree to go stale or
 dirty while `main` moves. `git -C sessions/<name> log --graph --all` works as usual; to look at
-files, use `git show <sha>:candidate.cu` or `git worktree add`."""
+files, use `git show <sha>:candidate.cu` or `git worktree add`.
+
+The root commit's session.json records the machine the session was created on (GPUs, driver,
+CUDA, NCCL: `machine()`); a `bounds` tag names a commit holding bounds.json, the perfect-overlap
+bounds the search measured once on a GPU (`bounds()`, core/bounds.py)."""
 
 from __future__ import annotations
 
@@ -41,6 +45,8 @@ from cuco_tui.lineage.index import (
 )
 from cuco_tui.lineage.message import commit_message
 from cuco_tui.lineage.plumbing import commit_at, point_ref, read_blob, write_commit, write_tree
+from cuco_tui.core.bounds import Bounds
+from cuco_tui.core.machine import MachineInfo
 from cuco_tui.core.records import CandidateRecord
 
 FORMAT = 1  # session.json "format"; bump when a reader of the old layout would go wrong
@@ -48,12 +54,14 @@ SESSION_FILE = "session.json"
 MAIN = "refs/heads/main"
 ROOT_TAG = "refs/tags/root"  # the root commit, holding session.json
 BEST_TAG = "refs/tags/best"
+BOUNDS_TAG = "refs/tags/bounds"  # a commit holding bounds.json (no record.json: not a candidate)
+BOUNDS_FILE = "bounds.json"
 CANDIDATE_TAG = "refs/tags/"  # + the candidate id
 ISLAND_PREFIX = "refs/heads/island-"
 COMMITTER = Actor("cuco-tui", "cuco-tui@localhost")
 
 _CANDIDATE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # also a valid tag name
-_RESERVED_IDS = frozenset({"best", "root"})  # tags of their own
+_RESERVED_IDS = frozenset({"best", "root", "bounds"})  # tags of their own
 _ACTOR_UNSAFE = re.compile(r"[<>\n\r]+")
 
 
@@ -125,7 +133,9 @@ class SessionRepo:
     # ---- opening --------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: Path, workload: str, config: dict[str, Any]) -> "SessionRepo":
+    def create(cls, path: Path, workload: str, config: dict[str, Any],
+               machine: MachineInfo | None = None) -> "SessionRepo":
+        """A new session; `machine`: what it runs on, recorded in session.json."""
         path = Path(path)
         if (path / ".git").exists():
             try:
@@ -139,6 +149,8 @@ class SessionRepo:
                 f"{path} already holds a session; open it (e.g. --resume) or choose a new folder"
             )
         info = {"format": FORMAT, "workload": workload, "config": config, "created": time.time()}
+        if machine is not None:
+            info["machine"] = machine.to_dict()
         try:
             text = dump_json(info)
         except (TypeError, ValueError) as e:
@@ -288,6 +300,24 @@ class SessionRepo:
         """Point the lightweight tag `best` at the candidate (moved if it existed)."""
         self._move_ref(BEST_TAG, candidate_id)
 
+    def set_bounds(self, bounds: Bounds) -> None:
+        """Record the session's bounds: a commit holding bounds.json (its parent the root), named
+        by the `bounds` tag (moved when measured again)."""
+        with self._lock:
+            with self._index.writing():
+                self._sync()
+                tree = write_tree(self._repo, {BOUNDS_FILE: dump_json(bounds.to_dict()).encode()})
+                now = int(time.time())
+                machine = bounds.machine.describe() if bounds.machine is not None else "machine unknown"
+                message = (f"bounds {bounds.workload}\n\nThe perfect-overlap bound of each bench shape, measured on "
+                           f"{bounds.world} rank(s) of GPUs {','.join(map(str, bounds.gpus))}: {machine}.\n")
+                commit = write_commit(self._repo, tree, [self._root], message, COMMITTER, COMMITTER, now, now)
+                self._stale = True
+                point_ref(self._repo, BOUNDS_TAG, commit)
+                self._fp = self._fp.moved(BOUNDS_TAG, commit.hexsha, new_commits=1)
+                self._index.set_fingerprint(self._fp)
+            self._stale = False
+
     def _move_ref(self, refname: str, candidate_id: str) -> None:
         with self._lock:
             with self._index.writing():
@@ -304,6 +334,26 @@ class SessionRepo:
     def session_info(self) -> dict[str, Any]:
         """session.json of the root commit: workload, config, created, format."""
         return json.loads(json.dumps(self._info))  # a copy the caller may change
+
+    def machine(self) -> MachineInfo | None:
+        """What the session was recorded on (session.json), else what its bounds were measured
+        on; None for a session that recorded neither (made before either was recorded)."""
+        stored = self._info.get("machine")
+        if isinstance(stored, dict):
+            return MachineInfo.from_dict(stored)
+        bounds = self.bounds()
+        return bounds.machine if bounds is not None else None
+
+    def bounds(self) -> Bounds | None:
+        """The bounds the search measured for this session, if it did (it needs a GPU)."""
+        with self._lock:
+            data = read_blob(self._repo, f"{BOUNDS_TAG}:{BOUNDS_FILE}")
+        if data is None:
+            return None
+        try:
+            return Bounds.from_dict(json.loads(data))
+        except (ValueError, KeyError, TypeError) as e:
+            raise SessionError(f"{self.path}: {BOUNDS_FILE} of the bounds tag cannot be read ({e})") from e
 
     def __len__(self) -> int:
         with self._lock:

@@ -42,6 +42,17 @@ class SearchConfig:
     # alone (kind "confirm") and only that figure can make it the best. Never triggers with one group.
     confirm_alone: bool = True
     confirm_margin: float = 0.02
+    # A plateau (search/plateau.py): after this many generations in which the best measured speedup
+    # did not rise by more than `plateau_margin` (a fraction), the search warns, then diversifies
+    # (every island explores again and the islands exchange their best), then stops (reason
+    # "plateau"). 0 turns a stage off. Nothing counts until a candidate is measured (a GPU).
+    plateau_warn: int = 3
+    plateau_diversify: int = 4
+    plateau_stop: int = 8
+    plateau_margin: float = 0.01
+    # Measure the perfect-overlap bounds (% of bound in the TUI) once per session, on a GPU group
+    # lent alone before the seed: the reference, its parts alone and the peer bandwidth, about a minute.
+    measure_bounds: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -69,6 +80,11 @@ class SearchConfig:
             raise ConfigError(f"max_concurrent_builds must be at least 1, not {self.max_concurrent_builds}")
         if not 0.0 <= self.confirm_margin < 1.0:
             raise ConfigError(f"confirm_margin is a fraction of the best speedup, in [0, 1), not {self.confirm_margin}")
+        for name in ("plateau_warn", "plateau_diversify", "plateau_stop"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} counts generations without a gain (0: never), not {getattr(self, name)}")
+        if not 0.0 <= self.plateau_margin < 1.0:
+            raise ConfigError(f"plateau_margin is the fraction a gain must exceed, in [0, 1), not {self.plateau_margin}")
         if len(set(self.gpus)) != len(self.gpus):
             raise ConfigError(f"the GPU list names a GPU twice: {list(self.gpus)}")
 

@@ -12,7 +12,9 @@ update the population (`_commit`). Beside it, each step's machinery:
 - proposing.py: ids and drafts, the request's context, the agent call, the first screens;
 - scheduling.py: compile ahead, GPU leases from an executor (cuco_tui.executors), finalists
   re-measured alone;
-- outcomes.py: the record committed for each way a proposal ends.
+- outcomes.py: the record committed for each way a proposal ends;
+- plateau.py: warn, diversify, stop when the best stops rising;
+- bounds.py: the session's perfect-overlap bounds, measured once on a GPU.
 
 The engine never imports a UI; the CLI and the TUI watch its events and call its controls."""
 
@@ -23,9 +25,10 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 from cuco_tui.agents.base import Agent, BudgetExhausted, ProposalRequest
+from cuco_tui.core.bounds import Bounds
 from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.core.workload import Workload
 from cuco_tui.design.space import DesignPoint
@@ -34,18 +37,24 @@ from cuco_tui.evaluate.static_checks import check_static
 from cuco_tui.executors import Executor
 from cuco_tui.search import outcomes
 from cuco_tui.search.archive import design_point, is_failure
+from cuco_tui.search.bounds import BoundsFn, measure_bounds
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.events import (
     BestImproved,
+    BoundsKnown,
     CandidateCommitted,
     EngineError,
     Event,
     EventBus,
     GenerationStarted,
+    MeasuringBounds,
+    Plateau,
     SearchFinished,
     SearchStarted,
+    SessionRestored,
 )
-from cuco_tui.search.population import Population, phase_of
+from cuco_tui.search.plateau import DIVERSIFY, STOP, PlateauWatch
+from cuco_tui.search.population import EXPLORE, Population, phase_of
 from cuco_tui.search.proposing import Drafts, Proposer, cap_agent
 from cuco_tui.search.scheduling import EvaluateFn, Scheduler, is_finalist, ranking_view
 from cuco_tui.search.steering import DECISIONS, ReviewError, SteeringError, Steering, Stop
@@ -67,6 +76,10 @@ class Lineage(Protocol):
 
     def set_best(self, candidate_id: str) -> None: ...
 
+    def bounds(self) -> Bounds | None: ...
+
+    def set_bounds(self, bounds: Bounds) -> None: ...
+
 
 class SearchEngine:
     def __init__(
@@ -81,7 +94,11 @@ class SearchEngine:
         gpu_pool: Executor | None = None,
         compile_ahead: bool = True,
         design_context: Callable[[DesignPoint], str] | None = None,
+        bounds_fn: BoundsFn | None | Literal["auto"] = "auto",
     ) -> None:
+        """`bounds_fn` measures the session's bounds on a GPU group ("auto": the baseline run of
+        search/bounds.py when `evaluate_fn` is the real cascade, nothing for a stand-in, whose
+        candidates' figures a real baseline would not describe)."""
         self.workload = workload
         self.agent = agent
         self.repo = repo
@@ -102,6 +119,10 @@ class SearchEngine:
         self._scheduler = Scheduler(workload, config, evaluate_fn, executor=gpu_pool, compile_ahead=compile_ahead,
                                     scratch=self.scratch, cond=self._cond, publish=self._publish,
                                     commit=self._commit, drafts=self._drafts)
+        if bounds_fn == "auto":
+            bounds_fn = measure_bounds if evaluate_fn is evaluate else None
+        self._bounds_fn: BoundsFn | None = bounds_fn if config.measure_bounds else None
+        self._plateau = PlateauWatch.of(config)
 
     @classmethod
     def from_session(
@@ -161,6 +182,12 @@ class SearchEngine:
         """True while run() takes steering commands (from its start to its last drain)."""
         return self._steering.running
 
+    @property
+    def can_measure(self) -> bool | None:
+        """True when the run has a GPU group to verify and time on; False on a machine without
+        GPUs (everything stops after compiling); None until run() planned its groups."""
+        return self._steering.can_measure
+
     def snapshot(self) -> SearchSummary:
         """The summary as of now (for a status line; safe while running)."""
         with self._cond:
@@ -181,6 +208,7 @@ class SearchEngine:
         reason, error, interrupted = "done", None, False
         try:
             executor = self._scheduler.start()
+            self._steering.can_measure = any(g.gpus for g in executor.groups)
             records = self.repo.records(with_source=True)
             self._restore(records)
             start = max((r.generation for r in records), default=0) + 1
@@ -191,9 +219,15 @@ class SearchEngine:
                 islands=self.config.islands, gpu_groups=tuple(g.gpus for g in executor.groups),
                 review_mode=self._steering.review_mode, budget_usd=self._steering.budget,
                 executor=self._scheduler.describe_executor()))
+            if records:
+                with self._cond:
+                    best = self._population.best
+                self._publish(SessionRestored(records=tuple(records), best=best))
+            self._session_bounds(executor)
             if not records:
                 self._evaluate_seed()
             self._scheduler.confirm_left_over(records)
+            self._review_again(records)
             self._fast_path()
             for generation in range(start, self.config.generations + 1):
                 self._run_generation(generation)
@@ -231,9 +265,51 @@ class SearchEngine:
             self._population = Population.rebuild([ranking_view(r) for r in records], self.config)
             self._drafts.restore(records)
             self._steering.restore(records)
+            self._plateau.restore([ranking_view(r) for r in records])
         self._steering.push_cap()
         if len(records) > 1:
             self._proposer.summarize()
+
+    def _session_bounds(self, executor: Executor) -> None:
+        """The session's bounds: read back, or measured now on a group lent alone (once per
+        session, with a GPU); published with the work per shape either way."""
+        from cuco_tui.evaluate.work import work_counts
+
+        world = self._scheduler.world
+        bounds, why = self.repo.bounds(), ""
+        if bounds is None:
+            if not self._steering.can_measure:
+                why = "no GPU on this machine: nothing is timed"
+            elif self._bounds_fn is None:
+                why = "not measured (a stand-in evaluator, or measure_bounds off)"
+            else:
+                with executor.lease(exclusive=True) as group:
+                    self._publish(MeasuringBounds(gpus=group.gpus))
+                    try:
+                        bounds = self._bounds_fn(self.workload, group.gpus, world)
+                    except Exception as exc:  # a help to the engineer, never a reason to stop
+                        why = f"the bounds could not be measured: {type(exc).__name__}: {exc}"
+                        self._publish(EngineError(message=f"{why}; the search goes on without % of bound"))
+                if bounds is not None:
+                    self.repo.set_bounds(bounds)
+        work = {b.shape: b.work for b in bounds.shapes} if bounds is not None else work_counts(self.workload, world)
+        self._publish(BoundsKnown(bounds=bounds, work=work, why=why))
+
+    def _review_again(self, records: list[CandidateRecord]) -> None:
+        """On resume: the proposals the last run left unreviewed go through the review gate
+        again, each under a new id (held in review or risky mode, launched in auto)."""
+        again = {r.extra.get("review_of") for r in records}
+        for old in sorted(records, key=lambda r: id_number(r.id)):
+            if not outcomes.is_unreviewed(old) or old.id in again:
+                continue
+            record = self._drafts.review_again(old)
+            why = self._steering.review_reason(record, self._proposer.review_concerns)
+            if why:
+                held = old.extra.get("held_because", "")
+                self._steering.hold(record, f"{old.id} was not reviewed before the search stopped"
+                                            + (f" (held: {held})" if held else ""))
+            else:
+                self._scheduler.launch(record)
 
     def _evaluate_seed(self) -> None:
         record = self._drafts.seed(self._proposer.seed_source)
@@ -264,7 +340,8 @@ class SearchEngine:
     def _run_generation(self, generation: int) -> None:
         """One generation: a proposal per slot, each on its island, then wait for them all."""
         cfg = self.config
-        phase = phase_of(generation, cfg)
+        # On a plateau every island explores again (full rewrites, crossovers, failures in the draw).
+        phase = EXPLORE if self._plateau.diversified else phase_of(generation, cfg)
         self._steering.generation = generation
         self._publish(GenerationStarted(generation=generation, phase=phase))
         self._proposer.summarize_if_due(generation)
@@ -286,6 +363,22 @@ class SearchEngine:
                 self._population.migrate()
         if produced == 0 and not self._steering.stopping:
             raise Stop("agent exhausted")
+        self._watch_plateau(generation)
+
+    def _watch_plateau(self, generation: int) -> None:
+        """After a generation: warn, diversify (the islands exchange their best now) or stop."""
+        with self._cond:
+            stage = self._plateau.after(generation)
+            if stage is None:
+                return
+            if stage == DIVERSIFY:
+                self._population.migrate()
+            message = self._plateau.message(stage, generation)
+            event = Plateau(stage=stage, generations=self._plateau.stale(generation),
+                            best_speedup=self._plateau.gain_speedup, message=message)
+        self._publish(event)
+        if stage == STOP:
+            raise Stop("plateau")
 
     def _propose(self, request: ProposalRequest) -> int:
         """Ask the agent for one candidate and see it into evaluation (or review). Duplicates
@@ -326,7 +419,10 @@ class SearchEngine:
             if is_finalist(record, previous, self.config):
                 record = replace(record, extra={**record.extra, "finalist": True})
             sha = self.repo.commit_candidate(record)
-            improved = self._population.add(ranking_view(record))
+            ranked = ranking_view(record)
+            improved = self._population.add(ranked)
+            if improved and ranked.speedup is not None:
+                self._plateau.best_measured(ranked.speedup, self._steering.generation)
             head = self._population.best_of_island(record.island % self.config.islands)
             if head is not None and head.id == record.id:
                 self.repo.set_island_head(record.island, record.id)
@@ -358,14 +454,15 @@ class SearchEngine:
 
     def _drain(self, final: bool = False) -> None:
         """Wait until nothing is in flight or held, applying orders as they come. When stopping
-        (or at the end of the run), held proposals are committed as rejected."""
+        (or at the end of the run), held proposals are committed as unreviewed (a resumed search
+        holds them again)."""
         while True:
             self._apply_orders()
             settled = self._steering.settle(final, self._scheduler.in_flight)
             if settled is None:
                 return
             for held in settled:
-                self._commit(outcomes.stopped_before_review(held.record))
+                self._commit(outcomes.unreviewed(held.record, held.why))
 
     def _publish(self, event: Event) -> None:
         self.events.publish(event)

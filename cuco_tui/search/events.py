@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from cuco_tui.core.bounds import Bounds, Work
 from cuco_tui.core.records import CandidateRecord
 
 if TYPE_CHECKING:
@@ -39,6 +40,15 @@ class SearchStarted(Event):
     review_mode: str
     budget_usd: float | None
     executor: str = ""  # where evaluations run when not on this machine's GPU groups ("Slurm (...)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRestored(Event):
+    """A resumed search's earlier candidates (with their sources), as the lineage holds them, and
+    the best among them: what a watcher that joins now needs to show the whole session."""
+
+    records: tuple[CandidateRecord, ...]
+    best: CandidateRecord | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,9 +154,36 @@ class Resumed(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class MeasuringBounds(Event):
+    """The session's bounds are being measured (once per session, before the seed)."""
+
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BoundsKnown(Event):
+    """What % of bound, TFLOP/s and GB/s are computed from: the session's bounds (None when not
+    measured: `why` says why) and the work of each bench shape (empty when the reference counts none)."""
+
+    bounds: Bounds | None
+    work: dict[str, Work]
+    why: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plateau(Event):
+    """The best has not risen for `generations` generations (search/plateau.py)."""
+
+    stage: str  # "warn" | "diversify" | "stop"
+    generations: int
+    best_speedup: float | None
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class SearchFinished(Event):
     summary: "SearchSummary"
-    reason: str  # "done" | "stopped" | "budget" | "agent exhausted" | "error"
+    reason: str  # "done" | "stopped" | "budget" | "agent exhausted" | "plateau" | "error"
 
 
 @dataclass(frozen=True, kw_only=True)

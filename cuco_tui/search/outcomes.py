@@ -1,9 +1,13 @@
 """The record the engine commits for each way a proposal can end: evaluated (whatever the
 cascade found), crashed (the evaluator raised), its job failed without a result (an executor
-that runs evaluations as cluster jobs), or turned away before evaluation: the agent
-failed or gave no code, a duplicate, rejected in review, stopped before review. A turned-away
-record has status rejected and its reason as its one diagnostic, so the lineage, the TUI and
-the next prompt read it like any other failure."""
+that runs evaluations as cluster jobs), or turned away before evaluation: the agent failed or
+gave no code, a duplicate, rejected in review. A turned-away record has status rejected and its
+reason as its one diagnostic, so the lineage, the TUI and the next prompt read it like any other
+failure.
+
+A proposal still waiting for the engineer when the search stops was never judged by anyone: it
+is recorded with status and review "unreviewed" (`unreviewed`), not as rejected, and a resumed
+search holds it for review again (Drafts.review_again)."""
 
 from __future__ import annotations
 
@@ -70,10 +74,19 @@ def rejected_in_review(record: CandidateRecord, reason: str) -> CandidateRecord:
                        "review")
 
 
-def stopped_before_review(record: CandidateRecord) -> CandidateRecord:
-    """The search stopped (or ended) while the proposal waited for the engineer."""
-    return turned_away(replace(record, review="rejected: the search stopped before review"), "review",
-                       "the search stopped before this proposal was reviewed", "review")
+UNREVIEWED = "unreviewed"
+
+
+def unreviewed(record: CandidateRecord, held_because: str) -> CandidateRecord:
+    """The search stopped (or ended) while the proposal waited for the engineer: neither
+    accepted nor rejected. `held_because`: why the review gate held it."""
+    reason = "the search stopped before this proposal was reviewed; resuming the session holds it for review again"
+    return replace(record, status=UNREVIEWED, review=UNREVIEWED, result={"status": UNREVIEWED, "reason": reason},
+                   extra={**record.extra, "held_because": held_because})
+
+
+def is_unreviewed(record: CandidateRecord) -> bool:
+    return record.status == UNREVIEWED
 
 
 def timed_beside(record: CandidateRecord, others: set[str]) -> CandidateRecord:

@@ -42,9 +42,13 @@ def rank_weights(n: int, exponent: float) -> list[float]:
     return [(r + 1) ** -exponent for r in range(n)]
 
 
+UNREVIEWED = "unreviewed"  # search.outcomes.UNREVIEWED: held for review when the search stopped
+
+
 def can_be_parent(record: CandidateRecord) -> bool:
-    """Has code, and was not turned away before evaluation (review, novelty, agent error)."""
-    return bool(record.source) and not record.extra.get("rejected_by")
+    """Has code, was not turned away before evaluation (review, novelty, agent error) and was not
+    left unreviewed (never evaluated)."""
+    return bool(record.source) and not record.extra.get("rejected_by") and record.status != UNREVIEWED
 
 
 @dataclass
@@ -79,7 +83,8 @@ class Population:
     def add(self, record: CandidateRecord) -> bool:
         """Take in a committed candidate; True when it is the new best measured one."""
         self.records[record.id] = record
-        self.novelty.add(record.id, record.source, record.design)
+        if record.status != UNREVIEWED:  # held for review again on resume: not a duplicate of itself
+            self.novelty.add(record.id, record.source, record.design)
         if can_be_parent(record):
             targets = self.islands if record.kind in SHARED_KINDS else [self.islands[record.island % len(self.islands)]]
             for island in targets:

@@ -94,6 +94,15 @@ class Drafts:
                           rationale=f"re-benchmark of {original.id}", agent="engineer",
                           extra={"rebenchmark_of": original.id})
 
+    def review_again(self, unreviewed: CandidateRecord) -> CandidateRecord:
+        """A proposal the search stopped before the engineer reviewed, drafted again under a new
+        id (candidates are committed once): the same code, parents and rationale, for review."""
+        extra = {k: v for k, v in unreviewed.extra.items() if k != "held_because"}
+        return self.draft(generation=unreviewed.generation, island=unreviewed.island, kind=unreviewed.kind,
+                          parents=unreviewed.parents, source=unreviewed.source, design=dict(unreviewed.design),
+                          rationale=unreviewed.rationale, agent=unreviewed.agent,
+                          extra={**extra, "review_of": unreviewed.id})
+
     def confirmation_of(self, finalist: CandidateRecord) -> CandidateRecord:
         n = int(finalist.extra.get("concurrent", 0))
         return self.draft(generation=finalist.generation, island=finalist.island, kind="confirm",
@@ -251,8 +260,9 @@ class Proposer:
     def summarize(self) -> None:
         """Ask the agent for a fresh meta-summary of the search; what it cost is accounted now
         and carried by the next committed record (take_meta_cost)."""
-        with self._lock:
-            history = sorted(self._population().records.values(), key=lambda r: id_number(r.id))
+        with self._lock:  # an unreviewed proposal has no outcome to learn from
+            history = sorted((r for r in self._population().records.values() if not outcomes.is_unreviewed(r)),
+                             key=lambda r: id_number(r.id))
         before = agent_spent(self.agent)
         self.meta = self.agent.summarize(history)
         self._meta_fresh = True

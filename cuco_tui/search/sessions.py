@@ -1,13 +1,14 @@
 """A search's sessions on disk: where they live (SESSIONS), finding one by name or path,
 starting one, reopening one to resume it. A session is a lineage repository
-(cuco_tui.lineage.SessionRepo) whose root commit records the workload and the search config,
-so `--resume` needs nothing but the folder. This is the one place to import them from; the
+(cuco_tui.lineage.SessionRepo) whose root commit records the workload, the search config and
+the machine (GPUs, driver, CUDA, NCCL), so `--resume` needs nothing but the folder. This is the one place to import them from; the
 lineage room lists sessions (list_sessions) but cannot read a search config, which lives here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from cuco_tui.core.machine import MachineInfo
 from cuco_tui.lineage import SessionError, SessionRepo, new_session_path
 from cuco_tui.search.config import ConfigError, SearchConfig
 from cuco_tui.core.workload import Workload, WorkloadError
@@ -30,10 +31,15 @@ def resolve_session(name_or_path: str | Path, root: Path = SESSIONS) -> Path:
 
 
 def create_session(workload: Workload, config: SearchConfig, path: Path | None = None,
-                   root: Path = SESSIONS) -> SessionRepo:
-    """A new session at `path` (default: a fresh folder under `root` named after the workload)."""
+                   root: Path = SESSIONS, machine: MachineInfo | None = None) -> SessionRepo:
+    """A new session at `path` (default: a fresh folder under `root` named after the workload),
+    recording the machine it runs on (`machine`; default: this one, probed now)."""
     path = Path(path) if path is not None else new_session_path(root, workload.name)
-    return SessionRepo.create(path, config.workload, config.to_dict())
+    if machine is None:
+        from cuco_tui.evaluate.machine import probe_machine
+
+        machine = probe_machine()
+    return SessionRepo.create(path, config.workload, config.to_dict(), machine)
 
 
 def open_session(path: Path) -> tuple[SessionRepo, Workload, SearchConfig]:

@@ -86,6 +86,7 @@ class Steering:
         self._rebenchmarks: deque[CandidateRecord] = deque()  # drafted by rebenchmark(), launched by the loop
         self._preferred: str | None = None  # prefer_parent(): the next proposal's parent, once
         self.generation = 0  # the generation under way (re-benchmarks are filed under it); the loop sets it
+        self.can_measure: bool | None = None  # the run has a GPU group (None until it planned them); the loop sets it
 
     # ------------------------------------------------------------------ the controls (any thread)
 
@@ -107,7 +108,7 @@ class Steering:
 
     def stop(self) -> None:
         """Stop proposing; evaluations in flight finish and are committed, held proposals are
-        committed as rejected ("stopped before review"), then run() returns."""
+        committed as unreviewed (a resumed search holds them again), then run() returns."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -189,9 +190,13 @@ class Steering:
     def rebenchmark(self, candidate_id: str) -> str:
         """Evaluate a committed candidate's source again; the outcome is committed as a new
         candidate (kind "rebenchmark", its parent the original) so both measurements stay in
-        the lineage. Returns the new candidate's id. Runs even while paused: the engineer asked."""
+        the lineage. Returns the new candidate's id. Runs even while paused: the engineer asked.
+        Refused without a GPU: it would only compile the same code again and commit nothing new."""
         with self._cond:
             self._check_accepting("re-benchmark")
+            if self.can_measure is False:
+                raise SteeringError("re-benchmark needs a GPU to time on; this machine has none, so it would only "
+                                    "compile the same code again")
             original = self._committed(candidate_id)
             if original is None:
                 raise SteeringError(f"no committed candidate {candidate_id!r} in this search")
@@ -347,7 +352,7 @@ class Steering:
 
     def settle(self, final: bool, in_flight: Callable[[], bool]) -> list[Held] | None:
         """One step of a drain. When stopping (or `final`) and no decision is queued, the held
-        proposals, taken out to be committed as rejected; None once nothing is held, queued or
+        proposals, taken out to be committed as unreviewed; None once nothing is held, queued or
         `in_flight` (when `final`, from then on no steering command is taken); else [] after
         waiting a moment."""
         with self._cond:

@@ -9,7 +9,8 @@ from typing import Any, Iterable
 from cuco_tui.search.archive import rank_key
 from cuco_tui.core.records import CandidateRecord
 
-STATUS_ORDER = ("measured", "no_gpu", "incorrect", "deadlock", "runtime_error", "compile_error", "rejected", "pending")
+STATUS_ORDER = ("measured", "no_gpu", "incorrect", "deadlock", "runtime_error", "compile_error", "rejected", "unreviewed",
+                "pending")
 
 
 @dataclass(frozen=True)

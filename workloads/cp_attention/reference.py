@@ -70,6 +70,26 @@ def check_dims(dims: dict[str, int], world: int) -> None:
         raise ValueError(f"CAUSAL is 0 or 1, not {dims['CAUSAL']}")
 
 
+def visible_pairs(dims: dict[str, int], world: int, rank: int) -> int:
+    """(query, key) pairs rank `rank`'s S/W queries attend to: all S keys, or, causal, the keys
+    before its block and the lower triangle of its own."""
+    sl = dims["S"] // world
+    if not dims["CAUSAL"]:
+        return sl * dims["S"]
+    return sl * rank * sl + sl * (sl + 1) // 2
+
+
+def flops(dims: dict[str, int], world: int) -> int:
+    """Floating-point operations of the busiest rank (the last, when causal): QK^T and PV, 2 * 2 * D
+    per (query, key) pair and query head."""
+    return 4 * dims["H"] * dims["D"] * visible_pairs(dims, world, world - 1)
+
+
+def comm_bytes(dims: dict[str, int], world: int) -> int:
+    """Bytes each rank receives: every other rank's K and V chunk, [S/W, HKV, D] bf16 each."""
+    return (world - 1) * (dims["S"] // world) * dims["HKV"] * dims["D"] * 2 * 2
+
+
 def io_spec(dims: dict[str, int], world: int, rank: int = 0) -> dict[str, list[tuple[str, tuple[int, ...], str]]]:
     check_dims(dims, world)
     sl, H, HKV, D = dims["S"] // world, dims["H"], dims["HKV"], dims["D"]
@@ -478,4 +498,4 @@ class Reference:
 
     def comm_bytes(self) -> int:
         """Bytes each rank receives: every other rank's K and V chunk."""
-        return (self.env.world - 1) * self.sl * self.HKV * self.D * 2 * 2
+        return comm_bytes(self.env.dims, self.env.world)

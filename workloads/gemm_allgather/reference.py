@@ -48,6 +48,16 @@ def expected(all_inputs: list[dict[str, np.ndarray]], dims: dict[str, int], worl
     return [{"y": full @ from_bf16_bits(np, inp["b"]).astype(np.float64)} for inp in all_inputs]
 
 
+def flops(dims: dict[str, int], world: int) -> int:
+    """Floating-point operations of one rank: Y_r [M, N/W] = X [M, K] @ B_r, 2 per multiply-add."""
+    return 2 * dims["M"] * dims["K"] * (dims["N"] // world)
+
+
+def comm_bytes(dims: dict[str, int], world: int) -> int:
+    """Bytes each rank receives over the links in one all-gather: every other rank's [M/W, K] bf16 rows."""
+    return (world - 1) * (dims["M"] // world) * dims["K"] * 2
+
+
 class Reference:
     """Host-driven AG + GEMM on the harness's NCCL communicator and CuPy's cuBLAS handle."""
 
@@ -101,5 +111,4 @@ class Reference:
 
     def comm_bytes(self) -> int:
         """Bytes each rank receives over the links in one all-gather."""
-        M, K = self.env.dims["M"], self.env.dims["K"]
-        return (self.env.world - 1) * (M // self.env.world) * K * 2
+        return comm_bytes(self.env.dims, self.env.world)

@@ -46,6 +46,16 @@ def expected(all_inputs: list[dict[str, np.ndarray]], dims: dict[str, int], worl
     return [{} if r != DECODE else {"kv": kv} for r in range(world)]
 
 
+def flops(dims: dict[str, int], world: int) -> int:
+    """Floating-point operations of the busiest rank, the prefill rank: per layer [S, H] @ [H, 2D]."""
+    return 2 * dims["L"] * dims["S"] * dims["H"] * 2 * dims["D"]
+
+
+def comm_bytes(dims: dict[str, int], world: int) -> int:
+    """Bytes the decode rank receives: the whole cache, [L, S, 2D] bf16."""
+    return dims["L"] * dims["S"] * 2 * dims["D"] * 2
+
+
 class Reference:
     def __init__(self, env: Any) -> None:
         import cupy
@@ -93,5 +103,4 @@ class Reference:
         return {"compute": lambda: self.compute(inputs), "transfer": lambda: self.transfer(outputs)}
 
     def comm_bytes(self) -> int:
-        L, S, D = self.env.dims["L"], self.env.dims["S"], self.env.dims["D"]
-        return L * S * 2 * D * 2
+        return comm_bytes(self.env.dims, self.env.world)

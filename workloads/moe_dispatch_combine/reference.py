@@ -61,6 +61,7 @@ def _sibling(name: str) -> Any:
 _cpu = _sibling("reference_cpu.py")
 TOPK, MAX_EXPERTS = _cpu.TOPK, _cpu.MAX_EXPERTS
 check_dims, local_experts, capacity, io_spec = _cpu.check_dims, _cpu.local_experts, _cpu.capacity, _cpu.io_spec
+flops, comm_bytes = _cpu.flops, _cpu.comm_bytes
 zipf_exponent, popularity, routing = _cpu.zipf_exponent, _cpu.popularity, _cpu.routing
 token_inputs, fill_inputs, expected, _silu = _cpu.token_inputs, _cpu.fill_inputs, _cpu.expected, _cpu._silu
 dispatch_order, Layout, simulate = _cpu.dispatch_order, _cpu.Layout, _cpu.simulate

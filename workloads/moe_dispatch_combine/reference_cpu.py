@@ -45,6 +45,18 @@ def capacity(dims: dict[str, int], world: int) -> int:
     return dims["T"] * min(TOPK, local_experts(dims, world))
 
 
+def flops(dims: dict[str, int], world: int) -> int:
+    """Floating-point operations of an average rank: T * 8 routed rows, each through [H, 2I] and
+    [I, H] (the routing decides each rank's real share; the hot experts' ranks do more)."""
+    return TOPK * dims["T"] * (2 * dims["H"] * 2 * dims["I"] + 2 * dims["I"] * dims["H"])
+
+
+def comm_bytes(dims: dict[str, int], world: int) -> int:
+    """Bytes an average rank receives: the (W-1)/W of its T * 8 routed rows that other ranks
+    dispatch to it, and as many results coming back in the combine, [H] bf16 each."""
+    return 2 * TOPK * dims["T"] * (world - 1) // world * dims["H"] * 2
+
+
 def io_spec(dims: dict[str, int], world: int, rank: int = 0) -> dict[str, list[tuple[str, tuple[int, ...], str]]]:
     check_dims(dims, world)
     T, H, I = dims["T"], dims["H"], dims["I"]

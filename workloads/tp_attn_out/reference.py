@@ -93,6 +93,17 @@ def norm_threads(cols: int) -> int:
     return max(32, min(1024, ((cols // 8 + 31) // 32) * 32))
 
 
+def flops(dims: dict[str, int], world: int) -> int:
+    """Floating-point operations of one rank: its partial [T, H] = a_r [T, D/W] @ w_r (the norm's few
+    operations per element are left out)."""
+    return 2 * dims["T"] * (dims["D"] // world) * dims["H"]
+
+
+def comm_bytes(dims: dict[str, int], world: int) -> int:
+    """Bytes each rank receives in a ring all-reduce of the [T, H] bf16 partial."""
+    return 2 * (world - 1) * (dims["T"] * dims["H"] * 2) // world
+
+
 class Reference:
     """GEMM, all-reduce and the fused residual + RMSNorm, in order on the harness stream."""
 
@@ -149,5 +160,4 @@ class Reference:
 
     def comm_bytes(self) -> int:
         """Bytes each rank receives in a ring all-reduce of the [T, H] partial."""
-        T, H, W = self.env.dims["T"], self.env.dims["H"], self.env.world
-        return 2 * (W - 1) * (T * H * 2) // W
+        return comm_bytes(self.env.dims, self.env.world)

@@ -1,8 +1,9 @@
 """The candidate screen: one candidate of a session in full, in tabs that exist only when the
 candidate has something for them (source; a diff per parent; compiler errors with their lines;
 deadlock diagnosis; verification; timings per shape and per rank; run logs), and its actions:
-re-benchmark and make-parent (through the live search, when the app runs one on this session)
-and export (always).
+re-benchmark (with a GPU) and make-parent (through the live search, when the app runs one on
+this session) and export (always). Keys: r re-benchmark, u use as parent, w export, ] and [
+the tabs, esc back (one meaning each on every screen).
 
 Everything is read from the session (SessionRepo) in a thread worker, so the event loop never
 waits on git; the search's controls are called from short workers too, as the dashboard does,
@@ -29,8 +30,10 @@ from cuco_tui.app.widgets.candidate.tabs import CandidateTabs
 from cuco_tui.app.widgets.lineage.rows import status_style
 from cuco_tui.lineage import SessionError, SessionRepo
 
-LIVE_ACTIONS = {"rebenchmark": "re-benchmark", "make_parent": "make parent"}
-LIVE_KEYS = {"r": "rebenchmark", "p": "make_parent"}
+LIVE_ACTIONS = {"rebenchmark": "re-benchmark", "make_parent": "use as parent"}
+LIVE_KEYS = {"r": "rebenchmark", "u": "make_parent"}
+NO_GPU_REBENCHMARK = ("re-benchmark needs a GPU to time on; this search has none, so it would only compile the same "
+                      "code again and commit nothing new")
 
 
 class CandidateScreen(Screen):
@@ -41,8 +44,8 @@ class CandidateScreen(Screen):
     """
     BINDINGS = [
         Binding("r", "rebenchmark", "Re-benchmark"),
-        Binding("p", "make_parent", "Make parent"),
-        Binding("x", "export", "Export"),
+        Binding("u", "make_parent", "Use as parent"),
+        Binding("w", "export", "Export"),
         Binding("right_square_bracket", "next_tab", "Next tab", key_display="]"),
         Binding("left_square_bracket", "previous_tab", "Prev tab", key_display="["),
         Binding("escape", "back", "Back"),
@@ -127,8 +130,10 @@ class CandidateScreen(Screen):
         if view.not_measured():
             text.append(f" · {view.not_measured()}", style="dim")
         text.append("\n")
-        if self._live():
-            text.append("live search attached: r re-benchmarks this candidate, p makes it the next parent",
+        if self._live() and self.search is not None and self.search.can_measure is False:
+            text.append("live search attached: u makes it the next parent; no re-benchmark (no GPU here)", style="dim")
+        elif self._live():
+            text.append("live search attached: r re-benchmarks this candidate, u makes it the next parent",
                         style="dim")
         else:
             text.append("browsing: no running search on this session, so re-benchmark and make parent are off",
@@ -140,9 +145,14 @@ class CandidateScreen(Screen):
     def _live(self) -> bool:
         return self.search is not None and self.search.running
 
+    def _no_gpu(self) -> bool:
+        return self.search is not None and self.search.can_measure is False
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in LIVE_ACTIONS and not self._live():
             return None  # shown, dimmed: the footer says it exists and is off here
+        if action == "rebenchmark" and self._no_gpu():
+            return None
         if action in LIVE_ACTIONS or action == "export":
             return self.view is not None or None
         return True
@@ -154,6 +164,9 @@ class CandidateScreen(Screen):
             why = ("the search on this session has ended" if self.search is not None else
                    "no search is running on this session (browsing)")
             self.notify(f"{what} needs a running search: {why}", severity="warning")
+            return True
+        if action == "rebenchmark" and self._no_gpu():
+            self.notify(NO_GPU_REBENCHMARK, severity="warning")
             return True
         if action in (*LIVE_ACTIONS, "export") and self.view is None:
             self.notify(f"{self.candidate_id} is still being read", severity="warning")
@@ -196,7 +209,7 @@ class CandidateScreen(Screen):
             search.prefer_parent(cid)
             return f"the next proposal will start from {cid}"
 
-        self._steer("make parent", prefer)
+        self._steer("use as parent", prefer)
 
     def action_export(self) -> None:
         if self.explain_disabled("export") or self.view is None:

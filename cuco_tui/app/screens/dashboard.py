@@ -1,12 +1,17 @@
 """The search dashboard: the search (a LiveSearch) runs in a thread worker; its events come
 back as SearchEvent messages, are folded into a DashboardState (cuco_tui.app.search_state.apply),
 and each widget is handed its part: the state panel, the proposal queue, the evaluations in
-flight, the speedup chart; a telemetry panel polls the GPUs in its own thread. Keys steer the
-search through LiveSearch's controls (pause, resume, stop, review and edit, hints, review mode,
-budget), each called from a short thread worker: the engine's lock may be held across a git
-commit, and the event loop never waits on git. `o` opens a committed candidate in the candidate
-screen, on its own handle to the session, with the live search attached (re-benchmark, make
-parent)."""
+flight, the leaderboard, the speedup chart with the bound; a telemetry panel polls the GPUs in
+its own thread. Keys steer the search through LiveSearch's controls (pause, resume, stop, review
+and edit, hints, review mode, budget), each called from a short thread worker: the engine's lock
+may be held across a git commit, and the event loop never waits on git. Enter on a leaderboard
+row, or `o`, opens a committed candidate in the candidate screen, on its own handle to the
+session, with the live search attached (re-benchmark, make parent).
+
+Stopping asks first (`x`, and `q` while proposals wait): proposals still waiting are recorded as
+unreviewed and come back on resume. Esc does nothing here: the dashboard is the search, not a
+screen to leave by accident. On a small terminal (below 110 columns or 36 lines) the panels
+say less (class -narrow, -short); without a GPU the chart is one line."""
 
 from __future__ import annotations
 
@@ -22,16 +27,19 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Footer, Header
+from textual.events import Resize
+from textual.widgets import Footer, Header, Static
 
 from cuco_tui.app.commands import SearchCommands
 from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.messages import SearchCrashed, SearchEvent
 from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.search_state import DashboardState, apply
+from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.app.widgets.search.editor import EditError, edit_source
 from cuco_tui.app.widgets.search.in_flight import InFlightTable
+from cuco_tui.app.widgets.search.leaderboard import Leaderboard
 from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
 from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
 from cuco_tui.app.widgets.search.state_panel import StatePanel
@@ -41,13 +49,21 @@ from cuco_tui.core.records import id_number
 from cuco_tui.lineage import SessionError
 from cuco_tui.search.config import REVIEW_MODES
 
-NO_GPU_SEARCH = ("No GPU on this machine: the search compiles every candidate (L0 + L1, status no_gpu) but "
-                 "cannot verify or time it. Press b to browse the example sessions recorded on GPU hosts.")
+NO_GPU_SEARCH = ("No GPU on this machine: every candidate is compiled (no_gpu), not verified or timed. "
+                 "Press b to browse the example sessions recorded on GPU hosts.")
+NO_GPU_CHART = "Chart: nothing is timed without a GPU."
+NARROW, SHORT, WIDE = 110, 36, 140  # below NARROW columns / SHORT lines the panels say less; from WIDE on
+# the left column (state, leaderboard, evaluations) is wider
 
 
 class DashboardScreen(Screen):
-    # Short labels: every key fits the footer at 120 columns (the palette has the long names).
+    # Quit, Open, Stop and Browse first: a narrow footer shows the keys in this order and cuts the
+    # rest (the palette, ^p, has every action by its long name).
     BINDINGS = [
+        Binding("q", "app.quit", "Quit"),
+        Binding("o", "open_candidate", "Open"),
+        Binding("x", "stop", "Stop"),
+        Binding("b", "app.browse", "Browse"),
         Binding("y", "accept", "Accept"),
         Binding("n", "reject", "Reject"),
         Binding("e", "edit", "Edit"),
@@ -56,9 +72,7 @@ class DashboardScreen(Screen):
         Binding("m", "cycle_review_mode", "Review"),
         Binding("h", "hint", "Hint"),
         Binding("dollar_sign", "budget", "Budget", key_display="$"),
-        Binding("o", "open_candidate", "Open"),
-        Binding("x", "stop", "Stop"),
-        Binding("escape", "back", "Back", show=False),  # hidden: the footer is full at 120 columns
+        Binding("l", "app.lineage", "Lineage"),
     ]
     COMMANDS = {SearchCommands}
 
@@ -80,9 +94,11 @@ class DashboardScreen(Screen):
         with Horizontal(id="dashboard-body"):
             with Vertical(id="dashboard-left"):
                 yield StatePanel(id="state-panel")
+                yield Leaderboard(id="leaderboard")
                 yield InFlightTable(id="in-flight")
             with Vertical(id="dashboard-right"):
                 yield ProposalQueue(id="proposals")
+                yield Static(NO_GPU_CHART, id="chart-line")
                 yield SpeedupChart(id="speedup-chart")
                 yield TelemetryPanel(id="telemetry")
         yield Footer()
@@ -98,6 +114,19 @@ class DashboardScreen(Screen):
             self._unsubscribe = self.search.events.subscribe(lambda e: self.post_message(SearchEvent(e)),
                                                              replay=True)
             self._run_search()
+        self.query_one("#leaderboard-table").focus()  # enter opens the highlighted candidate
+        self._fit(self.size.width, self.size.height)
+
+    def on_resize(self, event: Resize) -> None:
+        self._fit(event.size.width, event.size.height)
+
+    def _fit(self, width: int, height: int) -> None:
+        narrow, short = width < NARROW, height < SHORT
+        self.set_class(narrow, "-narrow")
+        self.set_class(width >= WIDE, "-wide")
+        self.set_class(short, "-short")
+        self.query_one(StatePanel).compact = short or narrow
+        self.query_one(ProposalQueue).compact = short or narrow
 
     def on_unmount(self) -> None:
         self.search.stop()
@@ -114,6 +143,14 @@ class DashboardScreen(Screen):
             self.query_one(InFlightTable).show(new.evaluations)
         if new.points is not old.points:
             self.query_one(SpeedupChart).points = new.points
+        if new.bounds is not old.bounds:
+            self.query_one(SpeedupChart).bound = new.bounds.speedup if new.bounds is not None else None
+        if new.board is not old.board or new.bounds is not old.bounds or new.work is not old.work:
+            self.query_one(Leaderboard).show(new.board, new.bounds, new.work, shape_names(new))
+        if new.can_measure is not old.can_measure:
+            self.set_class(new.can_measure is False, "-no-gpu")  # the chart folds to one line
+        for notice in new.notices[len(old.notices):]:
+            self.notify(notice, title="plateau", severity="warning", timeout=15)
         if new.session and new.session != old.session:
             how = f", resumed at generation {new.resumed_at}" if new.resumed_at is not None else ""
             self.sub_title = f"search · {new.workload} · session {Path(new.session).name}{how} · agent {new.agent}"
@@ -299,7 +336,8 @@ class DashboardScreen(Screen):
                                         "e.g. 5, +2 for two more, none to lift the cap"), answered)
 
     def action_open_candidate(self) -> None:
-        """A committed candidate in the candidate screen; an empty answer opens the best."""
+        """A committed candidate in the candidate screen; an empty answer opens the one the
+        leaderboard highlights (else the best, else the last committed)."""
         if not self.search.started:
             self.notify("the search is still starting", severity="warning")
             return
@@ -307,9 +345,9 @@ class DashboardScreen(Screen):
         if not committed:
             self.notify("no candidate is committed yet", severity="warning")
             return
-        best = self.state.best_id
-        default = best or max(committed, key=id_number)
-        what = "the best" if best else "the last committed"
+        best, highlighted = self.state.best_id, self.query_one(Leaderboard).highlighted
+        default = highlighted or best or max(committed, key=id_number)
+        what = ("the highlighted" if highlighted else "the best" if best else "the last committed")
 
         def answered(text: str | None) -> None:
             if text is None:
@@ -321,6 +359,25 @@ class DashboardScreen(Screen):
             self._open_candidate(cid)
 
         self.app.push_screen(TextPrompt(f"Open which candidate? (empty: {what}, {default})", "e.g. c0007"), answered)
+
+    def on_leaderboard_chosen(self, message: Leaderboard.Chosen) -> None:
+        self.go_to_candidate(message.candidate)
+
+    def candidate_choices(self) -> list[tuple[str, str]]:
+        """(label, id) of every committed candidate, best first: the palette's go-to entries."""
+        out = []
+        for e in self.state.board:
+            speed = f" {e.speedup:.2f}x" if e.measured and e.speedup is not None else ""
+            out.append((f"Open candidate {e.candidate} · {e.status}{speed} · {e.strategy}", e.candidate))
+        return out
+
+    def go_to_candidate(self, cid: str) -> None:
+        if not self.search.started:
+            self.notify("the search is still starting", severity="warning")
+        elif cid not in self.state.sources:
+            self.notify(f"no committed candidate {cid!r} in this search", severity="warning")
+        else:
+            self._open_candidate(cid)
 
     @work(thread=True, group="open-candidate", exit_on_error=False)
     def _open_candidate(self, cid: str) -> None:
@@ -334,27 +391,76 @@ class DashboardScreen(Screen):
                                   CandidateScreen(repo, cid, search=self.search, owns_repo=True))
 
     def action_stop(self) -> None:
+        """Stop the search, once the engineer said yes: what runs is committed, what waits for
+        review is recorded as unreviewed."""
         search = self._ready()
-        if search is not None:
-            self.state = replace(self.state, run="stopping")
-            self._control("stop", search.stop)
+        if search is None:
+            return
 
-    def action_back(self) -> None:
-        if len(self.app.screen_stack) > 1:
-            self.app.pop_screen()
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.state = replace(self.state, run="stopping")
+                self._control("stop", search.stop)
+
+        self.app.push_screen(Confirm("Stop the search?", self._stop_detail("No new proposal is asked for."),
+                                     yes="Stop", no="Go on"), answered)
+
+    def _stop_detail(self, first: str) -> str:
+        s = self.state
+        session = Path(s.session).name if s.session else "SESSION"
+        parts = [first]
+        if s.in_flight:
+            parts.append(f"{s.in_flight} evaluation(s) in flight finish and are committed.")
+        if s.held:
+            parts.append(f"{s.held} proposal(s) waiting for review are recorded as unreviewed (not rejected) and "
+                         "come back for review when the search is resumed.")
+        parts.append(f"Resume with: cuco-tui --resume {session}")
+        return " ".join(parts)
 
     def quit_after_search(self) -> bool:
-        """The first `q` while evaluations run: stop the search and quit once the evaluations in
-        flight are committed (nothing is lost). False when there is nothing to wait for."""
-        if not self.search.running or self.state.in_flight == 0:
+        """`q` while the search runs: with proposals waiting, ask first, then stop and quit once
+        everything is committed (the waiting ones as unreviewed); with evaluations in flight only,
+        stop and quit once they are committed (nothing is lost). False when there is nothing to
+        wait for: quit now."""
+        if not self.search.running or self.state.over:
             return False
-        self._quit_when_finished = True
-        self.state = replace(self.state, run="stopping")
-        self._control("stop", self.search.stop)
+        if self.state.held:
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    self._stop_then_quit()
+
+            self.app.push_screen(Confirm(f"Quit? {self.state.held} proposal(s) wait for your review.",
+                                         self._stop_detail("The search stops first."), yes="Quit", no="Stay"),
+                                 answered)
+            return True
+        if self.state.in_flight == 0:
+            return False
+        self._stop_then_quit()
         self.notify(f"Stopping: {self.state.in_flight} evaluation(s) in flight finish and are committed, then "
                     "cuco-tui quits. Press q again to quit now (the process still waits for them to end, "
                     "each within its time limit).", title="quit", timeout=30)
         return True
+
+    @property
+    def quitting(self) -> bool:
+        """True once `q` stopped the search to quit when it is over (a second `q` quits now)."""
+        return self._quit_when_finished
+
+    def _stop_then_quit(self) -> None:
+        self._quit_when_finished = True
+        self.state = replace(self.state, run="stopping")
+        self._control("stop", self.search.stop)
+
+
+def shape_names(s: DashboardState) -> list[str]:
+    """The bench shapes the leaderboard has columns for: the bounds', then the measured ones',
+    in the order first seen (the session's own workload, which a resumed search may not share
+    with the app's default)."""
+    names = [b.shape for b in s.bounds.shapes] if s.bounds is not None else []
+    names += list(s.work)
+    for entry in s.board:
+        names += [t.shape for t in entry.timings]
+    return list(dict.fromkeys(names))
 
 
 def parse_budget(text: str, current: float | None) -> float | None:

@@ -1,5 +1,6 @@
 """The evaluate screen: a workload's candidates on the left, the selected one's last result on
-the right; `e` evaluates the selected candidate, `a` all of them, one after another.
+the right; `r` runs the selected candidate through the cascade, `R` all of them, one after
+another; `o` opens its source (keys mean the same on every screen: README, "Keys").
 
 Evaluations run in a thread worker that drains a queue, so a GPU group is never shared by two
 candidates and the event loop never waits on nvcc or a GPU. Progress comes back as messages."""
@@ -20,6 +21,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Label, TextArea
 from textual.worker import get_current_worker
 
+from cuco_tui.app.commands import EvaluateCommands
 from cuco_tui.app.messages import (
     CandidateHighlighted,
     CandidateState,
@@ -53,10 +55,11 @@ def candidate_files(workload: Workload) -> list[Path]:
 
 class EvaluateScreen(Screen):
     BINDINGS = [
-        Binding("e", "evaluate_selected", "Evaluate"),
-        Binding("a", "evaluate_all", "Evaluate all"),
-        Binding("v", "view_source", "View source"),
+        Binding("r", "evaluate_selected", "Run"),
+        Binding("R", "evaluate_all", "Run all"),
+        Binding("o", "view_source", "Open source"),
     ]
+    COMMANDS = {EvaluateCommands}
 
     def __init__(self, workload: Workload, gpus: list[int] | None, evaluate_fn: EvaluateFn) -> None:
         super().__init__()
@@ -187,11 +190,7 @@ class EvaluateScreen(Screen):
 class SourceScreen(ModalScreen[None]):
     """A candidate's source, read-only, with CUDA/C++ highlighting where Textual has it."""
 
-    BINDINGS = [
-        Binding("escape", "close", "Close"),
-        Binding("q", "close", "Close", priority=True),
-        Binding("v", "close", "Close", show=False, priority=True),
-    ]
+    BINDINGS = [Binding("escape", "close", "Close")]
 
     def __init__(self, path: Path, label: str) -> None:
         super().__init__()

@@ -1,6 +1,8 @@
 """The lineage screen: a session's candidates as a DAG (table with a graph column, colored by
-status), filters by island / status / backend, jump to an id, one candidate's details, the
-diff of two marked candidates, and Enter to open a candidate in full (the candidate screen).
+status), filters by island / status / backend, jump to an id, one candidate's details, two
+marked candidates compared side by side (the compare screen), export, and Enter (or o) to open
+a candidate in full (the candidate screen). The header names the machine the session was
+recorded on (GPUs, driver, CUDA, NCCL).
 
 Opening reads only the index's summaries (one SQLite query); a candidate's full record and any
 diff are read from git in thread workers, so the event loop never waits on git."""
@@ -8,6 +10,7 @@ diff are read from git in thread workers, so the event loop never waits on git."
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 from textual import work
 from textual.app import ComposeResult
@@ -19,9 +22,10 @@ from textual.widgets import Footer, Header, Input, Static
 from cuco_tui.app.commands import LineageCommands
 from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.screens.candidate import CandidateScreen
+from cuco_tui.app.screens.compare import CompareScreen
+from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, export_candidate
 from cuco_tui.app.widgets.lineage.candidate_details import CandidateDetails
 from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
-from cuco_tui.app.widgets.lineage.diff_view import CandidateDiff
 from cuco_tui.app.widgets.lineage.rows import LineageFilter, LineageRow, lineage_rows
 from cuco_tui.lineage import SessionError, SessionRepo
 
@@ -40,22 +44,27 @@ class LineageScreen(Screen):
     LineageScreen #lineage-jump.-open { display: block; }
     """
     BINDINGS = [
-        Binding("enter", "open_candidate", "Open"),
+        Binding("q", "app.quit", "Quit"),
+        Binding("o,enter", "open_candidate", "Open"),
+        Binding("escape", "back", "Back"),
+        Binding("c", "compare", "Compare"),
+        Binding("slash,g", "jump", "Go to id"),
+        Binding("w", "export", "Export"),
         Binding("i", "cycle_island", "Island"),
         Binding("f", "cycle_status", "Status"),
-        Binding("b", "cycle_backend", "Backend"),
+        Binding("d", "cycle_backend", "Backend"),
         Binding("0", "clear_filters", "No filter"),
-        Binding("slash,g", "jump", "Go to id"),
-        Binding("c", "compare", "Compare"),
-        Binding("escape", "back", "Back"),
     ]
     COMMANDS = {LineageCommands}
 
-    def __init__(self, repo: SessionRepo, owns_repo: bool = False, search: LiveSearch | None = None) -> None:
+    def __init__(self, repo: SessionRepo, owns_repo: bool = False, search: LiveSearch | None = None,
+                 export_root: Path = DEFAULT_ROOT) -> None:
         """`owns_repo`: close the repository when the screen goes away. `search`: the search
-        the app runs, if any; candidates opened from here get it when it runs this session."""
+        the app runs, if any; candidates opened from here get it when it runs this session.
+        `export_root`: where export writes <session>-<id>/."""
         super().__init__()
         self.repo = repo
+        self.export_root = Path(export_root)
         self._owns_repo = owns_repo
         self.search = search
         self.rows: list[LineageRow] = []
@@ -75,6 +84,9 @@ class LineageScreen(Screen):
 
     def on_mount(self) -> None:
         self.title = f"lineage · {self.repo.path.name}"
+        machine = self.repo.machine()
+        self.sub_title = (f"recorded on {machine.describe()}" if machine is not None
+                          else "machine not recorded (a session made before cuco recorded it)")
         self.rows = lineage_rows(self.repo.summaries())
         self._apply_filter()
         self.query_one(CandidateTable).focus()
@@ -95,7 +107,7 @@ class LineageScreen(Screen):
         self._update_bar()
 
     def _update_bar(self) -> None:
-        marked = f" · marked {self.marked} (c on another to compare)" if self.marked else ""
+        marked = f" · marked {self.marked} (c on another to compare)" if self.marked else " · c marks one to compare"
         self.query_one("#lineage-bar", Static).update(
             f"{len(self.shown)} of {len(self.rows)} candidates · filter: {self.filter.describe()}{marked}")
 
@@ -143,6 +155,18 @@ class LineageScreen(Screen):
         self._load_details(candidate_id)
         return True
 
+    def candidate_choices(self) -> list[tuple[str, str]]:
+        """(label, id) of every candidate, in lineage order: the palette's go-to entries."""
+        out = []
+        for r in self.rows:
+            s = r.summary
+            speed = f" {s.speedup:.2f}x" if s.speedup is not None else ""
+            out.append((f"Go to candidate {s.id} · {s.status}{speed} · {s.kind}", s.id))
+        return out
+
+    def go_to_candidate(self, candidate_id: str) -> None:
+        self.jump_to(candidate_id)
+
     def on_candidate_table_highlighted(self, event: CandidateTable.Highlighted) -> None:
         self._load_details(event.candidate_id)
 
@@ -183,7 +207,27 @@ class LineageScreen(Screen):
             return
         a, self.marked = self.marked, None
         self._update_bar()
-        self.app.push_screen(DiffScreen(self.repo, a, current))
+        self.app.push_screen(CompareScreen(self.repo, a, current))
+
+    # ---- export ----------------------------------------------------------------------------
+
+    def action_export(self) -> None:
+        current = self.query_one(CandidateTable).highlighted_id
+        if current is None:
+            self.notify("no candidate is shown (clear the filters with 0)", severity="warning")
+            return
+        self._export(current)
+
+    @work(thread=True, group="lineage-export", exit_on_error=False)
+    def _export(self, candidate_id: str) -> None:
+        try:
+            record = self.repo.record(candidate_id)
+            done = export_candidate(record, default_folder(self.repo.path.name, candidate_id, self.export_root))
+        except (SessionError, OSError) as e:
+            self.app.call_from_thread(self.notify, f"export of {candidate_id} failed: {e}", severity="error")
+            return
+        names = ", ".join(p.name for p in done.files)
+        self.app.call_from_thread(self.notify, f"wrote {names} to {done.folder.resolve()}", title="export")
 
     def action_back(self) -> None:
         """Escape: close the id box when open, else leave the screen."""
@@ -198,41 +242,3 @@ class LineageScreen(Screen):
         if self._owns_repo:
             self.workers.cancel_all()
             self.repo.close()
-
-
-class DiffScreen(Screen):
-    """candidate.cu of `a_id` against `b_id`."""
-
-    BINDINGS = [Binding("escape,q", "back", "Back")]
-
-    def __init__(self, repo: SessionRepo, a_id: str, b_id: str) -> None:
-        super().__init__()
-        self.repo = repo
-        self.a_id = a_id
-        self.b_id = b_id
-        self.diff_text: str | None = None  # set once computed
-
-    def compose(self) -> ComposeResult:
-        yield Header()
-        yield CandidateDiff(id="lineage-diff")
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.title = f"diff {self.a_id} → {self.b_id}"
-        self._compute()
-
-    @work(thread=True, exclusive=True)
-    def _compute(self) -> None:
-        try:
-            diff = self.repo.diff(self.a_id, self.b_id)
-        except SessionError as e:
-            self.app.call_from_thread(self.notify, str(e), severity="error")
-            return
-        self.app.call_from_thread(self._show, diff)
-
-    def _show(self, diff: str) -> None:
-        self.diff_text = diff
-        self.query_one(CandidateDiff).show(diff, self.a_id, self.b_id)
-
-    def action_back(self) -> None:
-        self.app.pop_screen()

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich import box
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
@@ -14,6 +16,7 @@ from textual.reactive import reactive
 from textual.widgets import Label, Static
 
 from cuco_tui.app.messages import CandidateState, status_tone
+from cuco_tui.app.widgets.measure import natural_width
 from cuco_tui.core.result import CascadeResult, Diagnostic, Level, ShapeTiming, Verification
 
 LEVEL_NAMES = {
@@ -38,6 +41,9 @@ class Shown:
 
 
 class ResultView(VerticalScroll):
+    DEFAULT_CSS = """
+    ResultView { overflow-x: auto; }
+    """
     shown: reactive[Shown | None] = reactive(None)
 
     def compose(self) -> ComposeResult:
@@ -81,7 +87,7 @@ class ResultView(VerticalScroll):
         else:
             status.update("not evaluated")
         previous = " (last result below)" if shown.state.busy and result is not None else ""
-        facts = _facts(result) + previous if result is not None else ("" if shown.state.busy else "press e to evaluate")
+        facts = _facts(result) + previous if result is not None else ("" if shown.state.busy else "press r to run it through the cascade")
         self.query_one("#result-facts", Static).update(facts)
         reason = shown.note or (result.reason if result is not None else "")
         self.query_one("#result-reason", Static).update(Content(reason))
@@ -104,6 +110,10 @@ class ResultView(VerticalScroll):
         widget = self.query_one(selector, Static)
         widget.display = content is not None
         widget.update(content if content is not None else "")
+        # A table as wide as it is: a narrow pane scrolls it sideways rather than squeezing it.
+        width = natural_width(content) if content is not None else None
+        padding = widget.styles.padding
+        widget.styles.width = width + padding.left + padding.right if width is not None else "1fr"
 
 
 def _facts(result: CascadeResult) -> str:
@@ -130,15 +140,26 @@ def _diagnostics(diags: list[Diagnostic]) -> Content:
     return Content.assemble(*parts)
 
 
-def _verification_table(rows: list[Verification]) -> Table:
+def _verification_table(rows: list[Verification]) -> Group:
+    """A table of short cells that never wrap (a narrow pane scrolls it sideways rather than
+    breaking it one token a line), then each shape's worst element on a line of its own."""
     table = Table(title="Verification", title_justify="left", box=box.SIMPLE_HEAD, expand=False)
-    for name, justify in (("shape", "left"), ("ok", "center"), ("max rel err", "right"), ("rel fro err", "right"),
-                          ("unwritten", "right"), ("non-finite", "right"), ("worst element", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for name, justify in (("shape", "left"), ("ok", "center"), ("max rel", "right"), ("fro rel", "right"),
+                          ("unwritten", "right"), ("NaN/inf", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for v in rows:
         table.add_row(v.shape, "✓" if v.ok else "✗", f"{v.max_rel_error:.3g}", f"{v.rel_fro_error:.3g}",
-                      f"{v.unwritten}/{v.elements}", str(v.nonfinite), v.worst)
-    return table
+                      f"{v.unwritten}/{count(v.elements)}", str(v.nonfinite))
+    worst = [Text.assemble((f"{v.shape}: ", "bold"), f"worst element {v.worst}") for v in rows if v.worst]
+    return Group(table, *worst)
+
+
+def count(n: int) -> str:
+    """1572864 -> "1.6M": an element count short enough for a narrow pane."""
+    for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
 
 
 def _timing_table(rows: list[ShapeTiming], geomean: float | None) -> Table:

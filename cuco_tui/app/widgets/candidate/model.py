@@ -1,13 +1,16 @@
 """One candidate as the candidate view shows it, read once from the session (in a thread) into
 plain data: the record (from the index: record.json, with result.json and the rationale in
-it), its source (candidate.cu from git), a diff against each parent, and its logs under the
-names the commit stores them (logs/<name>.txt). No Textual here."""
+it), its source (candidate.cu from git), a diff against each parent, its logs under the
+names the commit stores them (logs/<name>.txt), and what its timings are measured against: the
+session's bounds and the workload's work per shape (FLOPs, bytes). No Textual here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Mapping
 
+from cuco_tui.core.bounds import Bounds, ShapeFigures, Work, all_figures
 from cuco_tui.core.result import CascadeResult, Diagnostic, Level, Status
 from cuco_tui.lineage import SessionError, SessionRepo
 from cuco_tui.lineage.files import log_paths
@@ -36,6 +39,12 @@ class CandidateView:
     diffs: tuple[ParentDiff, ...]
     logs: tuple[LogFile, ...]  # only logs with text
     result_error: str = ""  # why result is None although the record holds one
+    bounds: Bounds | None = None  # the session's, when it measured them
+    work: Mapping[str, Work] = field(default_factory=dict)  # per bench shape, when the workload counts it
+
+    def figures(self) -> tuple[ShapeFigures, ...]:
+        """Per measured shape: time, speedup, TFLOP/s, GB/s and % of the bound where known."""
+        return all_figures(self.result.timings, self.bounds, self.work) if self.result is not None else ()
 
     @property
     def id(self) -> str:
@@ -53,6 +62,8 @@ class CandidateView:
         """Why there are no timings, in a few words ("" when there are)."""
         if self.measured:
             return ""
+        if self.record.status == "unreviewed":
+            return "not evaluated: the search stopped before this proposal was reviewed"
         if self.result is None:
             return "not measured: no evaluation result recorded"
         if self.result.status is Status.MEASURED:
@@ -83,7 +94,7 @@ class CandidateView:
 
 
 def parse_result(record: CandidateRecord) -> tuple[CascadeResult | None, str]:
-    if not record.result:
+    if not record.result or record.status == "unreviewed":  # never evaluated: nothing to read
         return None, ""
     if record.result.get("status") == "pending":
         return None, "the evaluation never finished"
@@ -113,4 +124,22 @@ def load_candidate(repo: SessionRepo, candidate_id: str) -> CandidateView:
             text = stored[name] if isinstance(stored[name], str) else str(stored[name])
             if text.strip():
                 logs.append(LogFile(str(name), path, text))
-    return CandidateView(repo.path.name, record, result, tuple(diffs), tuple(logs), error)
+    bounds = repo.bounds()
+    work = {b.shape: b.work for b in bounds.shapes} if bounds is not None else session_work(repo, result)
+    return CandidateView(repo.path.name, record, result, tuple(diffs), tuple(logs), error, bounds, work)
+
+
+def session_work(repo: SessionRepo, result: CascadeResult | None) -> dict[str, Work]:
+    """The workload's work per shape at the result's world size, for a session without bounds
+    (made without a GPU, or before bounds were recorded); {} when there is nothing to count."""
+    if result is None or not result.timings or not result.world:
+        return {}
+    from cuco_tui.core.workload import WorkloadError
+    from cuco_tui.evaluate.work import work_counts
+    from cuco_tui.workload.manifest import load_workload
+
+    try:
+        workload = load_workload(str(repo.session_info().get("workload", "")))
+    except WorkloadError:  # a bundle of a workload this checkout lacks
+        return {}
+    return work_counts(workload, result.world)

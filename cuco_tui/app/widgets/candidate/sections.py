@@ -146,8 +146,8 @@ def verification(view: CandidateView) -> Section | None:
         parts.append(Text(r.reason, style="bold red"))
     parts.append(verification_table(r.verifications))
     for v in r.verifications:
-        if not v.ok and v.worst:
-            parts.append(Text(f"{v.shape}: worst element {v.worst} (tolerance {v.tolerance:g})"))
+        if not v.ok and v.tolerance:
+            parts.append(Text(f"{v.shape}: tolerance {v.tolerance:g} (|y - ref| / (|ref| + rms(ref)))"))
     return Section("verification", "Verification", tuple(parts), wide=True)
 
 
@@ -155,7 +155,7 @@ def timings(view: CandidateView) -> Section | None:
     r = view.result
     if r is None or not r.timings:
         return None
-    return Section("timings", "Timings", (timings_renderable(r.timings, r.speedup),), wide=True)
+    return Section("timings", "Timings", (timings_renderable(r.timings, r.speedup, view.figures()),), wide=True)
 
 
 def sections(view: CandidateView) -> list[Section]:

@@ -1,7 +1,10 @@
 """The candidate's sections as tabs: one pane per section with content, each a scroll view of
-Statics (code scrolls sideways rather than wrapping)."""
+Statics (code and tables scroll sideways rather than wrapping or squeezing: a wide part is as
+wide as its content, measured once)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import ScrollableContainer, Vertical
@@ -9,10 +12,19 @@ from textual.widgets import Static, TabbedContent, TabPane
 
 from cuco_tui.app.widgets.candidate.model import CandidateView
 from cuco_tui.app.widgets.candidate.sections import Section, first_section, sections
+from cuco_tui.app.widgets.measure import natural_width
 
 
 def pane_id(section_id: str) -> str:
     return f"tab-{section_id}"
+
+
+def part(renderable: Any, wide: bool) -> Static:
+    static = Static(renderable, classes="candidate-part -wide" if wide else "candidate-part")
+    width = natural_width(renderable) if wide else None
+    if width is not None:
+        static.styles.width = width
+    return static
 
 
 class CandidateTabs(Vertical):
@@ -36,8 +48,8 @@ class CandidateTabs(Vertical):
             for section in self.sections:
                 with TabPane(section.title, id=pane_id(section.id)):
                     with ScrollableContainer(classes="candidate-section"):
-                        for part in section.parts:
-                            yield Static(part, classes="candidate-part -wide" if section.wide else "candidate-part")
+                        for renderable in section.parts:
+                            yield part(renderable, section.wide)
 
     @property
     def ids(self) -> list[str]:

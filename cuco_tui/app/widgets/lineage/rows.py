@@ -13,6 +13,7 @@ STATUS_STYLE = {
     "incorrect": "yellow",
     "rejected": "magenta",
     "no_gpu": "cyan",
+    "unreviewed": "blue",  # held for review when the search stopped: no verdict
     "pending": "dim",
 }
 FAILURE_STYLE = "red"  # compile_error, deadlock, crash, timeout, ...

@@ -1,6 +1,7 @@
 """The proposals waiting for the engineer: a list on top, the selected one below with its
 rationale, design coordinates and unified diff against its parent. The dashboard hands it the
-proposals of its state (show); the queue keeps the rows, the selection and the details."""
+proposals of its state (show); the queue keeps the rows, the selection and the details.
+`compact` (a small terminal) shortens the details to a few lines, so the diff stays in view."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from rich.syntax import Syntax
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
+from textual.reactive import reactive
 from textual.widgets import Label, ListItem, ListView, Static
 
 from cuco_tui.app.search_state import PendingProposal
@@ -28,9 +30,10 @@ class ProposalRow(ListItem):
 
 class ProposalQueue(Vertical):
     shown: str | None = None  # the candidate whose details are drawn below the list
+    compact: reactive[bool] = reactive(False)
 
     def compose(self) -> ComposeResult:
-        yield Label("Proposals awaiting review (y accept · n reject · e edit · a accept all)", classes="panel-title",
+        yield Label("Proposals to review (y accept · n reject · e edit · a accept all)", classes="panel-title",
                     id="proposal-title")
         yield ListView(id="proposal-list")
         with VerticalScroll(id="proposal-detail"):
@@ -86,6 +89,10 @@ class ProposalQueue(Vertical):
 
     # --- drawing --------------------------------------------------------------------------------
 
+    def watch_compact(self, compact: bool) -> None:
+        if self.is_mounted:
+            self._show_selected()
+
     def on_list_view_highlighted(self, event: ListView.Highlighted) -> None:
         event.stop()
         self._show_selected()
@@ -100,7 +107,7 @@ class ProposalQueue(Vertical):
             head.update("No proposal is waiting.")
             diff.update("")
             return
-        head.update(render_head(p))
+        head.update(render_compact_head(p) if self.compact else render_head(p))
         if p.diff:
             diff.update(Syntax(p.diff, "diff", theme="ansi_dark", word_wrap=False, background_color="default"))
         else:
@@ -120,3 +127,12 @@ def render_head(p: PendingProposal) -> Content:
     parts.append(("rationale\n", "bold"))
     parts.append(p.rationale.strip() + "\n")
     return Content.assemble(*parts)
+
+
+def render_compact_head(p: PendingProposal) -> Content:
+    """The design and knobs only: the list row above says who, from which parent and why, so
+    the diff below starts within a few lines."""
+    design = {k: v for k, v in p.design.items() if k != "knobs"}
+    knobs = " ".join(f"{k}={v}" for k, v in (p.design.get("knobs") or {}).items())
+    return Content.assemble(("design ", "$text-muted"),
+                            " ".join(f"{k}={v}" for k, v in design.items()) + (f" · {knobs}" if knobs else ""))

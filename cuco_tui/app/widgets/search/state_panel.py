@@ -1,6 +1,6 @@
 """The search's state at a glance: running/paused, phase, generation, islands, candidates per
-status, best speedup, dollars against the budget, review mode (the dashboard hands it its
-DashboardState)."""
+status, best speedup and how close it is to the bound, dollars against the budget, review mode
+(the dashboard hands it its DashboardState). `compact` (a short terminal) puts two facts a line."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from textual.reactive import reactive
 from textual.widgets import Label, Static
 
 from cuco_tui.app.search_state import DashboardState
+from cuco_tui.core.bounds import all_figures, mean_pct_of_bound
 
 
 RUN_TONE = {"running": "-ok", "paused": "-warn", "stopping": "-warn", "failed": "-bad"}
@@ -18,6 +19,7 @@ RUN_TONE = {"running": "-ok", "paused": "-warn", "stopping": "-warn", "failed": 
 
 class StatePanel(Vertical):
     state: reactive[DashboardState] = reactive(DashboardState, always_update=True)
+    compact: reactive[bool] = reactive(False)
 
     def compose(self) -> ComposeResult:
         yield Label("Search", classes="panel-title")
@@ -31,10 +33,26 @@ class StatePanel(Vertical):
         run.remove_class("-ok", "-warn", "-bad")
         run.update(state.run)
         run.add_class(RUN_TONE.get(state.run, "-busy" if state.run == "starting" else "-ok"))
-        self.query_one("#state-facts", Static).update(render_facts(state))
+        self.query_one("#state-facts", Static).update(render_compact(state) if self.compact else render_facts(state))
+
+    def watch_compact(self, compact: bool) -> None:
+        self.watch_state(self.state)
 
     def on_mount(self) -> None:
         self.watch_state(self.state)
+
+
+def bound_fact(s: DashboardState, short: bool = False) -> str:
+    """The bound as a speedup and how much of it the best reaches, or why it is not known
+    (`short`: the reason's first words)."""
+    if s.bounds is None or s.bounds.speedup is None:
+        if s.bounds_note:
+            return s.bounds_note.split(" (")[0].split(": ")[0] if short else s.bounds_note
+        return "needs a GPU" if s.can_measure is False else "-"
+    best = next((e for e in s.board if e.candidate == s.best_id), None)
+    pct = mean_pct_of_bound(all_figures(best.timings, s.bounds, s.work)) if best is not None else None
+    reached = f", best at {pct:.0f}%" if pct is not None else ""
+    return f"{s.bounds.speedup:.2f}x{reached}"
 
 
 def render_facts(s: DashboardState) -> Content:
@@ -46,10 +64,28 @@ def render_facts(s: DashboardState) -> Content:
         ("phase", s.phase), ("generation", gen), ("islands", str(s.islands or "-")),
         ("review", s.review_mode), ("committed", statuses),
         ("waiting", f"{s.held} for review, {s.in_flight} evaluating"),
-        ("best", best), ("spent", budget), ("hints", str(s.hints)),
+        ("best", best), ("bound", bound_fact(s)), ("spent", budget), ("hints", str(s.hints)),
     ]
+    return _rows(rows)
+
+
+def render_compact(s: DashboardState) -> Content:
+    """The same facts in fewer lines, for a short terminal."""
+    statuses = " ".join(f"{k} {v}" for k, v in sorted(s.statuses.items())) or "none yet"
+    best = f"{s.best_speedup:.2f}x {s.best_id}" if s.best_speedup is not None else "-"
+    budget = f"${s.spent:.2f}/${s.budget:.2f}" if s.budget is not None else f"${s.spent:.2f}"
+    gen = f"{s.generation}/{s.generations}" if s.generations else str(s.generation)
+    rows = [
+        ("gen", f"{gen} {s.phase} · {s.review_mode}"), ("done", statuses),
+        ("waiting", f"{s.held} review, {s.in_flight} evaluating"),
+        ("best", best), ("bound", bound_fact(s, short=True)), ("spent", f"{budget} · hints {s.hints}"),
+    ]
+    return _rows(rows, width=8)
+
+
+def _rows(rows: list[tuple[str, str]], width: int = 11) -> Content:
     parts: list = []
     for i, (name, value) in enumerate(rows):
-        parts.append((f"{name:<11}", "$text-muted"))
+        parts.append((f"{name:<{width}}", "$text-muted"))
         parts.append(value + ("\n" if i < len(rows) - 1 else ""))
     return Content.assemble(*parts)

@@ -1,7 +1,7 @@
 """The GPUs at a glance: one row per GPU (utilization, memory, power, temperature, SM clock,
 NVLink GB/s), refreshed about once a second. A thread worker owns the reader and does every
 NVML call; its snapshots come back as Sampled messages, so the event loop never waits on the
-driver. Without a GPU the panel says so in one sentence."""
+driver. Without a GPU the panel is one line saying so (class -none)."""
 
 from __future__ import annotations
 
@@ -135,9 +135,11 @@ class TelemetryPanel(Vertical):
         title = f"GPUs · {names.pop()}" if len(names) == 1 else "GPUs"
         self.query_one("#telemetry-title", Label).update(title)
         if not snapshot.samples:
-            status.update(snapshot.error or "no GPUs found: telemetry off")
+            status.update(f"GPUs: {snapshot.error or 'none found; telemetry off'}")
             status.display, table.display = True, False
+            self.add_class("-none")
             return
+        self.remove_class("-none")
         status.display, table.display = False, True
         keys = [str(s.index) for s in snapshot.samples]
         if [str(k.value) for k in table.rows] != keys:

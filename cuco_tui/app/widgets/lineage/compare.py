@@ -1,0 +1,83 @@
+"""Two candidates side by side: status, speedup and % of bound, every design coordinate and
+knob, and per bench shape the time, speedup, TFLOP/s, GB/s and % of the bound; rows that differ
+are marked. Built from two CandidateViews (candidate/model.py), so the figures are the candidate
+view's own. The code's unified diff is shown below the table by the compare screen."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from cuco_tui.app.widgets.candidate.model import CandidateView
+from cuco_tui.core.bounds import ShapeFigures, format_figure, mean_pct_of_bound
+
+DIFFERS = "≠"
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    label: str
+    a: str
+    b: str
+    section: str = ""  # "" for the facts, "design", "knobs", or a shape's name
+
+    @property
+    def differs(self) -> bool:
+        return self.a != self.b
+
+
+def _figure_rows(shape: str, fa: ShapeFigures | None, fb: ShapeFigures | None) -> list[CompareRow]:
+    def cell(f: ShapeFigures | None, attr: str, spec: str, unit: str = "") -> str:
+        return format_figure(getattr(f, attr) if f is not None else None, spec, unit)
+
+    return [CompareRow("time ms", cell(fa, "time_ms", ".3f"), cell(fb, "time_ms", ".3f"), shape),
+            CompareRow("speedup", cell(fa, "speedup", ".2f", "x"), cell(fb, "speedup", ".2f", "x"), shape),
+            CompareRow("TFLOP/s", cell(fa, "tflops", ".0f"), cell(fb, "tflops", ".0f"), shape),
+            CompareRow("GB/s", cell(fa, "gbps", ".0f"), cell(fb, "gbps", ".0f"), shape),
+            CompareRow("% bound", cell(fa, "pct_of_bound", ".0f", "%"), cell(fb, "pct_of_bound", ".0f", "%"), shape)]
+
+
+def compare_rows(a: CandidateView, b: CandidateView) -> list[CompareRow]:
+    ra, rb = a.record, b.record
+    fa, fb = a.figures(), b.figures()
+    rows = [
+        CompareRow("kind", ra.kind, rb.kind),
+        CompareRow("status", ra.status, rb.status),
+        CompareRow("speedup", format_figure(ra.speedup, ".3f", "x"), format_figure(rb.speedup, ".3f", "x")),
+        CompareRow("% bound", format_figure(mean_pct_of_bound(fa), ".0f", "%"),
+                   format_figure(mean_pct_of_bound(fb), ".0f", "%")),
+        CompareRow("parents", ", ".join(ra.parents) or "(seed)", ", ".join(rb.parents) or "(seed)"),
+    ]
+    dims = [k for k in dict.fromkeys([*ra.design, *rb.design]) if k != "knobs"]
+    rows += [CompareRow(k, str(ra.design.get(k, "-")), str(rb.design.get(k, "-")), "design") for k in dims]
+    ka, kb = ra.design.get("knobs") or {}, rb.design.get("knobs") or {}
+    rows += [CompareRow(k, str(ka.get(k, "-")), str(kb.get(k, "-")), "knobs") for k in dict.fromkeys([*ka, *kb])]
+    by_a, by_b = {f.shape: f for f in fa}, {f.shape: f for f in fb}
+    for shape in dict.fromkeys([*by_a, *by_b]):
+        rows += _figure_rows(shape, by_a.get(shape), by_b.get(shape))
+    return rows
+
+
+def compare_table(a: CandidateView, b: CandidateView) -> Table:
+    table = Table(title=f"{a.id} and {b.id} side by side ({DIFFERS}: they differ)", title_justify="left",
+                  box=box.SIMPLE_HEAD, expand=False)
+    table.add_column("", no_wrap=True, style="dim")
+    table.add_column("", no_wrap=True)
+    table.add_column(a.id, no_wrap=True, justify="right")
+    table.add_column(b.id, no_wrap=True, justify="right")
+    table.add_column(DIFFERS, no_wrap=True)
+    section = None
+    for row in compare_rows(a, b):
+        head = row.section if row.section != section else ""
+        if row.section != section and row.section:
+            table.add_section()
+        section = row.section
+        mark = Text(DIFFERS, style="bold yellow") if row.differs else Text("")
+        style = "bold" if row.differs else ""
+        table.add_row(head, row.label, Text(row.a, style=style), Text(row.b, style=style), mark)
+    if not (a.figures() or b.figures()):
+        table.caption = "no timings: neither was measured"
+    return table

@@ -1,0 +1,108 @@
+"""The leaderboard: every committed candidate, best first (measured by speedup, then compiled
+only, then the rest), with its strategy, status, speedup, % of the bound, time, TFLOP/s, GB/s
+and the speedup of each bench shape. Enter on a row asks the dashboard to open that candidate
+(Leaderboard.Chosen). The dashboard hands it the board of its state, the bounds and the work."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Label
+
+from cuco_tui.app.search_state import BoardEntry
+from cuco_tui.core.bounds import Bounds, Work, all_figures, format_figure, mean_pct_of_bound
+
+# What matters most first: a narrow column shows these and scrolls sideways for the rest.
+FIXED = ("id", "speedup", "% bound", "status", "strategy", "ms", "TFLOP/s", "GB/s")
+
+
+def totals(entry: BoardEntry, work: Mapping[str, Work]) -> tuple[float | None, float | None, float | None]:
+    """(time, TFLOP/s, GB/s) over every shape: the shapes' medians summed, their work summed."""
+    if not entry.timings:
+        return None, None, None
+    ms = sum(t.candidate.median for t in entry.timings)
+    flops = sum(work[t.shape].flops for t in entry.timings if t.shape in work)
+    moved = sum(work[t.shape].comm_bytes for t in entry.timings if t.shape in work)
+    tflops = flops / (ms * 1e9) if flops and ms > 0 else None
+    gbps = moved / (ms * 1e6) if moved and ms > 0 else None
+    return ms, tflops, gbps
+
+
+def row(entry: BoardEntry, shapes: list[str], bounds: Bounds | None, work: Mapping[str, Work]) -> tuple[str, ...]:
+    figures = all_figures(entry.timings, bounds, work)
+    pct = mean_pct_of_bound(figures)
+    ms, tflops, gbps = totals(entry, work)
+    by_shape = {f.shape: f for f in figures}
+    cells = [entry.candidate, format_figure(entry.speedup if entry.measured else None, ".2f", "x"),
+             format_figure(pct, ".0f", "%"), entry.status, entry.strategy,
+             format_figure(ms, ".3f"), format_figure(tflops, ".0f"), format_figure(gbps, ".0f")]
+    cells += [format_figure(by_shape[s].speedup, ".2f", "x") if s in by_shape else "-" for s in shapes]
+    return tuple(cells)
+
+
+class Leaderboard(Vertical):
+    class Chosen(Message):
+        """Enter on a row: open this candidate."""
+
+        def __init__(self, candidate: str) -> None:
+            super().__init__()
+            self.candidate = candidate
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._shapes: list[str] = []
+        self._rows: dict[str, tuple[str, ...]] = {}  # candidate -> the cells on screen, in board order
+
+    def compose(self) -> ComposeResult:
+        yield Label("Leaderboard (enter opens)", id="leaderboard-title", classes="panel-title")
+        table: DataTable = DataTable(id="leaderboard-table", cursor_type="row", zebra_stripes=False)
+        yield table
+
+    @property
+    def candidates(self) -> list[str]:
+        """The rows' candidates, best first."""
+        return list(self._rows)
+
+    @property
+    def highlighted(self) -> str | None:
+        table = self.query_one(DataTable)
+        if not self._rows or table.cursor_row < 0:
+            return None
+        ids = list(self._rows)
+        return ids[min(table.cursor_row, len(ids) - 1)]
+
+    def cells(self, candidate: str) -> tuple[str, ...] | None:
+        return self._rows.get(candidate)
+
+    def show(self, board: tuple[BoardEntry, ...], bounds: Bounds | None, work: Mapping[str, Work],
+             shapes: list[str]) -> None:
+        """Rows for exactly `board`, in its order; a cursor moved off the top stays on its
+        candidate, one at the top stays there (on the best)."""
+        table = self.query_one(DataTable)
+        rows = {e.candidate: row(e, shapes, bounds, work) for e in board}
+        if rows == self._rows and shapes == self._shapes:
+            return
+        keep = self.highlighted if table.cursor_row > 0 else None
+        if shapes != self._shapes or not table.columns:
+            table.clear(columns=True)
+            for name in (*FIXED, *shapes):
+                table.add_column(name, key=name)
+            self._shapes = list(shapes)
+        else:
+            table.clear()
+        for cid, cells in rows.items():
+            table.add_row(*cells, key=cid)
+        self._rows = rows
+        measured = sum(1 for e in board if e.measured)
+        self.query_one("#leaderboard-title", Label).update(
+            f"Leaderboard · {len(board)} committed, {measured} measured (enter opens)")
+        if keep in rows:
+            table.move_cursor(row=list(rows).index(keep), animate=False)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.post_message(self.Chosen(str(event.row_key.value)))

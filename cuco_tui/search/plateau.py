@@ -1,0 +1,89 @@
+"""Plateau handling: a search that stops improving warns, then diversifies, then stops.
+
+`PlateauWatch` counts the generations since the best measured speedup last rose by more than
+`plateau_margin` (a fraction). After `plateau_warn` such generations it warns; after
+`plateau_diversify` the engine diversifies (every island explores again, whatever the
+schedule says, and the islands exchange their best at once); after `plateau_stop` the search
+stops with reason "plateau". A gain resets all three. 0 turns a stage off. Nothing is counted
+before the first measured candidate: without a GPU nothing is measured, and a search that
+cannot measure cannot tell a plateau. Plain data: rebuilt from the lineage on resume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from cuco_tui.core.records import CandidateRecord, id_number
+from cuco_tui.search.config import SearchConfig
+
+WARN, DIVERSIFY, STOP = "warn", "diversify", "stop"
+
+
+@dataclass
+class PlateauWatch:
+    warn: int = 3
+    diversify: int = 4
+    stop: int = 8
+    margin: float = 0.01
+    gain_generation: int | None = None  # when the best last rose by more than the margin
+    gain_speedup: float | None = None  # the best then
+    warned: bool = False
+    diversified: bool = False
+
+    @classmethod
+    def of(cls, config: SearchConfig) -> "PlateauWatch":
+        return cls(config.plateau_warn, config.plateau_diversify, config.plateau_stop, config.plateau_margin)
+
+    def best_measured(self, speedup: float, generation: int) -> bool:
+        """A new best was measured in `generation`; True when it counts as a gain (the first
+        measurement, or above the last gain by more than the margin), which resets the stages."""
+        if self.gain_speedup is not None and speedup <= self.gain_speedup * (1.0 + self.margin):
+            return False
+        self.gain_generation, self.gain_speedup = generation, speedup
+        self.warned = self.diversified = False
+        return True
+
+    def restore(self, records: Iterable[CandidateRecord]) -> None:
+        """The gains as the live search saw them, from the lineage's ranking view of its records
+        (a finalist's withheld figure does not count; its confirmation does)."""
+        best: float | None = None
+        for r in sorted(records, key=lambda r: id_number(r.id)):
+            if r.status == "measured" and r.speedup is not None and (best is None or r.speedup > best):
+                best = r.speedup
+                self.best_measured(r.speedup, r.generation)
+        last = max((r.generation for r in records), default=0) if self.gain_generation is not None else 0
+        stale = self.stale(last)
+        self.warned = bool(self.warn) and stale >= self.warn
+        self.diversified = bool(self.diversify) and stale >= self.diversify
+
+    def stale(self, generation: int) -> int:
+        """Generations finished since the last gain (0 before any measurement)."""
+        return 0 if self.gain_generation is None else max(0, generation - self.gain_generation)
+
+    def after(self, generation: int) -> str | None:
+        """At the end of `generation`: the stage it newly reaches (STOP, DIVERSIFY, WARN), or None."""
+        stale = self.stale(generation)
+        if not stale:
+            return None
+        if self.stop and stale >= self.stop:
+            return STOP
+        if self.diversify and stale >= self.diversify and not self.diversified:
+            self.diversified = self.warned = True
+            return DIVERSIFY
+        if self.warn and stale >= self.warn and not self.warned:
+            self.warned = True
+            return WARN
+        return None
+
+    def message(self, stage: str, generation: int) -> str:
+        stale = self.stale(generation)
+        best = f"{self.gain_speedup:.2f}x" if self.gain_speedup is not None else "-"
+        since = (f"no gain above {best} (by more than {self.margin:.0%}) for {stale} generation"
+                 f"{'' if stale == 1 else 's'}")
+        if stage == WARN:
+            nxt = f"; diversifying after {self.diversify}" if self.diversify else ""
+            return f"plateau: {since}{nxt}"
+        if stage == DIVERSIFY:
+            end = f"; stopping after {self.stop} without a gain" if self.stop else ""
+            return f"plateau: {since}: diversifying (every island explores, the islands exchange their best){end}"
+        return f"plateau: {since}: stopping (plateau_stop={self.stop})"
