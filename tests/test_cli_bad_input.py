@@ -205,3 +205,31 @@ def test_two_interrupts_leave_at_once_without_a_commit_error_and_say_how_to_resu
 
     with SessionRepo.open(tmp_path / "s") as repo:  # what was committed stayed committed
         assert {"c0000", "c0001"} <= {r.id for r in repo.records()}
+
+
+@pytest.mark.parametrize("bundle", sorted((REPO / "sessions" / "examples").glob("*.bundle")), ids=lambda p: p.stem)
+def test_every_example_bundle_names_its_machine(capsys, bundle):
+    assert main(["show", str(bundle)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("machine"))
+    assert "NVIDIA H" in line and "driver 580" in line and "NCCL 2.28.9" in line, line
+
+
+def test_a_session_older_than_the_machine_record_can_be_given_one(tmp_path):
+    from cuco_tui.core.machine import MachineInfo
+    from cuco_tui.lineage import SessionRepo
+
+    repo = SessionRepo.create(tmp_path / "s", "gemm_allgather", {"generations": 1})
+    try:
+        assert repo.machine() is None or repo.machine().gpus == () or True  # this machine may or may not probe
+        info = MachineInfo(gpus=("NVIDIA H200",), driver="580.159.04", nccl="2.28.9")
+        if repo.session_info().get("machine"):
+            from cuco_tui.lineage import SessionError
+
+            with pytest.raises(SessionError, match="records its machine already"):
+                repo.set_machine(info, "a test")
+            return
+        repo.set_machine(info, "a test")
+        assert repo.machine().describe() == "NVIDIA H200 · driver 580.159.04 · NCCL 2.28.9"
+        assert repo.records() == []  # the machine's commit is no candidate
+    finally:
+        repo.close()

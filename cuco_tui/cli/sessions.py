@@ -102,10 +102,18 @@ def cmd_show(args: argparse.Namespace) -> int:
         summary = SearchSummary.of(records, session=_shown_as(args, repo), workload=str(info.get("workload", "")))
         heads = repo.island_heads()
         if args.json:
+            machine = repo.machine()
             print(json.dumps({**summary.to_dict(), "island_heads": heads, "best_tag": repo.best(),
-                              "config": info.get("config", {})}, indent=1))
+                              "config": info.get("config", {}),
+                              "machine": machine.to_dict() if machine else None}, indent=1))
             return 0
         print(summary.render())
+        machine = repo.machine()
+        if machine is None:
+            print("machine   not recorded (a session from before sessions named their machine)")
+        else:
+            source = machine.extra.get("source")
+            print(f"machine   {machine.describe()}" + (f" (added later, from {source})" if source else ""))
         if heads:
             print("islands   " + ", ".join(f"{i}: {cid}" for i, cid in sorted(heads.items())))
         print()

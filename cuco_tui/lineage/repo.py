@@ -56,12 +56,14 @@ ROOT_TAG = "refs/tags/root"  # the root commit, holding session.json
 BEST_TAG = "refs/tags/best"
 BOUNDS_TAG = "refs/tags/bounds"  # a commit holding bounds.json (no record.json: not a candidate)
 BOUNDS_FILE = "bounds.json"
+MACHINE_TAG = "refs/tags/machine"  # a commit holding machine.json, for sessions recorded before session.json held it
+MACHINE_FILE = "machine.json"
 CANDIDATE_TAG = "refs/tags/"  # + the candidate id
 ISLAND_PREFIX = "refs/heads/island-"
 COMMITTER = Actor("cuco-tui", "cuco-tui@localhost")
 
 _CANDIDATE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # also a valid tag name
-_RESERVED_IDS = frozenset({"best", "root", "bounds"})  # tags of their own
+_RESERVED_IDS = frozenset({"best", "root", "bounds", "machine"})  # tags of their own
 _ACTOR_UNSAFE = re.compile(r"[<>\n\r]+")
 
 
@@ -318,6 +320,26 @@ class SessionRepo:
                 self._index.set_fingerprint(self._fp)
             self._stale = False
 
+    def set_machine(self, machine: MachineInfo, source: str) -> None:
+        """Name the machine of a session that recorded none (made before session.json held it):
+        a commit holding machine.json under the `machine` tag, saying where the facts come from
+        (`source`); the candidates' commits stay as they were."""
+        if self._info.get("machine"):
+            raise SessionError(f"session {self.path} records its machine already; nothing to add")
+        with self._lock:
+            with self._index.writing():
+                self._sync()
+                data = {**machine.to_dict(), "source": source}
+                tree = write_tree(self._repo, {MACHINE_FILE: dump_json(data).encode()})
+                now = int(time.time())
+                message = f"machine: {machine.describe()}\n\nAdded after the search, from {source}.\n"
+                commit = write_commit(self._repo, tree, [self._root], message, COMMITTER, COMMITTER, now, now)
+                self._stale = True
+                point_ref(self._repo, MACHINE_TAG, commit)
+                self._fp = self._fp.moved(MACHINE_TAG, commit.hexsha, new_commits=1)
+                self._index.set_fingerprint(self._fp)
+            self._stale = False
+
     def _move_ref(self, refname: str, candidate_id: str) -> None:
         with self._lock:
             with self._index.writing():
@@ -336,11 +358,16 @@ class SessionRepo:
         return json.loads(json.dumps(self._info))  # a copy the caller may change
 
     def machine(self) -> MachineInfo | None:
-        """What the session was recorded on (session.json), else what its bounds were measured
-        on; None for a session that recorded neither (made before either was recorded)."""
+        """What the session was recorded on (session.json), else what a later `machine` tag says
+        (set_machine: a session older than the record, annotated from the performance record),
+        else what its bounds were measured on; None when nothing says."""
         stored = self._info.get("machine")
         if isinstance(stored, dict):
             return MachineInfo.from_dict(stored)
+        with self._lock:
+            data = read_blob(self._repo, f"{MACHINE_TAG}:{MACHINE_FILE}")
+        if data is not None:
+            return MachineInfo.from_dict(json.loads(data))
         bounds = self.bounds()
         return bounds.machine if bounds is not None else None
 
