@@ -231,6 +231,50 @@ def test_strategy_templates_render_candidates_that_classify_as_declared():
     assert rendered > 10
 
 
+# ------------------------------------------------------------------ a fused kernel of a candidate's own
+
+# Not the runtime's FusedGemm: a compute kernel of the candidate's own that waits (cuco::wait_geq)
+# on each peer chunk's arrival flag before multiplying its rows; copy engines move the chunks.
+OWN_FUSED = (Path(__file__).resolve().parent / "data" / "fused_own_kernel.cu").read_text()
+OWN_FUSED_POINT = {"backend": "copy_engine", "placement": "fused", "sync": "per_chunk", "issuer": "host",
+                   "chunk": "4", "streams": "2", "comm_sms": "0"}
+
+
+def test_a_compute_kernel_of_its_own_that_waits_per_chunk_is_fused():
+    from cuco_tui.evaluate.static_checks import check_static
+    from cuco_tui.evaluate.sync_checks import check_sync
+
+    ev = classify(OWN_FUSED)
+    assert ev.inferred() == OWN_FUSED_POINT
+    assert check_declaration(OWN_FUSED, "own.cu") == []
+    [kernel] = ev.launches
+    assert (kernel.kernel, kernel.waits, kernel.computes, kernel.backend) == ("gemm_as_rows_land", True, True, "")
+    wait = ev.first(role="wait")
+    assert (wait.what, wait.where) == ("wait_geq", "gemm_as_rows_land")
+    assert ev.chunk_waits >= 1 and ev.chunking == "pieces" and ev.chunk_count == 4
+    assert [s.what for s in ev.sites if s.role == "signal"] == ["c->writer.post (FlagWriter) into peer memory"]
+    diags = check_static(OWN_FUSED, SEED, "own.cu") + check_sync(OWN_FUSED, "own.cu")
+    assert [d.render() for d in diags] == []
+
+
+def test_without_its_wait_the_kernel_is_compute_alone_and_fused_is_a_mismatch():
+    wait = re.search(r"\n\s*if \(step > 0 && threadIdx.x == 0\)\n\s*cuco::wait_geq[^;]*;", OWN_FUSED)
+    assert wait is not None
+    alone = OWN_FUSED.replace(wait.group(0), "")
+    ev = classify(alone)
+    assert not ev.fused and ev.launches[0].computes and not ev.launches[0].communicates
+    assert any(m.startswith("declares placement=fused but no kernel both communicates and computes")
+               for m in mismatches(alone))
+
+
+def test_a_kernel_of_its_own_waiting_once_per_shard_is_per_peer():
+    one = redeclare(OWN_FUSED.replace("constexpr int kChunks = 4;", "constexpr int kChunks = 1;"),
+                    sync="per_peer", chunk="shard")
+    ev = classify(one)
+    assert ev.inferred() == {**OWN_FUSED_POINT, "sync": "per_peer", "chunk": "shard"}
+    assert check_declaration(one, "own.cu") == []
+
+
 # ------------------------------------------------------------------ the classifier on code that lies
 
 

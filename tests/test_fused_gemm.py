@@ -363,10 +363,8 @@ def test_each_kernel_configuration_compiles(tmp_path, knobs):
 
 # ---------------------------------------------------------------- what the classifier should see
 
-# The kernel lives in cuco_tile_gemm.cuh, out of the classifier's sight: design/classify.py needs
-# a rule for it (being rewritten elsewhere; the rule is described in the branch's report). These
-# say what it should infer; strict, so they fail loudly once the rule lands and can be unmarked.
-@pytest.mark.xfail(strict=True, reason="classify.py has no rule yet for cuco_tile_gemm.cuh's fused GEMM")
+# The kernel, its launcher and the movers live in cuco_tile_gemm.cuh and cuco_arrival.cuh, out of
+# the classifier's sight: design/classify/tile_gemm.py knows them by name.
 @pytest.mark.parametrize("knobs,expected", [
     ({}, {"backend": "copy_engine", "placement": "fused", "sync": "per_chunk", "issuer": "host", "chunk": "4",
           "streams": "2", "comm_sms": "0"}),
@@ -380,3 +378,78 @@ def test_the_classifier_sees_a_fused_kernel(knobs, expected):
     src = BOOK.render(FUSED, {**FUSED.default_knobs(), **knobs})
     assert classify(src).inferred() == expected
     assert check_declaration(src, "fused.cu") == []
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("mover", ["copy_engine", "sm_store"])
+def test_every_chunk_count_is_read_from_the_row_layout(chunks, mover):
+    from cuco_tui.design.classify import classify
+
+    ev = classify(BOOK.render(FUSED, {**FUSED.default_knobs(), "chunks": chunks, "mover": mover}))
+    inferred = ev.inferred()
+    assert inferred["chunk"] == (str(chunks) if chunks > 1 else "shard")
+    assert inferred["sync"] == ("per_chunk" if chunks > 1 else "per_peer")
+    [fused] = [k for k in ev.launches if k.computes]
+    assert (fused.kernel, fused.waits, fused.pieces, fused.stream) == ("fused_gemm_kernel", True, chunks, "stream")
+
+
+def test_the_copy_engine_mover_moves_data_and_its_flag_writes_only_signal():
+    from cuco_tui.design.classify import classify
+
+    ev = classify(BOOK.render(FUSED, FUSED.default_knobs()))
+    data = [s for s in ev.sites if s.role == "data"]
+    assert [(s.what, s.backend) for s in data] == [("tg::ce_copy into peer memory", "copy_engine")]
+    [signal] = [s for s in ev.sites if s.role == "signal"]
+    assert signal.what.startswith("c->writer.post") and signal.backend == "cuda_ipc"
+    assert ev.comm_streams == ("copy_stream",) and ev.issuer == "host"
+
+
+def test_the_fused_kernel_is_known_by_its_namespace_only():
+    from cuco_tui.design.classify import classify
+
+    src = BOOK.render(FUSED, FUSED.default_knobs())
+    spelled_out = src.replace("namespace tg = cuco::tile_gemm;\n", "").replace("tg::", "cuco::tile_gemm::")
+    assert "tg::" not in spelled_out
+    assert classify(spelled_out).inferred() == classify(src).inferred()
+    using = src.replace("namespace tg = cuco::tile_gemm;", "using namespace cuco::tile_gemm;").replace("tg::", "")
+    assert classify(using).inferred() == classify(src).inferred()
+    # Another library's FusedGemm (and its ce_copy) is none of the runtime's: nothing is inferred
+    # from it.
+    other = src.replace("namespace tg = cuco::tile_gemm;", "namespace tg = other::gemm;")
+    ev = classify(other)
+    assert not ev.fused and not ev.data_backends and ev.chunking == ""
+
+
+def test_a_declaration_that_contradicts_the_fused_kernel_warns():
+    from cuco_tui.design.classify import check_declaration
+
+    src = BOOK.render(FUSED, FUSED.default_knobs())
+    declared = FUSED.point(FUSED.default_knobs())
+
+    def warnings_for(**changes) -> list[str]:
+        lie = src.replace(declared.line(), declared.with_(**changes).line())
+        return [d.message for d in check_declaration(lie, "fused.cu")]
+
+    [before] = warnings_for(placement="before", sync="per_chunk")
+    assert "placement=before" in before and "fused_gemm_kernel" in before
+    [chunk] = warnings_for(chunk="8")
+    assert "chunk=8" in chunk and "4 pieces per shard" in chunk
+    assert any("sync=global" in m for m in warnings_for(sync="global"))
+
+
+@pytest.mark.parametrize("launch", [
+    "tg::fused_gemm_kernel<Cfg><<<c->clusters * 2, Cfg::kThreads, c->smem, stream>>>(c->params)",
+    "cudaLaunchKernel((const void*)tg::fused_gemm_kernel<Cfg>, dim3(c->clusters * 2), dim3(Cfg::kThreads), "
+    "c->args, c->smem, stream)",
+], ids=["chevrons", "api"])
+def test_a_direct_launch_of_the_fused_kernel_is_fused_too(launch):
+    from cuco_tui.design.classify import check_declaration, classify
+
+    src = BOOK.render(FUSED, FUSED.default_knobs())
+    direct = src.replace("c->gemm.launch(stream, e)", launch)
+    assert direct != src
+    ev = classify(direct)
+    [fused] = [k for k in ev.launches if k.computes]
+    assert (fused.kernel, fused.waits, fused.pieces, fused.stream) == ("fused_gemm_kernel", True, 4, "stream")
+    assert ev.inferred() == classify(src).inferred()
+    assert check_declaration(direct, "fused.cu") == []

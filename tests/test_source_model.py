@@ -1,6 +1,7 @@
 """The source model every static analysis reads (cuco_tui.source): arguments, integer
-expressions, constants, functions, kernel launches, loops and ifs, assignments, and the two views
-of a candidate (the whole file, the EVOLVE blocks), on small CUDA snippets."""
+expressions, constants, functions, kernel launches, calls, declarations and namespaces, loops and
+ifs, assignments, and the two views of a candidate (the whole file, the EVOLVE blocks), on small
+CUDA snippets."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 
 from cuco_tui.source.arguments import read_call, split_args
 from cuco_tui.source.assignments import read_assignments, target_before
+from cuco_tui.source.calls import read_calls
 from cuco_tui.source.constants import read_constants
+from cuco_tui.source.declarations import read_declarations, read_namespaces
 from cuco_tui.source.expressions import evaluate, last_name
 from cuco_tui.source.functions import enclosing, read_functions
 from cuco_tui.source.launches import read_launches
@@ -231,12 +234,77 @@ def test_launches_with_templates_namespaces_and_the_api_form():
     assert texts(copy.config) == ["std::max<int>(1, n / 256)", "128"] and copy.stream == ""
     assert texts(api.config) == ["dim3(2)", "dim3(64)", "0", "stream"] and texts(api.args) == ["args"]
     assert bare.args is None
+    assert [k.qualifier for k in launches] == ["", "", "cuco::detail", "", ""]
+    [api_ns] = read_launches(blank("cudaLaunchKernel((void*)tg::k<Cfg>, g, b, args, 0, s);"))
+    assert (api_ns.kernel, api_ns.qualifier) == ("k", "tg")
 
 
 def test_grid_block_counts_through_constants_and_macros():
     src = CandidateSource(LAUNCHES)
     blocks = [src.whole.constants.blocks(k.grid) for k in src.whole.launches]
     assert blocks == [4, 8, None, 2, 1]
+
+
+# ---------------------------------------------------------------------------- calls, declarations, namespaces
+
+
+CALLS = """
+namespace tg = cuco::tile_gemm;
+using namespace other;
+struct Candidate { tg::FusedGemm<tg::Config<128, 256>> gemm; tg::FlagWriter writer; int n; };
+int run(Candidate* c, cudaStream_t stream, const tg::RowLayout& l) {
+  auto layout = tg::make_row_layout(1, 2, 3, 4, 5, kChunks, 128);
+  CUCO_TRY_CUDA(ctx, c->gemm.launch(stream, e));
+  unsigned long long* flags = (unsigned long long*)c->flags.peers[p];
+  const size_t bytes = (size_t)c->layout.flag_count() * sizeof(unsigned long long);
+  for (int k = 0; k < l.chunks; ++k) x = std::min<int>(a, b) + ::abs(k);
+  if (k < n) k<<<1, 2>>>(p);
+  return 0;
+}
+"""
+
+
+def test_calls_with_qualifiers_receivers_and_template_arguments():
+    code = blank(CALLS)
+    calls = {c.qualified: c for c in read_calls(code)}
+    assert "if" not in calls and "for" not in calls and "sizeof" not in calls and "k" not in calls
+    made = calls["tg::make_row_layout"]
+    assert (made.name, made.qualifier, made.receiver) == ("make_row_layout", "tg", "")
+    assert made.texts[5] == "kChunks" and code[made.at:].startswith("make_row_layout(")
+    launch = next(c for c in read_calls(code) if c.name == "launch")
+    assert (launch.receiver, launch.texts) == ("c->gemm", ["stream", "e"])
+    flag_count = next(c for c in read_calls(code) if c.name == "flag_count")
+    assert flag_count.receiver == "c->layout"  # the cast applies to the call's result
+    assert (calls["std::min"].template, calls["std::min"].texts) == ("int", ["a", "b"])
+    assert calls["abs"].qualifier == "::"
+    assert calls["run"].texts[0] == "Candidate* c"  # a definition reads as a call; the view drops it
+
+
+def test_the_view_leaves_definitions_out_of_its_calls():
+    view = CandidateSource(CALLS).whole
+    assert "run" not in {c.name for c in view.calls} and "launch" in {c.name for c in view.calls}
+
+
+def test_declarations_of_members_variables_and_parameters():
+    decls = read_declarations(blank(CALLS))
+    by_name = {d.name: d for d in decls}
+    gemm = by_name["gemm"]
+    assert (gemm.type, gemm.type_name, gemm.type_qualifier) == ("tg::FusedGemm<tg::Config<128, 256>>", "FusedGemm", "tg")
+    assert (by_name["writer"].type_name, by_name["n"].type) == ("FlagWriter", "int")
+    assert (by_name["l"].type, by_name["c"].type, by_name["stream"].type) == ("tg::RowLayout", "Candidate", "cudaStream_t")
+    assert by_name["flags"].type == "unsigned long long" and by_name["bytes"].type == "size_t"
+    assert by_name["layout"].type == "auto" and by_name["k"].type == "int"
+    assert "long" not in by_name and "return" not in {d.type for d in decls}  # sizeof(...) and statements
+
+
+def test_namespace_aliases_and_using_directives():
+    ns = read_namespaces(blank(CALLS + "using namespace tg;"))
+    assert ns.aliases == {"tg": "cuco::tile_gemm"} and ns.used == ("other", "cuco::tile_gemm")
+    assert ns.resolve("tg") == ns.resolve("::cuco::tile_gemm") == "cuco::tile_gemm"
+    assert ns.names("tg", "cuco::tile_gemm") and ns.names("", "cuco::tile_gemm")
+    assert not ns.names("std", "cuco::tile_gemm")
+    only_cuco = read_namespaces(blank("using namespace cuco;"))
+    assert only_cuco.names("tile_gemm", "cuco::tile_gemm") and not only_cuco.names("", "cuco::tile_gemm")
 
 
 # ---------------------------------------------------------------------------- loops, ifs, statements
@@ -264,6 +332,10 @@ def test_loops_and_their_trip_counts():
         ("for", 4, "kChunks"), ("for", 3, "3"), ("for", None, "W"), ("while", None, "spin()"), ("for", None, "")]
     first = loops[0]
     assert code[first.body_start:first.body_end + 1].strip() == "{ send(c); }"
+    assert [(lp.first, lp.inclusive) for lp in loops[:3]] == [("0", False), ("1", True), ("0", False)]
+    constants = read_constants(code)
+    assert loops[2].count_to(8, constants) == 8 and loops[1].count_to(5, constants) == 5  # 1..5
+    assert loops[3].count_to(8, constants) is None  # a `while`: not counted
     assert code[loops[1].body_start:loops[1].body_end + 1].strip() == "one(i);"
     assert first.holds(code.index("send(c)")) and not first.holds(code.index("one(i)"))
 
@@ -357,6 +429,7 @@ def test_garbage_does_not_raise():
         src = CandidateSource(text)
         for view in (src.whole, src.evolve):
             view.functions, view.launches, view.constants, view.loops, view.ifs, view.assignments
+            view.calls, view.declarations, view.namespaces
 
 
 def test_the_analyses_share_one_parse():

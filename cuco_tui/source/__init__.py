@@ -11,6 +11,10 @@ sync checks, the design classifier). Plain text processing: no preprocessor, no 
 - `constants`: `constexpr`/`const` integers, `#define`s, `dim3` extents.
 - `functions`: function definitions (kernel, device, host), parameters, bodies, enclosing one.
 - `launches`: kernel launches (`<<<...>>>` and `cudaLaunchKernel`), configuration and arguments.
+- `calls`: calls, with the namespace before the name, the object of a member call, the template
+  and call arguments.
+- `declarations`: names declared with a type (variables, members, parameters), namespace
+  aliases and using-directives.
 - `statements`: statement ends, loops with trip counts, `if`/`else`.
 - `assignments`: assignments, compound assignments and increments, and names derived through them.
 """

@@ -13,11 +13,11 @@ from cuco_tui.source.lexer import closing_bracket, parenthesized
 _ID = re.compile(r"[A-Za-z_]\w*")
 # Names followed by '(' that are not a function being defined: statements, operators and the
 # attributes that may stand in a function's head.
-_NOT_FUNCTIONS = frozenset({
+NOT_FUNCTIONS = frozenset({
     "if", "for", "while", "switch", "return", "sizeof", "catch", "decltype", "defined", "alignas", "alignof",
     "__launch_bounds__", "__attribute__", "__align__", "__maxnreg__", "__cluster_dims__", "__declspec",
 })
-_NAME_PAREN = re.compile(r"\b(?!(?:" + "|".join(sorted(_NOT_FUNCTIONS)) + r")\b)([A-Za-z_]\w*)\s*\(")
+_NAME_PAREN = re.compile(r"\b(?!(?:" + "|".join(sorted(NOT_FUNCTIONS)) + r")\b)([A-Za-z_]\w*)\s*\(")
 # What may stand between a parameter list's ')' and the body's '{': `const`, `noexcept`,
 # `override`, a trailing return type `-> T`, `__restrict__`.
 _BEFORE_BODY = re.compile(r"[\s\w:&*>-]*?\{")

@@ -16,6 +16,8 @@ _CHEVRONS = re.compile(r"<<<")
 _LAUNCH_API = re.compile(r"\bcudaLaunch(?:Cooperative)?Kernel\s*\(")
 _NAME_BEFORE = re.compile(r"[A-Za-z_][\w:]*$")
 _NAME_WINDOW = 200
+_TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
+_QUALIFIED = re.compile(r"(?:::)?[A-Za-z_][\w:]*")
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class Launch:
     config: tuple[Arg, ...]
     args: tuple[Arg, ...] | None
     via: Literal["chevrons", "api"] = "chevrons"
+    qualifier: str = ""  # the namespaces written before the kernel's name: `tg` of `tg::push_chunks<...>`
 
     def config_text(self, index: int, default: str = "") -> str:
         return self.config[index].text if index < len(self.config) else default
@@ -54,10 +57,14 @@ def read_launches(code: str) -> list[Launch]:
         if call is None or len(call.args) < 3:
             continue
         a = call.args
-        kernel = last_name(re.sub(r"\([^()]*\)", "", a[0].text) or a[0].text)
+        func = re.sub(r"\([^()]*\)", "", a[0].text) or a[0].text
+        func = _TEMPLATE_ARGS.sub("", _TEMPLATE_ARGS.sub("", func))  # `k<Cfg<1>>` is kernel k
+        kernel = last_name(func)
         smem = a[4] if len(a) > 4 else Arg("0", call.close_at)
         stream = a[5] if len(a) > 5 else Arg("0", call.close_at)
-        out.append(Launch(kernel, m.start(), m.start(), (a[1], a[2], smem, stream), a[3:4], "api"))
+        written = _QUALIFIED.search(func)
+        out.append(Launch(kernel, m.start(), m.start(), (a[1], a[2], smem, stream), a[3:4], "api",
+                          _qualifier_of(written.group(0)) if written else ""))
     return sorted(out, key=lambda launch: launch.at)
 
 
@@ -77,7 +84,13 @@ def _chevron_launch(code: str, lt: int) -> Launch | None:
     while paren < len(code) and code[paren].isspace():
         paren += 1
     call = read_call(code, paren) if paren < len(code) and code[paren] == "(" else None
-    return Launch(name.group(0).split("::")[-1], name.start(), lt, config, call.args if call else None)
+    return Launch(name.group(0).split("::")[-1], name.start(), lt, config, call.args if call else None,
+                  qualifier=_qualifier_of(name.group(0)))
+
+
+def _qualifier_of(qualified: str) -> str:
+    """`a::b` of `a::b::k`; "" for a bare name."""
+    return qualified.rpartition("::")[0].strip()
 
 
 def _skip_space_back(code: str, k: int) -> int:

@@ -1,8 +1,8 @@
 """`CandidateSource`: a candidate's text read once, for every static analysis.
 
 It holds the lexed text (`lexed`: comments and literals blanked, offsets kept), the EVOLVE
-regions, and two views of the blanked code, each with its functions, kernel launches, constants,
-loops and `if` statements, computed on first use: `whole` (the whole file) and `evolve` (the
+regions, and two views of the blanked code, each with its functions, kernel launches, calls,
+declarations, namespaces, constants, loops and `if` statements, computed on first use: `whole` (the whole file) and `evolve` (the
 EVOLVE blocks only, every other line blanked too, offsets still those of the file). The L0 sync
 checks read the whole file; the design classifier reads only what a candidate may change."""
 
@@ -12,7 +12,9 @@ from functools import cached_property
 
 from cuco_tui.source.arguments import Call, read_call
 from cuco_tui.source.assignments import Assignment, read_assignments
+from cuco_tui.source.calls import CallSite, read_calls
 from cuco_tui.source.constants import Constants, read_constants
+from cuco_tui.source.declarations import Declaration, Namespaces, read_declarations, read_namespaces
 from cuco_tui.source.functions import Function, enclosing, read_functions
 from cuco_tui.source.launches import Launch, read_launches
 from cuco_tui.source.lexer import SourceText, closing_bracket
@@ -47,6 +49,20 @@ class CodeView:
     @cached_property
     def launches(self) -> tuple[Launch, ...]:
         return tuple(read_launches(self.code))
+
+    @cached_property
+    def calls(self) -> tuple[CallSite, ...]:
+        """The calls, without the functions' own definitions."""
+        defined = {f.at for f in self.functions}
+        return tuple(c for c in read_calls(self.code) if c.at not in defined)
+
+    @cached_property
+    def declarations(self) -> tuple[Declaration, ...]:
+        return tuple(read_declarations(self.code))
+
+    @cached_property
+    def namespaces(self) -> Namespaces:
+        return read_namespaces(self.code)
 
     @cached_property
     def constants(self) -> Constants:

@@ -40,9 +40,18 @@ class Loop:
     body_end: int  # last offset of the body (its '}' or ';')
     bound: str  # the upper bound of a `for` (its condition; the whole header of a `while`)
     count: int | None  # iterations, when the bounds are constants
+    first: str = ""  # a counted `for`: its variable's first value, as written ("" for any other loop)
+    inclusive: bool = False  # a counted `for` whose bound is reached (`<=`)
 
     def holds(self, offset: int) -> bool:
         return self.body_start <= offset <= self.body_end
+
+    def count_to(self, bound: int, constants: Constants) -> int | None:
+        """The iterations of a counted `for` were its bound `bound`: for a bound the constants do
+        not hold (a member set at run time that an analysis knows otherwise); None when the
+        loop is not counted or its first value is no constant either."""
+        lo = constants.value(self.first) if self.first else None
+        return None if lo is None else max(0, bound - lo + (1 if self.inclusive else 0))
 
 
 def read_loops(code: str, constants: Constants) -> list[Loop]:
@@ -53,17 +62,17 @@ def read_loops(code: str, constants: Constants) -> list[Loop]:
             continue
         header = code[open_at + 1:close]
         keyword: Literal["for", "while"] = "for" if m.group(1) == "for" else "while"
-        count, bound = None, header
+        count, bound, first, inclusive = None, header, "", False
         counted = _COUNTED.match(header) if keyword == "for" else None
         if counted:
-            lo, hi = constants.value(counted.group(2)), constants.value(counted.group(4))
-            bound = counted.group(4)
+            first, bound, inclusive = counted.group(2).strip(), counted.group(4), counted.group(3) == "<="
+            lo, hi = constants.value(first), constants.value(bound)
             if lo is not None and hi is not None:
-                count = max(0, hi - lo + (1 if counted.group(3) == "<=" else 0))
+                count = max(0, hi - lo + (1 if inclusive else 0))
         elif keyword == "for":
             parts = header.split(";")
             bound = parts[1] if len(parts) > 1 else header
-        out.append(Loop(keyword, header, m.start(), close + 1, end - 1, bound, count))
+        out.append(Loop(keyword, header, m.start(), close + 1, end - 1, bound, count, first, inclusive))
     return out
 
 

@@ -15,16 +15,22 @@ One reader per dimension, each with its rule for the declaration:
   helpers (`cuco::symmetric_alloc`, `cuco::peer_alloc`) and flag kernels are setup and signals:
   they name a backend but do not make it the one that moves the data.
 - streams (`streams`): 1 (the harness's) + the `cudaStreamCreate*` calls.
-- placement (`placement`): one kernel that both communicates and computes (fused); compute issued
-  on a stream other than the communication's (overlap across streams); or neither (sequential).
-- chunk (`chunk`): host loops around the transfers: over peers (shard) or over pieces (a count).
+- placement (`placement`): one kernel that both communicates and computes (fused): a kernel that
+  waits on arrival flags (`cuco::wait_geq`, ...) and computes, the candidate's own or the
+  runtime's `FusedGemm`; compute issued on a stream other than the communication's (overlap
+  across streams); or neither (sequential).
+- chunk (`chunk`): host loops around the transfers: over peers (shard) or over pieces (a count,
+  a constant's or a fused GEMM row layout's `make_row_layout(..., chunks, ...)`).
 - sync (`sync`): per-peer flag waits (`cuco::wait_geq`, acquire loads, GIN/NVSHMEM signal waits,
   event waits in loops) against barriers and collectives.
 - issuer (`issuer`): host API transfers against kernels that move data.
 - comm_sms (`comm_sms`): the grid of the kernels that move data, when it is a literal or a constant.
 
 `evidence` holds the records, `reading` the per-candidate state the readers share, `kernels` and
-`facts` what each launch and device function does, `peers` what reaches peer memory.
+`facts` what each launch and device function does, `peers` what reaches peer memory, `tile_gemm`
+what the fused GEMM runtime's kernels, launcher and movers do (their code is not in the
+candidate): `FusedGemm::launch` and `fused_gemm_kernel` wait per row chunk and compute,
+`ce_copy` is a copy-engine transfer, `push_chunks` a store kernel, `FlagWriter::post` a signal.
 """
 
 from cuco_tui.design.classify.classifier import classify

@@ -1,11 +1,12 @@
 """The backend dimension: the calls that move the data, against those that only set up, signal
-or synchronize, and peer-memory copies on the copy engines."""
+or synchronize, and peer-memory copies on the copy engines (the runtime's `tg::ce_copy` too)."""
 
 from __future__ import annotations
 
 from cuco_tui.design.classify.evidence import Evidence, Finding, cite
 from cuco_tui.design.classify.patterns import API_PATTERNS, MEMCPY
 from cuco_tui.design.classify.reading import Reading
+from cuco_tui.design.classify.tile_gemm import COPIES
 from cuco_tui.design.space import BACKENDS, DesignPoint
 
 
@@ -23,6 +24,22 @@ def read_peer_copies(r: Reading) -> None:
         if len(args) >= 2 and (r.touches_peer(args[0]) or r.touches_peer(args[1])):
             way = "into" if r.touches_peer(args[0]) else "from"
             r.add(f"{m.group(0).rstrip('( ')} {way} peer memory", m.start(), "data", "copy_engine")
+
+
+def read_runtime_calls(r: Reading) -> None:
+    """The fused GEMM runtime's host calls: `tg::ce_copy` into or out of peer memory is a copy
+    on the copy engines (data); a FlagWriter's `.post(stream, &flag, v)` into peer memory is a
+    stream-ordered flag write (a signal), never a transfer."""
+    tg = r.tile_gemm
+    for copy in COPIES:
+        for call in tg.free_calls(copy):
+            args = call.texts
+            if r.where(call.at) == "host" and len(args) >= 2 and (r.touches_peer(args[0]) or r.touches_peer(args[1])):
+                way = "into" if r.touches_peer(args[0]) else "from"
+                r.add(f"{call.qualified} {way} peer memory", call.at, "data", "copy_engine")
+    for call in tg.member_calls("post", tg.writers):
+        if r.where(call.at) == "host" and len(call.args) >= 2 and r.touches_peer(call.texts[1]):
+            r.add(f"{call.receiver}.post (FlagWriter) into peer memory", call.at, "signal", "cuda_ipc")
 
 
 def read(r: Reading) -> tuple[tuple[str, ...], tuple[str, ...]]:

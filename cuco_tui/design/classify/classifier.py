@@ -19,6 +19,7 @@ def classify(source: str | CandidateSource) -> Evidence:
     located = read_launches(r)
     launches = [launch for _, launch in located]
     backend.read_peer_copies(r)
+    backend.read_runtime_calls(r)
     sync.read_wait_sites(r)
     backends, data_backends = backend.read(r)
     n_streams, exact = streams.count(r)

@@ -23,7 +23,8 @@ class Site:
 
 @dataclass(frozen=True)
 class KernelLaunch:
-    """A launch `kernel<<<grid, block, smem, stream>>>(...)` (or cudaLaunch*Kernel) in host code."""
+    """A launch `kernel<<<grid, block, smem, stream>>>(...)` (or cudaLaunch*Kernel) in host code, or
+    the fused GEMM runtime's launcher (`gemm.launch(stream, e)`, kernel fused_gemm_kernel)."""
 
     kernel: str
     line: int
@@ -35,6 +36,7 @@ class KernelLaunch:
     moves_data: bool = False  # it stores or loads bulk data through peer memory
     waits: bool = False  # it waits on a flag, signal or barrier
     computes: bool = False  # it does arithmetic of its own (MMA, FMA, accumulations)
+    pieces: int | None = None  # the runtime's kernels: pieces per shard it moves or waits on one at a time
 
     @property
     def communicates(self) -> bool:

@@ -69,7 +69,8 @@ def over_peers(loop: Loop, count_names: set[str]) -> bool:
     return bool(_PEERISH.search(loop.bound)) or mentions(loop.bound, count_names)
 
 
-def is_piece_loop(loop: Loop, count_names: set[str]) -> bool:
-    """A loop over pieces of the data: not over peers, not a single pass, not a spin (`for (;;)`)."""
+def is_piece_loop(loop: Loop, count_names: set[str], count: int | None) -> bool:
+    """A loop over pieces of the data: not over peers, not a single pass (`count`, its trip count
+    as far as known), not a spin (`for (;;)`)."""
     spin = re.sub(r"\s", "", loop.header) in ("", ";;", "true", "1")
-    return not over_peers(loop, count_names) and loop.count not in (0, 1) and not spin
+    return not over_peers(loop, count_names) and count not in (0, 1) and not spin

@@ -1,12 +1,13 @@
 """One candidate as the classifier reads it: the EVOLVE view of its source, the kernels and
-device functions there and what each does, its loops, the names that reach peer memory, and the
-sites each dimension's reader records on the way."""
+device functions there and what each does, its loops, the names that reach peer memory, what it
+uses of the fused GEMM's runtime, and the sites each dimension's reader records on the way."""
 
 from __future__ import annotations
 
 from cuco_tui.design.classify.evidence import Site
 from cuco_tui.design.classify.facts import BodyFacts, device_facts
 from cuco_tui.design.classify.patterns import PEER_EXPR
+from cuco_tui.design.classify.tile_gemm import TileGemm
 from cuco_tui.design.classify.peers import (is_piece_loop, mentions, over_peers, peer_count_names,
                                             peer_pointer_names, peer_tables)
 from cuco_tui.source.functions import Function, enclosing
@@ -27,6 +28,7 @@ class Reading:
         self.peer_pointers = peer_pointer_names(self.view)
         self.peer_tables = peer_tables(self.view)
         self._peer_counts = peer_count_names(self.view)
+        self.tile_gemm = TileGemm(self.view)
         self.found: list[tuple[int, Site]] = []
 
     def where(self, offset: int) -> str:
@@ -55,8 +57,12 @@ class Reading:
     def over_peers(self, loop: Loop) -> bool:
         return over_peers(loop, self._peer_counts)
 
+    def loop_count(self, loop: Loop) -> int | None:
+        """The loop's trip count, where the constants or the fused GEMM's row layout give it."""
+        return self.tile_gemm.loop_count(loop)
+
     def is_piece_loop(self, loop: Loop) -> bool:
-        return is_piece_loop(loop, self._peer_counts)
+        return is_piece_loop(loop, self._peer_counts, self.loop_count(loop))
 
     def touches_peer(self, expr: str) -> bool:
         return bool(PEER_EXPR.search(expr)) or mentions(expr, self.peer_pointers)

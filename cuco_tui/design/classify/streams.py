@@ -9,6 +9,7 @@ from typing import Iterable
 from cuco_tui.design.classify.evidence import Evidence, Finding, KernelLaunch
 from cuco_tui.design.classify.patterns import BLAS_COMPUTE, BLAS_SET_STREAM, STREAM_CREATE
 from cuco_tui.design.classify.reading import Reading
+from cuco_tui.design.classify.tile_gemm import COPIES
 from cuco_tui.design.space import DesignPoint
 from cuco_tui.source.expressions import last_name
 
@@ -73,13 +74,18 @@ def comm_streams(r: Reading, launches: Iterable[KernelLaunch]) -> set[str]:
         m = _CALL.match(r.text, offset)
         if m is None:
             continue
-        args = r.args(m.end() - 1)
-        name = site.what.split()[0]
-        if (name.startswith("nccl") or name.endswith("Async")) and args and (name.startswith("nccl") or len(args) >= 5):
-            out.add(stream_name(args[-1]))
-        else:
-            out.add("default")
+        out.add(stream_name(_stream_arg(site.what.split()[0], r.args(m.end() - 1))))
     return out
+
+
+def _stream_arg(name: str, args: list[str]) -> str:
+    """The stream argument of a host transfer call ("" for the default stream): the last one of
+    NCCL calls, of `cudaMemcpy*Async` with one, and of the fused GEMM runtime's copies."""
+    if args and (name.startswith("nccl") or (name.endswith("Async") and len(args) >= 5)):
+        return args[-1]
+    if name.split("::")[-1] in COPIES and len(args) == 4:
+        return args[-1]
+    return ""
 
 
 def check(d: DesignPoint, ev: Evidence) -> list[Finding]:

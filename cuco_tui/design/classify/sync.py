@@ -24,10 +24,14 @@ def read_wait_sites(r: Reading) -> None:
 
 def read(r: Reading, launches: Iterable[tuple[int, KernelLaunch]]) -> tuple[int, int, int]:
     """(flag waits, those inside a loop over pieces, barriers and host collectives). A launch of a
-    kernel that waits without communicating itself is a flag wait."""
+    kernel that waits without communicating itself is a flag wait, per piece when it waits on
+    several pieces of each shard one at a time (the fused GEMM on its row chunks)."""
     waits = [off for off, s in r.found if s.role == "wait" or s.what in ("ncclSend", "ncclRecv")]
-    waits += [off for off, k in launches if k.waits and not k.backend]
+    waiting = [(off, k) for off, k in launches if k.waits and not k.backend]
+    waits += [off for off, _ in waiting]
     chunk_waits = sum(1 for off in waits if any(r.is_piece_loop(lp) for lp in r.loops_around(off)))
+    chunk_waits += sum(1 for off, k in waiting if (k.pieces or 0) >= 2
+                       and not any(r.is_piece_loop(lp) for lp in r.loops_around(off)))
     barriers = sum(1 for _, s in r.found if s.role == "barrier" or HOST_COLLECTIVE.match(s.what))
     return len(waits), chunk_waits, barriers
 
