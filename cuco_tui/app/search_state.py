@@ -122,6 +122,7 @@ class DashboardState:
     sources: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
     # From SearchStarted: which search this is (empty until it started).
     session: str = ""
+    executor: str = ""  # where evaluations run when not on this machine's GPU groups (a Slurm partition), else ""
     workload: str = ""
     agent: str = ""
     resumed_at: int | None = None  # the generation a resumed search went on from
@@ -160,7 +161,7 @@ class DashboardState:
 
 
 def _started(s: DashboardState, e: ev.SearchStarted) -> DashboardState:
-    return replace(s, run="running", islands=e.islands, generations=e.generations, review_mode=e.review_mode,
+    return replace(s, executor=e.executor, run="running", islands=e.islands, generations=e.generations, review_mode=e.review_mode,
                    budget=e.budget_usd, session=e.session, workload=e.workload, agent=e.agent,
                    resumed_at=e.start_generation if e.resumed else None)
 

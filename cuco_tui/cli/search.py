@@ -83,6 +83,20 @@ class ProgressPrinter:
             return "resumed"
         if isinstance(e, ev.EngineError):
             return f"error: {e.message}"
+        if isinstance(e, ev.SessionRestored):
+            best = f", best {e.best.id} {e.best.speedup:.3f}x" if e.best is not None and e.best.speedup else ""
+            waiting = sum(r.status == "unreviewed" for r in e.records)
+            return (f"restored {len(e.records)} candidates{best}"
+                    + (f"; {waiting} unreviewed proposal(s) come back for review" if waiting else ""))
+        if isinstance(e, ev.MeasuringBounds):
+            return f"measuring the perfect-overlap bounds on GPUs {','.join(map(str, e.gpus))}"
+        if isinstance(e, ev.BoundsKnown):
+            if e.bounds is None:
+                return f"no bounds: {e.why}" if e.why else "no bounds"
+            speed = f" (a perfect overlap would be {e.bounds.speedup:.2f}x)" if e.bounds.speedup else ""
+            return f"bounds known for {len(e.bounds.shapes)} shapes{speed}"
+        if isinstance(e, ev.Plateau):
+            return f"plateau ({e.stage}): {e.message}"
         if isinstance(e, ev.SearchFinished):
             return f"finished: {e.reason}"
         return ""

@@ -59,8 +59,11 @@ async def test_the_dashboard_shows_the_job_and_x_cancels_it(slurm, slurm_cluster
         row = [str(cell) for cell in table.get_row("c0000")]
         assert row[-3:] == [shown.job, "running", slurm_cluster.node] and row[2] == "-"
         assert [j.job_id for j in slurm.session_jobs("live")] == [shown.job]
-        await pilot.press("x")
-        assert await wait_until(pilot, lambda: app.screen.state.run == "finished: stopped", timeout_s=60)
+        await pilot.press("x")  # stopping asks first (issue 24): yes
+        assert await wait_until(pilot, lambda: not isinstance(app.screen, DashboardScreen), timeout_s=10)
+        await pilot.press("y")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.state.run == "finished: stopped", timeout_s=60)
         assert app.screen.state.evaluations == () and table.row_count == 0
     assert slurm.session_jobs("live") == []
     with SessionRepo.open(tmp_path / "live") as repo:

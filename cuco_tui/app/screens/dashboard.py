@@ -409,7 +409,9 @@ class DashboardScreen(Screen):
         s = self.state
         session = Path(s.session).name if s.session else "SESSION"
         parts = [first]
-        if s.in_flight:
+        if s.in_flight and s.executor:  # cluster jobs are cancelled, not waited for
+            parts.append(f"{s.in_flight} evaluation job(s) are cancelled; a resume evaluates them again.")
+        elif s.in_flight:
             parts.append(f"{s.in_flight} evaluation(s) in flight finish and are committed.")
         if s.held:
             parts.append(f"{s.held} proposal(s) waiting for review are recorded as unreviewed (not rejected) and "
@@ -436,9 +438,13 @@ class DashboardScreen(Screen):
         if self.state.in_flight == 0:
             return False
         self._stop_then_quit()
-        self.notify(f"Stopping: {self.state.in_flight} evaluation(s) in flight finish and are committed, then "
-                    "cuco-tui quits. Press q again to quit now (the process still waits for them to end, "
-                    "each within its time limit).", title="quit", timeout=30)
+        if self.state.executor:
+            self.notify(f"Stopping: {self.state.in_flight} evaluation job(s) are cancelled (a resume evaluates them "
+                        "again), then cuco-tui quits.", title="quit", timeout=30)
+        else:
+            self.notify(f"Stopping: {self.state.in_flight} evaluation(s) in flight finish and are committed, then "
+                        "cuco-tui quits. Press q again to quit now (the process still waits for them to end, "
+                        "each within its time limit).", title="quit", timeout=30)
         return True
 
     @property
