@@ -305,18 +305,22 @@ class SessionRepo:
     def set_bounds(self, bounds: Bounds) -> None:
         """Record the session's bounds: a commit holding bounds.json (its parent the root), named
         by the `bounds` tag (moved when measured again)."""
+        machine = bounds.machine.describe() if bounds.machine is not None else "machine unknown"
+        message = (f"bounds {bounds.workload}\n\nThe perfect-overlap bound of each bench shape, measured on "
+                   f"{bounds.world} rank(s) of GPUs {','.join(map(str, bounds.gpus))}: {machine}.\n")
+        self._tag_file(BOUNDS_TAG, BOUNDS_FILE, bounds.to_dict(), message)
+
+    def _tag_file(self, tag: str, name: str, data: dict[str, Any], message: str) -> None:
+        """A commit holding one JSON file (its parent the root, not a candidate) under `tag`."""
         with self._lock:
             with self._index.writing():
                 self._sync()
-                tree = write_tree(self._repo, {BOUNDS_FILE: dump_json(bounds.to_dict()).encode()})
+                tree = write_tree(self._repo, {name: dump_json(data).encode()})
                 now = int(time.time())
-                machine = bounds.machine.describe() if bounds.machine is not None else "machine unknown"
-                message = (f"bounds {bounds.workload}\n\nThe perfect-overlap bound of each bench shape, measured on "
-                           f"{bounds.world} rank(s) of GPUs {','.join(map(str, bounds.gpus))}: {machine}.\n")
                 commit = write_commit(self._repo, tree, [self._root], message, COMMITTER, COMMITTER, now, now)
                 self._stale = True
-                point_ref(self._repo, BOUNDS_TAG, commit)
-                self._fp = self._fp.moved(BOUNDS_TAG, commit.hexsha, new_commits=1)
+                point_ref(self._repo, tag, commit)
+                self._fp = self._fp.moved(tag, commit.hexsha, new_commits=1)
                 self._index.set_fingerprint(self._fp)
             self._stale = False
 
@@ -326,19 +330,8 @@ class SessionRepo:
         (`source`); the candidates' commits stay as they were."""
         if self._info.get("machine"):
             raise SessionError(f"session {self.path} records its machine already; nothing to add")
-        with self._lock:
-            with self._index.writing():
-                self._sync()
-                data = {**machine.to_dict(), "source": source}
-                tree = write_tree(self._repo, {MACHINE_FILE: dump_json(data).encode()})
-                now = int(time.time())
-                message = f"machine: {machine.describe()}\n\nAdded after the search, from {source}.\n"
-                commit = write_commit(self._repo, tree, [self._root], message, COMMITTER, COMMITTER, now, now)
-                self._stale = True
-                point_ref(self._repo, MACHINE_TAG, commit)
-                self._fp = self._fp.moved(MACHINE_TAG, commit.hexsha, new_commits=1)
-                self._index.set_fingerprint(self._fp)
-            self._stale = False
+        self._tag_file(MACHINE_TAG, MACHINE_FILE, {**machine.to_dict(), "source": source},
+                       f"machine: {machine.describe()}\n\nAdded after the search, from {source}.\n")
 
     def _move_ref(self, refname: str, candidate_id: str) -> None:
         with self._lock:

@@ -207,13 +207,21 @@ class DashboardScreen(Screen):
         except Exception as exc:  # ReviewError, ConfigError: a sentence for the engineer
             self.app.call_from_thread(self.notify, str(exc), title=what, severity="warning")
 
-    def action_accept(self) -> None:
+    def _selected(self) -> tuple[LiveSearch, str] | None:
+        """The search and the proposal selected for review (else a notification says why not)."""
         search, cid = self._ready(), self.query_one(ProposalQueue).selected
         if search is None:
-            return
+            return None
         if cid is None:
             self.notify("no proposal is waiting for review", severity="warning")
+            return None
+        return search, cid
+
+    def action_accept(self) -> None:
+        chosen = self._selected()
+        if chosen is None:
             return
+        search, cid = chosen
         self._control("accept", lambda: search.review(cid, "accept"))
 
     def action_accept_all(self) -> None:
@@ -231,12 +239,10 @@ class DashboardScreen(Screen):
         self._control("accept all", accept_all)
 
     def action_reject(self) -> None:
-        search, cid = self._ready(), self.query_one(ProposalQueue).selected
-        if search is None:
+        chosen = self._selected()
+        if chosen is None:
             return
-        if cid is None:
-            self.notify("no proposal is waiting for review", severity="warning")
-            return
+        search, cid = chosen
 
         def rejected(reason: str | None) -> None:
             if reason is not None:
