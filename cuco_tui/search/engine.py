@@ -366,7 +366,10 @@ class SearchEngine:
         self._watch_plateau(generation)
 
     def _watch_plateau(self, generation: int) -> None:
-        """After a generation: warn, diversify (the islands exchange their best now) or stop."""
+        """After a generation: warn, diversify (the islands exchange their best now) or stop. A run
+        that cannot measure (no GPU) cannot tell a plateau, even on a session measured before."""
+        if self._steering.can_measure is False:
+            return
         with self._cond:
             stage = self._plateau.after(generation)
             if stage is None:

@@ -29,6 +29,7 @@ class PlateauWatch:
     gain_speedup: float | None = None  # the best then
     warned: bool = False
     diversified: bool = False
+    resumed_at: int | None = None  # the last generation of the run a resume continues
 
     @classmethod
     def of(cls, config: SearchConfig) -> "PlateauWatch":
@@ -41,6 +42,7 @@ class PlateauWatch:
             return False
         self.gain_generation, self.gain_speedup = generation, speedup
         self.warned = self.diversified = False
+        self.resumed_at = None
         return True
 
     def restore(self, records: Iterable[CandidateRecord]) -> None:
@@ -55,6 +57,9 @@ class PlateauWatch:
         stale = self.stale(last)
         self.warned = bool(self.warn) and stale >= self.warn
         self.diversified = bool(self.diversify) and stale >= self.diversify
+        # The engineer who resumes asks for more: the run keeps its diversified state but gets
+        # the whole patience again before it stops.
+        self.resumed_at = last if self.gain_generation is not None else None
 
     def stale(self, generation: int) -> int:
         """Generations finished since the last gain (0 before any measurement)."""
@@ -65,7 +70,8 @@ class PlateauWatch:
         stale = self.stale(generation)
         if not stale:
             return None
-        if self.stop and stale >= self.stop:
+        since_resume = generation - self.resumed_at if self.resumed_at is not None else stale
+        if self.stop and min(stale, since_resume) >= self.stop:
             return STOP
         if self.diversify and stale >= self.diversify and not self.diversified:
             self.diversified = self.warned = True
