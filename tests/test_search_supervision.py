@@ -171,8 +171,24 @@ def test_the_plateau_is_rebuilt_on_resume(tmp_path):
                                 generations=10,
                                 fast_path=False, plateau_warn=2, plateau_diversify=3, plateau_stop=6)
     assert engine2.run().reason == "plateau"
-    assert [(e.stage, e.generations) for e in bus2.history(Plateau)] == [("stop", 6)]
-    assert [e.phase for e in bus2.history(GenerationStarted)] == ["explore", "explore", "explore"]
+    # restored: still diversified (every island explores), and the resumed run gets the whole
+    # patience again: it stops after 6 generations of its own, 9 after the last gain
+    assert [(e.stage, e.generations) for e in bus2.history(Plateau)] == [("stop", 9)]
+    assert [e.phase for e in bus2.history(GenerationStarted)] == ["explore"] * 6
+
+
+def test_a_run_that_cannot_measure_never_stops_for_a_plateau(tmp_path):
+    engine, repo, bus = make(tmp_path, evaluator=Flat(), generations=3, fast_path=False, plateau_warn=1,
+                             plateau_diversify=2, plateau_stop=3)
+    engine.run()
+    config = SearchConfig(generations=8, islands=2, max_concurrent_builds=1, fast_path=False, plateau_warn=1,
+                          plateau_diversify=2, plateau_stop=3)
+    bus2 = EventBus()
+    engine2 = SearchEngine(W, ScriptedAgent(offset=100), MemoryLineage(tmp_path, repo.records()), config,
+                           evaluate_fn=Flat(), events=bus2, gpu_pool=GpuPool.cpu_only(1), compile_ahead=False,
+                           design_context=lambda p: "")
+    assert engine2.run().reason != "plateau"
+    assert engine2.can_measure is False and [e.stage for e in bus2.history(Plateau)] == []
 
 
 def test_plateau_settings_are_checked_and_round_trip():
