@@ -4,25 +4,21 @@ real `anthropic` SDK, scripted replies built from the workload's real candidates
 from __future__ import annotations
 
 import random
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_messages_server import FakeMessagesServer
 
-from fake_messages_server import FakeMessagesServer  # noqa: E402
-
-from cuco_tui.agents.base import BudgetExhausted, ProposalRequest  # noqa: E402
-from cuco_tui.agents.claude import ClaudeAgent  # noqa: E402
-from cuco_tui.agents.claude.accounting import DEFAULT_PRICE, PRICES, Ledger, Price, price_for  # noqa: E402
-from cuco_tui.agents.claude.edits import apply_diffs, apply_full, explanation_of  # noqa: E402
-from cuco_tui.agents.claude.prompts import PROMPTS_DIR, Prompts, evolve_blocks, parse_judge  # noqa: E402
-from cuco_tui.evaluate.static_checks import check_static, is_rejected  # noqa: E402
-from cuco_tui.source.regions import design_of  # noqa: E402
-from cuco_tui.core.records import CandidateRecord  # noqa: E402
-from cuco_tui.workload.manifest import load_workload  # noqa: E402
+from cuco_tui.agents.base import BudgetExhausted, ProposalRequest
+from cuco_tui.agents.claude import ClaudeAgent
+from cuco_tui.agents.claude.accounting import DEFAULT_PRICE, PRICES, Ledger, Price, price_for
+from cuco_tui.agents.claude.edits import apply_diffs, apply_full, explanation_of
+from cuco_tui.agents.claude.prompts import PROMPTS_DIR, Prompts, evolve_blocks, parse_judge
+from cuco_tui.evaluate.static_checks import check_static, is_rejected
+from cuco_tui.source.regions import design_of
+from cuco_tui.core.records import CandidateRecord
+from cuco_tui.workload.manifest import load_workload
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +19,7 @@ from cuco_tui.source.knobs import with_knobs
 from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.workload.manifest import load_workload
 from fake_messages_server import FakeMessagesServer, Recorded, message
+from repo_paths import REPO
 
 pytest.importorskip("anthropic")
 if not discover().can_compile:
@@ -27,7 +27,6 @@ if not discover().can_compile:
 
 W = load_workload("tp_attn_out")
 SEED = W.seed.read_text()
-REPO = Path(__file__).resolve().parents[1]
 IN, OUT = 1200, 400  # tokens of every fake reply
 PER_CALL = (IN * 3.0 + OUT * 15.0) / 1e6  # claude-sonnet-4-x: $3 / $15 per million tokens
 

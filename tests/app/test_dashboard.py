@@ -5,7 +5,6 @@ wait is bounded."""
 from __future__ import annotations
 
 import threading
-import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,18 +13,14 @@ from rich.syntax import Syntax
 from textual.command import CommandPalette
 from textual.widgets import DataTable, Static
 
-from cuco_tui.app.app import CucoApp
 from cuco_tui.app.screens.dashboard import DashboardScreen
-from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.search.in_flight import InFlightTable
-from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
 from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
 from cuco_tui.app.widgets.text_prompt import TextPrompt
 from cuco_tui.evaluate.cascade import Progress
-from cuco_tui.core.result import CascadeResult, Level, ShapeTiming, Spread, Status
+from cuco_tui.core.result import Level
 from cuco_tui.lineage import SessionRepo
-from cuco_tui.search.config import SearchConfig
-from cuco_tui.executors import GpuGroup, GpuPool
+from dashboard_helpers import dashboard, fake_evaluate, make_app, queue, stop, text
 from pilot_helpers import wait_until as _wait_until
 
 
@@ -40,52 +35,6 @@ def _no_gpu_telemetry(monkeypatch):
     # The telemetry panel reads NVML: hidden GPUs keep the screen (and its snapshot) the same
     # on a GPU host as here.
     monkeypatch.setenv("CUCO_NO_GPU", "1")
-
-
-def fake_evaluate(path, workload, options, progress=None):
-    """Measured at once; the speedup is a fixed function of the source."""
-    source = Path(path).read_text()
-    speedup = 0.8 + (zlib.crc32(source.encode()) % 100) / 100
-    if progress:
-        progress(Progress(Level.COMPILE, "compile"))
-        progress(Progress(Level.BENCHMARK, "bench square-8k"))
-    ref = Spread.of([1.0] * 5)
-    cand = Spread.of([1.0 / speedup] * 5)
-    return CascadeResult(candidate=str(path), workload=workload.name, status=Status.MEASURED, level=Level.BENCHMARK,
-                         timings=[ShapeTiming("square-8k", {"M": 8192, "K": 8192, "N": 8192}, cand, ref, [cand],
-                                              speedup)],
-                         world=2, gpus=list(options.gpus or ()), reason="measured")
-
-
-def make_app(tmp_path: Path, review_mode: str = "review", **cfg) -> CucoApp:
-    cfg.setdefault("generations", 3)
-    cfg.setdefault("islands", 2)
-    config = SearchConfig(workload="gemm_allgather", max_concurrent_builds=1, seed=0, **cfg)
-    return CucoApp(evaluate_fn=fake_evaluate, start_search=True, review_mode=review_mode, search_config=config,
-                   session=tmp_path / "session",
-                   engine_options={"gpu_pool": GpuPool([GpuGroup(0, (0, 1))]), "compile_ahead": False,
-                                   "design_context": lambda point: ""})
-
-
-async def stop(pilot, app: CucoApp) -> None:
-    """x, then yes in the question it asks; the search finishes."""
-    await pilot.press("x")
-    assert await wait_until(pilot, lambda: isinstance(app.screen, Confirm), 5)
-    await pilot.press("y")
-    assert await wait_until(pilot, lambda: "finished" in text(app, "#state-run"))
-
-
-def dashboard(app: CucoApp) -> DashboardScreen:
-    assert isinstance(app.screen, DashboardScreen), app.screen
-    return app.screen
-
-
-def queue(app: CucoApp) -> ProposalQueue:
-    return dashboard(app).query_one(ProposalQueue)
-
-
-def text(app: CucoApp, selector: str) -> str:
-    return str(app.screen.query_one(selector, Static).render())
 
 
 @pytest.mark.asyncio

@@ -18,6 +18,7 @@ from cuco_tui.app.widgets.lineage.rows import LineageFilter
 from cuco_tui.lineage import SessionRepo, import_bundle
 from cuco_tui.core.records import CandidateRecord
 from pilot_helpers import wait_until as _wait_until
+from repo_paths import DATA, REPO
 
 
 async def wait_until(pilot, predicate, timeout_s: float = 20.0) -> bool:
@@ -26,8 +27,8 @@ async def wait_until(pilot, predicate, timeout_s: float = 20.0) -> bool:
 SIZE = (120, 40)
 # The first recorded GPU session, kept fixed for exact assertions; the example under
 # sessions/examples/ (checked more loosely below) is replaced when a newer search is recorded.
-BUNDLE = Path(__file__).resolve().parent / "data" / "gemm_allgather-52-candidates.bundle"
-EXAMPLES = Path(__file__).resolve().parents[1] / "sessions" / "examples"
+BUNDLE = DATA / "gemm_allgather-52-candidates.bundle"
+EXAMPLES = REPO / "sessions" / "examples"
 SYNTHETIC = 5000
 
 

@@ -16,7 +16,7 @@ from cuco_tui.core.bounds import Bounds, ShapeBound, Work
 from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.search import events as ev
 from cuco_tui.search.summary import SearchSummary
-from test_search_engine import FakeEvaluator, make
+from engine_helpers import FakeEvaluator, make
 
 SEED_SOURCE = "__global__ void k() {}\n"
 CHILD_SOURCE = "__global__ void k() { /* chunked */ }\n"
@@ -225,7 +225,7 @@ def test_engine_error_is_kept_in_order():
 
 
 def test_the_board_ranks_every_committed_candidate_best_first():
-    from test_search_engine import timing
+    from engine_helpers import timing
 
     t = timing(1.4)
     result = {"candidate": "c0001.cu", "workload": "w", "status": "measured", "level": 3, "reason": "",

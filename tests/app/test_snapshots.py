@@ -15,9 +15,8 @@ from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.core.bounds import Bounds, ShapeBound, Work
 from cuco_tui.lineage import import_bundle
 from pilot_helpers import wait_until
-from test_candidate_view import BUNDLE, build_session, open_candidate
-from test_dashboard import make_app, queue
-from test_supervise_tui import H200, fake_bounds, no_gpu_app, with_engine
+from candidate_session import BUNDLE, build_session, open_candidate
+from dashboard_helpers import H200, fake_bounds, make_app, no_gpu_app, queue, with_engine
 
 SIZES = [(80, 24), (160, 48)]
 SIZE_IDS = ["80x24", "160x48"]

@@ -7,7 +7,6 @@ is said; the layout at 80x24; compare; the lineage's machine. Every wait is boun
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from textual.command import CommandPalette
@@ -28,41 +27,22 @@ from cuco_tui.app.widgets.search.leaderboard import FIXED, Leaderboard
 from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
 from cuco_tui.app.widgets.telemetry.panel import TelemetryPanel
 from cuco_tui.core.bounds import Bounds, ShapeBound, Work
-from cuco_tui.core.machine import MachineInfo
 from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.executors import GpuGroup, GpuPool
 from cuco_tui.lineage import SessionRepo, import_bundle
 from cuco_tui.search.config import SearchConfig
+from candidate_session import BUNDLE, build_session, section_text
+from dashboard_helpers import H200, fake_bounds, fake_evaluate, make_app, no_gpu_app, queue, stop, text, with_engine
 from pilot_helpers import wait_until
-from test_candidate_view import BUNDLE, build_session, section_text
-from test_dashboard import fake_evaluate, make_app, queue, stop, text
-from test_search_engine import timing
+from engine_helpers import timing
 
 SIZE = (120, 40)
 SMALL = (80, 24)
-H200 = MachineInfo(gpus=("NVIDIA H200", "NVIDIA H200"), driver="570.86.15", cuda_toolkit="13.0.48", nccl="2.28.9")
 
 
 @pytest.fixture(autouse=True)
 def _no_gpu(monkeypatch):
     monkeypatch.setenv("CUCO_NO_GPU", "1")
-
-
-def fake_bounds(workload, gpus, world) -> Bounds:
-    """A bound at 2x the reference on the fake evaluator's one shape (square-8k)."""
-    return Bounds(workload.name, world, tuple(gpus),
-                  (ShapeBound("square-8k", 1.0, 0.5, 0.45, 0.5, 200.0, Work(549755813888, 67108864)),), H200)
-
-
-def with_engine(app: CucoApp, **options) -> CucoApp:
-    app.search_launch = replace(app.search_launch,
-                                engine_options=tuple({**dict(app.search_launch.engine_options), **options}.items()))
-    return app
-
-
-def no_gpu_app(tmp_path: Path, **cfg) -> CucoApp:
-    """The search of a machine without GPUs: CPU slots only (the fake evaluator still answers)."""
-    return with_engine(make_app(tmp_path, **cfg), gpu_pool=GpuPool.cpu_only(1))
 
 
 async def started(pilot, app: CucoApp, proposals: bool = True) -> DashboardScreen:

@@ -23,9 +23,9 @@ from cuco_tui.search.config import SearchConfig
 from cuco_tui.executors import GpuGroup, GpuPool
 from cuco_tui.workload.manifest import load_workload
 from pilot_helpers import wait_until
-from test_dashboard import fake_evaluate
+from dashboard_helpers import fake_evaluate
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "sessions" / "examples" / "gemm_allgather-offline-h200x2.bundle"
 
 

@@ -19,8 +19,8 @@ from cuco_tui.harness import gpus as gpus_module
 from cuco_tui.harness.gpus import GpuInfo, GpuInventory
 from cuco_tui.search import events as ev
 from cuco_tui.toolchain.toolchain import discover
+from repo_paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "sessions" / "examples" / "kv_transfer-offline-h200x2.bundle"
 SEED = REPO / "workloads" / "gemm_allgather" / "seed.cu"
 TWO = GpuInventory((GpuInfo(0, "NVIDIA H200", 143771, 132), GpuInfo(1, "NVIDIA H200", 143771, 132)))

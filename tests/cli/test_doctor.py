@@ -15,7 +15,7 @@ from cuco_tui.toolchain.toolchain import nccl_version
 from cuco_tui.cli.doctor import render_checks, summary
 from cuco_tui.cli.machine_checks import Check, attention_checks, nvlink_matrix, run_checks
 from cuco_tui.harness.gpus import GpuInfo, GpuInventory
-from test_attention_lib import fake_cudnn
+from cudnn_helpers import fake_cudnn
 
 
 def by_name(checks: list[Check]) -> dict[str, Check]:

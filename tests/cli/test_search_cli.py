@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from repo_paths import DATA, REPO
 
 offline = pytest.importorskip("cuco_tui.agents.offline", reason="the offline agent (cuco_tui.agents.offline) "
                               "has not landed yet")
@@ -49,7 +50,7 @@ def cli_env(cache: Path) -> dict[str, str]:
 
 def cuco(args: list[str], env: dict[str, str], timeout: float = 400) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", MAIN, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=Path(__file__).resolve().parents[1])
+                          timeout=timeout, cwd=REPO)
 
 
 def commit_parents(repo: SessionRepo) -> dict[str, tuple[str, ...]]:
@@ -133,7 +134,7 @@ def test_sigkill_mid_run_then_resume_loses_nothing(tmp_path, cache):
     proc = subprocess.Popen([sys.executable, "-c", MAIN, "search", "--generations", "4", "--agent", "offline",
                              "--seed", "7", "--session", str(session)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=REPO)
     seen = []
     try:
         for line in proc.stderr:
@@ -245,7 +246,7 @@ def test_budget_exhaustion_ends_cleanly_with_the_offline_agent(tmp_path, no_gpu)
 def test_show_reads_a_bundle_and_survives_a_closed_pipe(tmp_path):
     """`cuco show sessions/examples/X.bundle` as it reads a session; piping it into `head`
     ends quietly."""
-    bundle = Path(__file__).parent / "data" / "gemm_allgather-52-candidates.bundle"
+    bundle = DATA / "gemm_allgather-52-candidates.bundle"
     env = dict(os.environ, CUCO_NO_GPU="1", CUCO_CACHE_DIR=str(tmp_path / "cache"))
     shown = cuco(["show", str(bundle)], env)
     assert shown.returncode == 0, shown.stderr
@@ -253,6 +254,6 @@ def test_show_reads_a_bundle_and_survives_a_closed_pipe(tmp_path):
     # `true` exits at once: every write of cuco's finds the pipe closed.
     piped = subprocess.run(f"set -o pipefail; {sys.executable} -c {MAIN!r} show {bundle} | true", shell=True,
                            executable="/bin/bash", env=env, capture_output=True, text=True,
-                           cwd=Path(__file__).resolve().parents[1])
+                           cwd=REPO)
     assert piped.returncode == 0, piped.stderr
     assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr

@@ -14,9 +14,9 @@ import pytest
 
 from cuco_tui.lineage import SessionRepo
 from cuco_tui.toolchain.toolchain import discover
+from repo_paths import REPO
 
 MAIN = "import sys; from cuco_tui.cli import main; sys.exit(main())"
-REPO = Path(__file__).resolve().parents[1]
 
 
 def cuco(args: list[str], env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:

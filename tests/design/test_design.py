@@ -32,8 +32,9 @@ from cuco_tui.design.space import (
 )
 from cuco_tui.source.regions import design_of
 from cuco_tui.harness.gpus import GpuInfo, GpuInventory, inventory
+from repo_paths import DATA, REPO
 
-WORKLOAD = Path(__file__).resolve().parents[1] / "workloads" / "gemm_allgather"
+WORKLOAD = REPO / "workloads" / "gemm_allgather"
 SEED = (WORKLOAD / "seed.cu").read_text()
 LSA = (WORKLOAD / "candidates" / "lsa_allgather.cu").read_text()
 CE = (WORKLOAD / "candidates" / "ce_overlap.cu").read_text()
@@ -235,7 +236,7 @@ def test_strategy_templates_render_candidates_that_classify_as_declared():
 
 # Not the runtime's FusedGemm: a compute kernel of the candidate's own that waits (cuco::wait_geq)
 # on each peer chunk's arrival flag before multiplying its rows; copy engines move the chunks.
-OWN_FUSED = (Path(__file__).resolve().parent / "data" / "fused_own_kernel.cu").read_text()
+OWN_FUSED = (DATA / "fused_own_kernel.cu").read_text()
 OWN_FUSED_POINT = {"backend": "copy_engine", "placement": "fused", "sync": "per_chunk", "issuer": "host",
                    "chunk": "4", "streams": "2", "comm_sms": "0"}
 

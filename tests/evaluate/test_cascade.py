@@ -12,9 +12,10 @@ from cuco_tui.evaluate.cascade import EvalOptions, evaluate, interpret
 from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.harness.launcher import GroupRun, RankOutcome
 from cuco_tui.workload.manifest import load_workload
+import repo_paths
 
 W = load_workload("gemm_allgather")
-DATA = Path(__file__).parent / "data" / "runs"
+DATA = repo_paths.DATA / "runs"
 needs_nvcc = pytest.mark.skipif(not discover().can_compile, reason="needs nvcc, NCCL and cuBLAS headers")
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from cuco_tui.core.result import Diagnostic
 from cuco_tui.evaluate.static_checks import check_static, is_rejected
 from cuco_tui.source.regions import Region, design_of, frozen_hash, split_regions
+from repo_paths import REPO
 
-WORKLOAD = Path(__file__).resolve().parents[1] / "workloads" / "gemm_allgather"
+WORKLOAD = REPO / "workloads" / "gemm_allgather"
 SEED = (WORKLOAD / "seed.cu").read_text()
 LSA = (WORKLOAD / "candidates" / "lsa_allgather.cu").read_text()
 SEED_LINES = SEED.split("\n")

@@ -2,10 +2,10 @@
 (one real dump, recorded on the 2 x H200 host, in tests/data/runs/hang)."""
 
 import json
-from pathlib import Path
 
 from cuco_tui.harness.deadlock import analyze
 from cuco_tui.harness.launcher import RankOutcome
+from repo_paths import DATA, REPO
 
 
 def slot(site, kind, peer, ident, expected=1, observed=0, state="waiting", completed=0, i=0):
@@ -82,9 +82,8 @@ def test_completed_waits_are_not_counted_as_waiting():
 
 def test_the_recorded_hang_from_the_gpu_host(tmp_path):
     import json
-    from pathlib import Path
 
-    runs = Path(__file__).parent / "data" / "runs" / "hang"
+    runs = DATA / "runs" / "hang"
     outcomes = []
     for r in range(2):
         events = [json.loads(line) for line in (runs / f"rank{r}.jsonl").read_text().splitlines() if line.strip()]
@@ -96,7 +95,7 @@ def test_the_recorded_hang_from_the_gpu_host(tmp_path):
 # Named waits (cuco::WaitSite): dumps in the worker's form, with the site and label the device writes
 # for a wait launched with CUCO_WAIT_SITE, checked against the hanging faults' own sources.
 
-FAULTS = Path(__file__).resolve().parents[1] / "workloads" / "gemm_allgather" / "faults"
+FAULTS = REPO / "workloads" / "gemm_allgather" / "faults"
 
 
 def named(source, label, kind, peer, ident, expected=1, observed=0, state="waiting"):
@@ -145,7 +144,7 @@ def test_a_named_barrier_is_named_in_the_short_barrier_report():
 
 
 def test_dumps_recorded_before_waits_had_names_still_read():
-    runs = Path(__file__).parent / "data" / "runs" / "hang"
+    runs = DATA / "runs" / "hang"
     outcomes = [RankOutcome(r, r, 0, 124, [json.loads(line) for line in
                                            (runs / f"rank{r}.jsonl").read_text().splitlines() if line.strip()])
                 for r in range(2)]

@@ -4,8 +4,9 @@ import time
 from pathlib import Path
 
 from cuco_tui.harness.launcher import run_group
+from repo_paths import TESTS
 
-FAKE = [sys.executable, str(Path(__file__).with_name("fake_rank.py"))]
+FAKE = [sys.executable, str(TESTS / "fake_rank.py")]
 
 
 def _alive(pid: int, settle_s: float = 3.0) -> bool:

@@ -4,14 +4,14 @@ asks for it), and the figures computed from the ranks' `trace_ab` events."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 
 from cuco_tui.evaluate.cascade import EvalOptions, make_plan
 from cuco_tui.workload.manifest import load_workload
+from repo_paths import REPO
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "trace_overhead.py"
+BENCH = REPO / "benchmarks" / "trace_overhead.py"
 
 
 def _bench():

@@ -25,51 +25,9 @@ from cuco_tui.lineage import (
 from cuco_tui.lineage.index import INDEX_FILE, CandidateIndex
 from cuco_tui.lineage.message import parse_trailers
 from cuco_tui.core.records import CandidateRecord
-
-SEED_SOURCE = """// EVOLVE-BLOCK-START
-int chunks = 1;
-// EVOLVE-BLOCK-END
-"""
+from lineage_records import make
 
 BASE_FILES = {"candidate.cu", "design.json", "result.json", "rationale.md", "record.json"}
-
-
-def make(
-    cid: str,
-    parents: tuple[str, ...] = (),
-    *,
-    island: int = 0,
-    generation: int = 0,
-    kind: str | None = None,
-    chunks: int = 1,
-    status: str = "measured",
-    speedup: float | None = 1.1,
-    logs: dict[str, str] | None = None,
-    result: bool = True,
-) -> CandidateRecord:
-    res = None
-    if result:
-        res = {"status": status, "reason": "ok", "speedup": speedup, "logs": logs or {}}
-    return CandidateRecord(
-        id=cid,
-        generation=generation,
-        island=island,
-        kind=kind or ("seed" if not parents else "crossover" if len(parents) > 1 else "diff"),
-        parents=parents,
-        source=SEED_SOURCE.replace("chunks = 1", f"chunks = {chunks}"),
-        design={"backend": "cuda_ipc", "knobs": {"chunks": chunks}},
-        rationale=f"Use {chunks} chunks so the copy overlaps the GEMM.\nSecond line.\n\nDetails that stay out of the message.",
-        agent="offline",
-        status=status,
-        result=res,
-        speedup=speedup,
-        latency_ms=0.25 if speedup else None,
-        cost_usd=0.0125,
-        tokens_in=10,
-        tokens_out=20,
-        created=1_790_000_000.5,
-        extra={"note": "x"},
-    )
 
 
 def git_out(path: Path, *args: str, stdin: str | None = None) -> str:
@@ -381,7 +339,7 @@ import os, sys
 from cuco_tui.lineage import SessionRepo
 from cuco_tui.lineage.index import CandidateIndex
 sys.path.insert(0, sys.argv[2])
-from test_lineage import make
+from lineage_records import make
 CandidateIndex.add = lambda *a, **k: os._exit(9)  # the process dies between git and the index
 repo = SessionRepo.open(sys.argv[1])
 repo.commit_candidate(make("c0001", ("c0000",), chunks=2))

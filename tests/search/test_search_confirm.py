@@ -16,7 +16,7 @@ from cuco_tui.search.config import ConfigError, SearchConfig
 from cuco_tui.search.events import BestImproved, CandidateCommitted, ProposalReady
 from cuco_tui.executors import GpuGroup, GpuPool, plan_groups
 
-from test_search_engine import ScriptedAgent, make, timing  # noqa: E402  (tests/ is on sys.path)
+from engine_helpers import ScriptedAgent, make, timing
 
 
 class InterferenceEvaluator:
@@ -221,7 +221,7 @@ def test_exclusive_acquire_waits_for_every_group_and_holds_back_later_requests()
 
 def test_exclusive_acquire_times_out_and_gives_way():
     pool = GpuPool(plan_groups([0, 1, 2, 3], 2))
-    a = pool.acquire()
+    assert pool.acquire() is not None  # one group lent: the exclusive request cannot have them all
     assert pool.acquire_exclusive(timeout=0.05) is None
     assert pool.acquire(timeout=0.05) is not None  # the request that timed out blocks no one
     with pytest.raises(ValueError):

@@ -21,7 +21,7 @@ from cuco_tui.search.events import (AwaitingReview, BoundsKnown, EventBus, Gener
                                     Plateau, ProposalReady)
 from cuco_tui.search.plateau import PlateauWatch
 from cuco_tui.workload.manifest import load_workload
-from test_search_engine import W, FakeEvaluator, MemoryLineage, ScriptedAgent, make, timing
+from engine_helpers import W, FakeEvaluator, MemoryLineage, ScriptedAgent, make, timing
 
 
 # ---------------------------------------------------------------------------- unreviewed, then resumed

@@ -5,7 +5,6 @@ CUDA snippets."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +19,9 @@ from cuco_tui.source.launches import read_launches
 from cuco_tui.source.lexer import SourceText, closing_bracket, expression_end, matching_angle
 from cuco_tui.source.model import CandidateSource
 from cuco_tui.source.statements import read_ifs, read_loops, statement_end
+from repo_paths import REPO
 
-LSA = (Path(__file__).resolve().parents[1] / "workloads" / "gemm_allgather" / "candidates"
+LSA = (REPO / "workloads" / "gemm_allgather" / "candidates"
        / "lsa_allgather.cu").read_text()
 
 
@@ -437,7 +437,7 @@ def test_the_analyses_share_one_parse():
     from cuco_tui.evaluate.static_checks import check_static
     from cuco_tui.evaluate.sync_checks import check_sync
 
-    seed = (Path(__file__).resolve().parents[1] / "workloads" / "gemm_allgather" / "seed.cu").read_text()
+    seed = (REPO / "workloads" / "gemm_allgather" / "seed.cu").read_text()
     bad = LSA.replace("lsa_devcomm_create(ctx, c->comm, kCopyBlocks,", "lsa_devcomm_create(ctx, c->comm, 16,")
     src = CandidateSource(bad, "c.cu")
     assert check_static(src, seed, "c.cu") == check_static(bad, seed, "c.cu")

@@ -19,6 +19,8 @@ from cuco_tui.core.result import Level, Status
 from cuco_tui.harness.gpus import inventory
 from cuco_tui.core.workload import WorkloadError
 from cuco_tui.workload.manifest import REPO_WORKLOADS, load_workload
+from cudnn_helpers import fake_cudnn
+from repo_paths import REPO
 
 TOOLCHAIN = discover()
 needs_nvcc = pytest.mark.skipif(TOOLCHAIN.nvcc is None, reason="needs nvcc")
@@ -57,25 +59,6 @@ def nothing_installed(monkeypatch, tmp_path):
     cuda = tmp_path / "cuda"
     cuda.mkdir()
     return {"CUDA_HOME": str(cuda)}
-
-
-def fake_cudnn(root: Path, cudnn_version: tuple[int, int, int] = (9, 10, 2),
-               frontend_version: tuple[int, int, int] = (1, 13, 0)) -> dict[str, str]:
-    """Folders that look like cuDNN 9.10.2, the frontend 1.13.0 and NVRTC, with empty headers and
-    libraries: find_cudnn is satisfied, nvcc is not. Returns the environment that names them."""
-    home, frontend, cuda = root / "cudnn", root / "frontend", root / "cuda"
-    for d in (home / "include", home / "lib", frontend, cuda / "lib64"):
-        d.mkdir(parents=True)
-    (home / "include" / "cudnn.h").touch()
-    (home / "include" / "cudnn_version.h").write_text(
-        "#define CUDNN_MAJOR %d\n#define CUDNN_MINOR %d\n#define CUDNN_PATCHLEVEL %d\n" % cudnn_version)
-    (home / "lib" / "libcudnn.so.9").touch()
-    (frontend / "cudnn_frontend.h").touch()
-    (frontend / "cudnn_frontend_version.h").write_text(
-        "#define CUDNN_FRONTEND_MAJOR_VERSION %d\n#define CUDNN_FRONTEND_MINOR_VERSION %d\n"
-        "#define CUDNN_FRONTEND_PATCH_VERSION %d\n" % frontend_version)
-    (cuda / "lib64" / "libnvrtc.so.13").touch()
-    return {"CUCO_CUDNN_HOME": str(home), "CUCO_CUDNN_FRONTEND_INCLUDE": str(frontend), "CUDA_HOME": str(cuda)}
 
 
 def test_nothing_found_names_the_pip_extra(nothing_installed):
@@ -277,7 +260,7 @@ def test_the_descriptor_is_the_same_in_the_header_the_emulator_and_ctypes():
 
     from cuco_tui.harness.attention import Desc
 
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
 
     def fields(path: Path) -> list[str]:
         body = re.search(r"typedef struct cuco_attn_desc \{(.*?)\} cuco_attn_desc;", path.read_text(), re.S).group(1)

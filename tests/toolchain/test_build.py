@@ -14,8 +14,9 @@ import pytest
 from cuco_tui.toolchain import BuildCache, BuildResult, compile_candidate, parse_nvcc_output
 from cuco_tui.toolchain.nvcc import CHILD_ENV, nvcc_flags
 from cuco_tui.toolchain.toolchain import Library, Toolchain, discover
+from repo_paths import REPO
 
-WORKLOAD = Path(__file__).resolve().parents[1] / "workloads" / "gemm_allgather"
+WORKLOAD = REPO / "workloads" / "gemm_allgather"
 SEED = WORKLOAD / "seed.cu"
 TOOLCHAIN = discover()
 needs_nvcc = pytest.mark.skipif(not TOOLCHAIN.can_compile, reason="; ".join(TOOLCHAIN.problems) or "no toolchain")

@@ -36,14 +36,15 @@ from cuco_tui.search.engine import SearchEngine
 from cuco_tui.search.events import EventBus, JobChanged, SearchStarted
 from cuco_tui.search.sessions import create_session
 from cuco_tui.toolchain.toolchain import discover
-from test_search_engine import ScriptedAgent, W
+from engine_helpers import ScriptedAgent, W
+from slurm_gate import gate_line, open_gate
+from repo_paths import REPO
 
 pytestmark = pytest.mark.slurm
 
 if not discover().can_compile:
     pytest.skip("no CUDA toolchain here: the cascade cannot compile the candidates", allow_module_level=True)
 
-REPO = Path(__file__).resolve().parents[2]
 MAIN = "import sys; from cuco_tui.cli import main; sys.exit(main())"
 
 
@@ -51,17 +52,6 @@ MAIN = "import sys; from cuco_tui.cli import main; sys.exit(main())"
 def no_gpu(monkeypatch):
     # Exported to the jobs (sbatch --export=ALL): the cascade on the node stops at no_gpu.
     monkeypatch.setenv("CUCO_NO_GPU", "1")
-
-
-def gate_line(gate: Path) -> str:
-    """Wait (at most two minutes) for GATE/<candidate> or GATE/all; the job's name ends with its candidate."""
-    return (f'for i in $(seq 1200); do [ -e {gate}/all ] || [ -e "{gate}/${{SLURM_JOB_NAME##*:}}" ] && break; '
-            f'sleep 0.1; done')
-
-
-def open_gate(gate: Path, name: str = "all") -> None:
-    gate.mkdir(exist_ok=True)
-    (gate / name).touch()
 
 
 def executor(slurm_cluster, slurm, gate: Path | None = None, cls=SlurmExecutor, **settings) -> SlurmExecutor:

@@ -17,7 +17,7 @@ from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.toolchain.toolchain import discover
 from pilot_helpers import wait_until
-from test_slurm_search import gate_line
+from slurm_gate import gate_line
 
 pytestmark = pytest.mark.slurm
 

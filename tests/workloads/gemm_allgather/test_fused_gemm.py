@@ -26,6 +26,7 @@ from cuco_tui.toolchain.nvcc import CUTLASS_TIMEOUT, uses_cutlass
 from cuco_tui.toolchain.toolchain import (Library, Toolchain, cutlass_report, cutlass_version, discover,
                                           find_cutlass)
 from cuco_tui.workload.manifest import load_workload
+from repo_paths import REPO
 
 W = load_workload("gemm_allgather")
 SEED = W.seed.read_text()
@@ -189,13 +190,13 @@ def test_the_headers_are_shipped_with_the_runtime():
     assert "wait_geq" in arrival and "fence.proxy.async" in arrival
     assert not re.search(r'#\s*include\s*[<"](cutlass|cute)/', arrival)  # the protocol needs no CUTLASS
     assert not uses_cutlass('#include "cuco_arrival.cuh"\n')
-    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    pyproject = (REPO / "pyproject.toml").read_text()
     assert '"harness/runtime/*.cuh"' in pyproject and "nvidia-cutlass" in pyproject
 
 
 # ---------------------------------------------------------------- the benchmark's reading of its results
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "fused_gemm.py"
+BENCH = REPO / "benchmarks" / "fused_gemm.py"
 
 
 def _bench():
