@@ -89,6 +89,13 @@ def _shape_id(v):
     return f"W{v}" if isinstance(v, int) else "seeds" + "-".join(map(str, v))
 
 
+def test_the_end_to_end_runs_have_candidates_shapes_and_seeds():
+    # A parametrize over an empty list collects no test and passes in silence, and a shape with no
+    # schedule seed runs nothing: the end-to-end test below must have something to run.
+    assert [e[0] for e in E2E] and E2E_SHAPES
+    assert all(seeds for _, _, seeds in E2E_SHAPES)
+
+
 @needs_gxx
 @pytest.mark.parametrize("world,dims,seeds", E2E_SHAPES, ids=_shape_id)
 @pytest.mark.parametrize("name", [e[0] for e in E2E])

@@ -145,6 +145,13 @@ def test_every_template_runs_on_the_cpu():
     assert {s for _, s, _ in CANDIDATES if s} | {"host_sequential"} == {s.name for s in _book().strategies}
 
 
+def test_the_end_to_end_runs_have_candidates_shapes_and_schedules():
+    # A parametrize over an empty list collects no test and passes in silence, and a shape with no
+    # schedule runs nothing: the end-to-end test below must have something to run.
+    assert [c[0] for c in CANDIDATES] and SHAPES
+    assert all(schedules for _, schedules in SHAPES)
+
+
 @needs_gxx
 @pytest.mark.parametrize("dims,schedules", SHAPES, ids=_shape_id)
 @pytest.mark.parametrize("name", [c[0] for c in CANDIDATES])
