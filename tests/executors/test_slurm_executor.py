@@ -2,7 +2,7 @@
 the one-line refusals of `cuco search` and `cuco-tui` (exit 2, no session left behind), the
 runner a job starts on its node (evaluate/remote.py, run here directly), what the CLI prints of
 a job's state changes, and the in-flight table's job columns. Against real daemons:
-tests/slurm/test_slurm_search.py."""
+tests/executors/slurm/test_slurm_search.py."""
 
 from __future__ import annotations
 
