@@ -171,7 +171,7 @@ def bench_shape(cupy: Any, shape: Any, world: int, reps: int, seed: int) -> dict
 
 def reference_checks(cupy: Any) -> list[dict[str, Any]]:
     """The whole reference on a one-rank communicator (NCCL send/recv to itself, every expert on
-    the rank) against float64 and `simulate`, as tests/test_moe_dispatch_combine.py does."""
+    the rank) against float64 and `simulate`, as tests/workloads/moe_dispatch_combine/test_moe_gpu.py does."""
     from cupy.cuda import nccl
 
     shapes = [(s.name, s.dims) for s in W.verify_shapes] + [("many-blocks", dict(T=4096, H=64, E=256, I=64, HOT=60))]

@@ -7,8 +7,9 @@
 #      float64 expert MLP, auto's way and its time over the faster fixed way's; then the whole
 #      reference against float64 on a one-rank communicator at the verify shapes, every GEMM mode
 #      (about 2-3 min);
-#   2. the one-GPU tests of tests/test_moe_dispatch_combine.py (the reference against float64 in
-#      every mode, graphs on and off, the modes against each other; the 2-GPU tests skip) (~1.5 min);
+#   2. the one-GPU tests of tests/workloads/moe_dispatch_combine/test_moe_gpu.py (the reference
+#      against float64 in every mode, graphs on and off, the modes against each other; the 2-GPU
+#      tests skip) (~1.5 min);
 #   3. the seed and every strategy template, each knob value one at a time, verified with 2 ranks
 #      sharing the GPU, and at their defaults with 4 (benchmarks/shared_gpu_check.py) (~3 min).
 # Everything lands in one archive, $OUT/moe_grouped.tgz, beside the benchmark's table and JSON.
@@ -24,7 +25,7 @@ STEP_TAIL=12
 source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 TAIL=24 step moe-grouped "${BENCH_S:-230}" python3 benchmarks/moe_grouped.py --reps 25 --out "$OUT/moe_grouped.json"
-step moe-ref-tests "${TESTS_S:-120}" python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/test_moe_dispatch_combine.py
+step moe-ref-tests "${TESTS_S:-120}" python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/workloads/moe_dispatch_combine/test_moe_gpu.py
 step shared-check-w2 "${SWEEP_S:-170}" python3 benchmarks/shared_gpu_check.py --out "$OUT/check-w2" --jobs 3 \
   --worlds 2 --sweep moe_dispatch_combine
 step shared-check-w4 "${W4_S:-60}" python3 benchmarks/shared_gpu_check.py --out "$OUT/check-w4" --jobs 3 \

@@ -3,7 +3,7 @@ go to. A provider lists (name, action) pairs and runs the action on the screen t
 opened from; a screen that lists candidates (ListsCandidates) also gets one "Open candidate ..."
 entry per candidate. The app's own actions (quit, browse, lineage, search, evaluate) are its
 system commands (CucoApp.get_system_commands). Every key of every screen has an entry here or
-there (tests/test_keys.py checks it)."""
+there (tests/app/test_keys.py checks it)."""
 
 from __future__ import annotations
 

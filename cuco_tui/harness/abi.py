@@ -1,6 +1,6 @@
 """ctypes mirror of runtime/cuco_abi.h, and loading a candidate library.
 
-tests/test_abi.py compiles cuco_abi.h with the C compiler and checks every offset here."""
+tests/harness/test_abi.py compiles cuco_abi.h with the C compiler and checks every offset here."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 // cuda_cpu.h: just enough CUDA C++ to run this workload's kernels on a CPU, for the tests of a
-// machine without a GPU (tests/test_cp_attention.py). Not part of any candidate. x86-64 only.
+// machine without a GPU (tests/workloads/cp_attention/). Not part of any candidate. x86-64 only.
 //
 // A launch runs its CTAs one after another. The threads of a CTA are fibers of one OS thread
 // (a dozen instructions of assembly switch between them), so __syncthreads is a barrier of the

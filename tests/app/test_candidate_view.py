@@ -1,0 +1,523 @@
+"""The candidate view (one candidate of a session: source, diffs against its parents, compiler
+errors with their lines, run logs, deadlock diagnosis, verification, timings; re-benchmark, make
+parent, export) and the engine commands behind its actions. Sessions are built under tmp_path
+from hand-made records, so every section has known content; the engine tests use the offline
+agent and fake evaluators, as tests/search/test_search_engine.py does (tests/engine_helpers.py)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import zlib
+from pathlib import Path
+
+import pytest
+from textual.command import CommandPalette
+from textual.widgets import OptionList, Static
+
+from cuco_tui.agents.offline import OfflineAgent
+from cuco_tui.app.widgets.confirm import Confirm
+from cuco_tui.app.app import CucoApp
+from cuco_tui.app.screens.browse import BrowseScreen
+from cuco_tui.app.screens.candidate import CandidateScreen
+from cuco_tui.app.screens.dashboard import DashboardScreen, parse_budget
+from cuco_tui.app.screens.lineage import LineageScreen
+from cuco_tui.app.widgets.candidate.deadlock import parse_report
+from cuco_tui.app.widgets.search import editor
+from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
+from cuco_tui.app.widgets.text_prompt import TextPrompt
+from cuco_tui.design.space import Capabilities
+from cuco_tui.core.result import (
+    CascadeResult,
+    Level,
+    ShapeTiming,
+    Spread,
+    Status,
+)
+from cuco_tui.harness.deadlock import analyze
+from cuco_tui.harness.launcher import RankOutcome
+from cuco_tui.lineage import SessionRepo
+from cuco_tui.search.engine import SteeringError
+from cuco_tui.search.events import AwaitingReview, CandidateCommitted
+from candidate_session import BROKEN, build_session, open_candidate, section_text
+from dashboard_helpers import make_app as make_dashboard_app
+from pilot_helpers import wait_until
+from engine_helpers import W
+from engine_helpers import make as make_engine
+
+SIZE = (120, 40)
+SEED = W.seed.read_text()
+
+
+@pytest.fixture(autouse=True)
+def _no_gpu(monkeypatch):
+    # No NVML: the same screens (and snapshots) on a GPU host as here.
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+
+
+def engine_timing(speedup: float) -> ShapeTiming:
+    ref = Spread.of([1.0] * 10)
+    cand = Spread.of([1.0 / speedup] * 10)
+    return ShapeTiming("square-8k", {"M": 8192, "K": 8192, "N": 8192}, cand, ref, [cand, cand], speedup)
+
+
+# ---------------------------------------------------------------------------- engine commands
+
+
+class ById:
+    """Compile errors for the candidates named in `fail`, by the id the engine gives the file;
+    else measured, with a speedup from the source (so a re-benchmark measures the same)."""
+
+    def __init__(self, fail=()):
+        self.fail = set(fail)
+        self.calls: list[str] = []
+
+    def __call__(self, path, workload, options, progress=None):
+        cid = Path(path).stem
+        self.calls.append(cid)
+        base = dict(candidate=str(path), workload=workload.name, world=2, gpus=list(options.gpus or ()))
+        if cid in self.fail:
+            return CascadeResult(**base, status=Status.COMPILE_ERROR, level=Level.COMPILE, reason="expected ';'")
+        speedup = 0.8 + (zlib.crc32(Path(path).read_text().encode()) % 100) / 100
+        return CascadeResult(**base, status=Status.MEASURED, level=Level.BENCHMARK, reason="measured",
+                             timings=[engine_timing(speedup)])
+
+
+def test_prefer_parent_gives_the_next_proposal_that_parent_once(tmp_path):
+    """The offline agent in exploit: a failed candidate is never drawn while a good one exists,
+    so only the engineer's choice makes it a parent, for one proposal."""
+    agent = OfflineAgent(W, Capabilities(world=2), seed=4)
+    asked: list = []
+    propose = agent.propose
+
+    def watched(request):
+        asked.append(request)
+        return propose(request)
+
+    agent.propose = watched
+    engine, repo, bus = make_engine(tmp_path, agent=agent, evaluator=ById(fail={"c0001"}), generations=3,
+                                    islands=1, explore_share=0.0, fast_path=False)
+
+    def on_commit(e):
+        if isinstance(e, CandidateCommitted) and e.record.id == "c0001":
+            assert e.record.status == "compile_error"
+            engine.prefer_parent("c0001")  # generation 1 waits for c0001 before generation 2 starts
+            assert engine.preferred_parent == "c0001"
+
+    bus.subscribe(on_commit)
+    engine.run()
+    assert not bus.errors, bus.errors
+    by_gen = {r.generation: r for r in asked}
+    assert by_gen[1].parents[0].id == "c0000"
+    assert by_gen[2].parents[0].id == "c0001"  # the failed one, as asked
+    assert "c0001" in by_gen[2].feedback  # its failure goes to the agent
+    assert by_gen[3].parents[0].id != "c0001"  # once only
+    assert engine.preferred_parent is None
+    committed = {r.id: r for r in repo.records()}
+    assert committed["c0002"].parents[0] == "c0001" and committed["c0002"].generation == 2
+
+
+def test_prefer_parent_and_rebenchmark_refuse_what_they_cannot_do(tmp_path):
+    engine, repo, bus = make_engine(tmp_path, evaluator=ById(), generations=1, islands=1)
+    with pytest.raises(SteeringError, match="running search"):
+        engine.prefer_parent("c0000")  # not running yet
+    with pytest.raises(SteeringError, match="running search"):
+        engine.rebenchmark("c0000")
+    errors: list[str] = []
+
+    def on_commit(e):
+        if isinstance(e, CandidateCommitted) and e.record.id == "c0000":
+            for call in (lambda: engine.prefer_parent("c0099"), lambda: engine.rebenchmark("c0099")):
+                try:
+                    call()
+                except SteeringError as exc:
+                    errors.append(str(exc))
+
+    bus.subscribe(on_commit)
+    engine.run()
+    assert not bus.errors, bus.errors
+    assert errors == ["no committed candidate 'c0099' in this search"] * 2
+    assert not engine.running
+    with pytest.raises(SteeringError, match="not running"):
+        engine.rebenchmark("c0000")  # the search is over
+
+
+def test_rebenchmark_commits_a_new_candidate_whose_parent_is_the_original(tmp_path):
+    evaluator = ById()
+    engine, repo, bus = make_engine(tmp_path, evaluator=evaluator, generations=2, islands=1, review_mode="review",
+                                    fast_path=False)
+    queued: list[str] = []
+
+    def on_event(e):
+        # generation 1's proposal waits for review: the loop idles in its drain, and the
+        # re-benchmark still runs then; the proposal is accepted once the re-benchmark is in
+        if isinstance(e, AwaitingReview) and not queued:
+            queued.append(engine.rebenchmark("c0000"))
+        elif isinstance(e, CandidateCommitted) and queued and e.record.id == queued[0]:
+            for held in engine.awaiting_review():
+                threading.Thread(target=engine.review, args=(held.id, "accept")).start()
+        elif isinstance(e, AwaitingReview):
+            threading.Thread(target=engine.review, args=(e.candidate, "accept")).start()
+
+    bus.subscribe(on_event)
+    engine.run()
+    assert not bus.errors, bus.errors
+    assert queued == ["c0002"]  # c0001 is the held proposal
+    records = {r.id: r for r in repo.records()}
+    again, seed = records["c0002"], records["c0000"]
+    assert again.kind == "rebenchmark" and again.parents == ("c0000",)
+    assert again.rationale == "re-benchmark of c0000" and again.agent == "engineer"
+    assert again.source == seed.source and again.design == seed.design
+    assert again.status == "measured" and again.speedup == pytest.approx(seed.speedup)
+    assert again.generation == 1 and again.extra["rebenchmark_of"] == "c0000"
+    assert evaluator.calls.count("c0002") == 1
+    assert records["c0001"].review == "accepted"
+
+
+# ---------------------------------------------------------------------------- the candidate screen
+
+
+@pytest.mark.asyncio
+async def test_compile_error_shows_the_offending_line_with_a_caret(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0001")
+        tabs = screen.tabs
+        assert tabs.ids == ["overview", "source", "diff-c0000", "errors", "logs"]  # nothing else has content
+        assert tabs.active == "errors"  # opens where the failure is explained
+        errors = section_text(screen, "errors")
+        assert 'c0001.cu:36:27: error: expected a ";"' in errors
+        assert "    const int W = ctx->world\n" + " " * 30 + "^" in errors
+        overview = section_text(screen, "overview")
+        assert "timings: not measured: compile_error" in overview
+        assert "verification: not run (stopped at L1 compile)" in overview
+        assert "not measured: compile_error" in str(screen.query_one("#candidate-head", Static).content)
+        assert "-  const int W = ctx->world;" in section_text(screen, "diff-c0000")
+        assert "logs/nvcc.txt" in section_text(screen, "logs")
+        assert "❱ 36   const int W = ctx->world\n" in section_text(screen, "source")  # marked in the gutter
+        await pilot.press("right_square_bracket")
+        assert tabs.active == "logs"
+        await pilot.press("escape")
+        assert not isinstance(app.screen, CandidateScreen)
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_an_l0_finding_gets_its_source_line_from_the_candidate(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0004")
+        assert screen.tabs.active == "errors"
+        assert screen.query_one("#tab-errors").parent is not None
+        text = section_text(screen, "errors")
+        assert "c0004.cu:36:3: error: the frozen region changed" in text
+        assert "    const int W = ctx->world\n      ^" in text  # the line read from candidate.cu
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_deadlocked_candidate_shows_where_each_rank_waits(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0002")
+        assert screen.tabs.active == "deadlock"
+        assert "timings" not in screen.tabs.ids and "verification" not in screen.tabs.ids
+        text = section_text(screen, "deadlock")
+        assert "Deadlock: a cycle of waits." in text
+        rows = [line.split() for line in text.splitlines() if line.strip().startswith(("0 ", "1 "))]
+        # rank, blocks, line, waits for, from, expected, last seen, source
+        assert rows[0][:9] == ["0", "2", "47", "flag", "3", "rank", "1", "1", "0"]
+        assert rows[1][:9] == ["1", "2", "47", "flag", "3", "rank", "0", "1", "0"]
+        assert all("peer_wait<<<2," in " ".join(r) for r in rows)  # the waiting line of source
+        logs = section_text(screen, "logs")
+        assert "logs/rank0.stderr.txt" in logs and "logs/rank1.stderr.txt" in logs
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_timings_per_shape_and_per_rank(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0000")
+        assert screen.tabs.active == "timings"
+        assert "diff" not in " ".join(screen.tabs.ids)  # a seed has no parent
+        text = section_text(screen, "timings")
+        shape = next(line.split() for line in text.splitlines() if line.strip().startswith("square-8k"))
+        # then one rank's TFLOP/s and GB/s (gemm_allgather's counts at world 2), and no bound: none measured
+        assert shape == ["square-8k", "1.200", "1.180-1.220", "1.000", "0.980-1.020", "4.0", "30", "1.20x",
+                         "550", "67", "-", "-"]
+        assert "geometric mean speedup 1.13x" in text and "no bound: the session measured none" in text
+        ranks = [line.split() for line in text.splitlines() if "-" in line and line.split()[:1] in (["mlp-up"], ["1"])]
+        assert ["mlp-up", "0", "2.600", "2.580-2.620", "2.560-2.660", "30"] in ranks
+        assert ["1", "2.850*", "2.830-2.870", "2.810-2.910", "30"] in ranks  # the slowest rank, marked
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_crossover_has_a_diff_per_parent_and_its_verification_error(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0003")
+        assert screen.tabs.active == "verification"
+        assert [i for i in screen.tabs.ids if i.startswith("diff-")] == ["diff-c0000", "diff-c0002"]
+        assert "+  const float alpha = 2.0f" in section_text(screen, "diff-c0000")
+        assert "-  peer_wait<<<2, 1, 0, stream>>>" in section_text(screen, "diff-c0002")
+        text = section_text(screen, "verification")
+        assert "wrong output at verify: max relative error 0.5 exceeds 0.02" in text
+        assert "worst element rank 1, y[513, 7]: got 3.1, want 2.9" in text
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_an_unknown_id_says_so(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0099")
+        assert "no candidate 'c0099'" in screen.error
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_export_writes_the_files_and_says_where(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await open_candidate(app, pilot, repo, "c0001")
+        await pilot.press("w")
+        folder = tmp_path / "export" / "demo-c0001"
+        assert await wait_until(pilot, lambda: any("export" == n.title for n in app._notifications), 5)
+        assert any(str(folder) in n.message for n in app._notifications)
+    assert (folder / "c0001.cu").read_text() == BROKEN
+    assert json.loads((folder / "result.json").read_text())["status"] == "compile_error"
+    assert (folder / "rationale.md").read_text() == "diff from c0000\n"
+    assert json.loads((folder / "design.json").read_text())["backend"] == "nccl_host"
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_browsing_turns_off_rebenchmark_and_make_parent_and_says_why(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0000")
+        assert screen.check_action("rebenchmark", ()) is None  # dimmed in the footer
+        await pilot.press("r")
+        assert await wait_until(pilot, lambda: any("re-benchmark needs a running search" in n.message
+                                                   for n in app._notifications), 5)
+        await pilot.press("ctrl+p")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette), 5)
+        await pilot.press(*"next proposal")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: any("use as parent needs a running search" in n.message
+                                                   for n in app._notifications), 5)
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_enter_in_the_lineage_opens_the_candidate(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    repo.close()
+    app = CucoApp(open_session=tmp_path / "demo")
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
+        lineage = app.screen
+        lineage.jump_to("c0002")
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
+        assert app.screen.candidate_id == "c0002" and app.screen.search is None
+        assert app.screen.tabs.active == "deadlock"
+        await pilot.press("escape")
+        assert app.screen is lineage
+
+
+def test_deadlock_reports_parse_back_into_deadlock_py_waits():
+    """The table reads what harness/deadlock.py writes: every wait it renders comes back whole."""
+    def slot(site, kind, peer, ident, expected=1, observed=0, i=0):
+        return {"slot": i, "state": "waiting", "site": site, "kind": kind, "peer": peer, "id": ident,
+                "expected": expected, "observed": observed, "completed": 0}
+
+    def out(rank, trace, what="candidate launch (check 1)", event="timeout"):
+        return RankOutcome(rank, rank, 0, 124, [{"event": event, "rank": rank, "what": what, "trace": trace}])
+
+    done = RankOutcome(1, 1, 0, 0, [{"event": "done", "rank": 1}])
+    cases = [  # a cycle, a missing signal, a short barrier, no traced wait
+        [out(0, [slot(50, "signal", 1, 2, 4, 3), slot(51, "flag", 1, 9, 2, 1, i=1)]),
+         out(1, [slot(52, "signal", 0, 2, 4, 3)])],
+        [out(0, [slot(61, "flag", 1, 5, 4, 3)]), done],
+        [out(0, [slot(88, "barrier", -1, b, i=b) for b in range(4)]),
+         out(1, [], what="harness barrier", event="aborted")],
+        [out(0, []), out(1, [])],
+    ]
+    for outcomes in cases:
+        d = analyze(outcomes)
+        view = parse_report(d.render())
+        assert view.summary == d.summary
+        for parsed, truth in zip(view.ranks, d.ranks, strict=True):
+            assert parsed.rank == truth.rank
+            expect = [w for w in truth.waits if w.kind != "barrier"]
+            assert [w for w in parsed.waits if w.kind != "barrier"] == expect
+            barriers = [(w.site, w.id, w.blocks) for w in truth.waits if w.kind == "barrier"]
+            assert [(w.site, w.id, w.blocks) for w in parsed.waits if w.kind == "barrier"] == barriers
+
+
+def test_budget_answers():
+    assert parse_budget("5", None) == 5.0
+    assert parse_budget("$2.50", 1.0) == 2.5
+    assert parse_budget("+2", 3.0) == 5.0
+    assert parse_budget("+2", None) == 2.0
+    assert parse_budget("none", 3.0) is None
+    with pytest.raises(ValueError, match="not a number"):
+        parse_budget("lots", None)
+    with pytest.raises(ValueError, match="0 dollars or more"):
+        parse_budget("-1", None)
+
+
+# ---------------------------------------------------------------------------- from the live dashboard
+
+
+def dashboard_text(app, selector: str) -> str:
+    return str(app.get_screen("dashboard").query_one(selector, Static).render())
+
+
+async def stop_search(app, pilot) -> None:
+    if not isinstance(app.screen, DashboardScreen):
+        app.pop_screen()
+    await pilot.press("x")
+    assert await wait_until(pilot, lambda: isinstance(app.screen, Confirm), 5)
+    await pilot.press("y")
+    assert await wait_until(pilot, lambda: "finished" in dashboard_text(app, "#state-run"))
+
+
+@pytest.mark.asyncio
+async def test_dashboard_opens_the_best_candidate_with_the_engine_attached(tmp_path):
+    app = make_dashboard_app(tmp_path)  # review mode: the fast path waits, the seed is committed
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids and app.screen.state.best_id)
+        dashboard = app.screen
+        await pilot.press("o")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press("enter")  # empty: the best
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
+        screen = app.screen
+        assert screen.candidate_id == "c0000" and screen.search is dashboard.search
+        assert screen.check_action("rebenchmark", ()) is True
+        assert "live search attached" in str(screen.query_one("#candidate-head", Static).content)
+
+        await pilot.press("r")  # while the fast-path proposal waits for review
+        assert await wait_until(pilot, lambda: any("committed as c0002" in n.message for n in app._notifications), 5)
+        assert await wait_until(pilot, lambda: "c0002" in dashboard.state.sources)
+        await pilot.press("u")
+        assert await wait_until(pilot, lambda: dashboard.search.preferred_parent == "c0000", 5)
+        await pilot.press("escape")
+        assert app.screen is dashboard
+        await stop_search(app, pilot)
+    with SessionRepo.open(tmp_path / "session") as repo:
+        again = repo.record("c0002")
+        assert again.kind == "rebenchmark" and again.parents == ("c0000",)
+        assert again.rationale == "re-benchmark of c0000" and again.status == "measured"
+        assert again.speedup == pytest.approx(repo.record("c0000").speedup)
+
+
+@pytest.mark.asyncio
+async def test_the_lineage_of_the_running_session_opens_candidates_with_the_search_attached(tmp_path):
+    app = make_dashboard_app(tmp_path)
+    app.sessions_root = tmp_path  # the search's session is the one to browse
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids and app.screen.state.best_id)
+        dashboard = app.screen
+        await pilot.press("b")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, BrowseScreen)
+                                and app.screen.query_one(OptionList).option_count == 1
+                                and "session  session" in str(app.screen.query_one(OptionList)
+                                                              .get_option_at_index(0).prompt))
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
+        app.screen.jump_to("c0000")
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
+        assert app.screen.search is dashboard.search
+        assert "live search attached" in str(app.screen.query_one("#candidate-head", Static).content)
+        await pilot.press("escape", "escape")  # the candidate, then the lineage
+        assert await wait_until(pilot, lambda: app.screen is dashboard, 5)
+        await stop_search(app, pilot)
+
+
+@pytest.mark.asyncio
+async def test_dashboard_open_asks_for_an_id_and_refuses_unknown_ones(tmp_path):
+    app = make_dashboard_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids)
+        await pilot.press("o")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press(*"c0042", "enter")
+        assert await wait_until(pilot, lambda: any("no committed candidate 'c0042'" in n.message
+                                                   for n in app._notifications), 5)
+        assert isinstance(app.screen, DashboardScreen)
+        await stop_search(app, pilot)
+
+
+@pytest.mark.asyncio
+async def test_dashboard_budget_prompt_changes_the_cap(tmp_path):
+    app = make_dashboard_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids)
+        await pilot.press("dollar_sign")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press(*"7.5", "enter")
+        assert await wait_until(pilot, lambda: "$0.00 of $7.50" in dashboard_text(app, "#state-facts"), 5)
+        await pilot.press("dollar_sign")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press(*"+2", "enter")
+        assert await wait_until(pilot, lambda: "$0.00 of $9.50" in dashboard_text(app, "#state-facts"), 5)
+        await pilot.press("dollar_sign")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press(*"none", "enter")
+        assert await wait_until(pilot, lambda: "(no cap)" in dashboard_text(app, "#state-facts"), 5)
+        await stop_search(app, pilot)
+
+
+@pytest.mark.asyncio
+async def test_dashboard_edit_sends_the_editors_text(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    script = tmp_path / "ed.py"
+    script.write_text("import sys\nopen(sys.argv[1], 'a').write('// edited by hand\\n')\n")
+    monkeypatch.setenv("VISUAL", f"{sys.executable} {script}")
+    # No terminal to hand over under Pilot: the editor runs without Textual's suspend.
+    monkeypatch.setattr(editor, "run_suspended", lambda app, command: subprocess.call(command))
+    app = make_dashboard_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids)
+        cid = app.screen.query_one(ProposalQueue).selected
+        await pilot.press("e")
+        assert await wait_until(pilot, lambda: cid in app.screen.state.sources)
+        assert app.screen.state.sources[cid].endswith("// edited by hand\n")
+        await stop_search(app, pilot)
+    with SessionRepo.open(tmp_path / "session") as repo:
+        assert repo.record(cid).review == "edited"
+
+
+@pytest.mark.asyncio
+async def test_dashboard_edit_without_a_terminal_says_so(tmp_path):
+    app = make_dashboard_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and app.screen.query_one(ProposalQueue).ids)
+        await pilot.press("e")
+        assert await wait_until(pilot, lambda: any("cannot be handed to an editor" in n.message
+                                                   for n in app._notifications), 5)
+        await stop_search(app, pilot)

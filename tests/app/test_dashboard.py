@@ -1,0 +1,189 @@
+"""The search dashboard, driven by Pilot: the real engine, lineage and offline agent on a
+session under tmp_path, a fake evaluator that returns a measured CascadeResult at once. Every
+wait is bounded."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.syntax import Syntax
+from textual.command import CommandPalette
+from textual.widgets import DataTable, Static
+
+from cuco_tui.app.screens.dashboard import DashboardScreen
+from cuco_tui.app.widgets.search.in_flight import InFlightTable
+from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
+from cuco_tui.app.widgets.text_prompt import TextPrompt
+from cuco_tui.evaluate.cascade import Progress
+from cuco_tui.core.result import Level
+from cuco_tui.lineage import SessionRepo
+from dashboard_helpers import dashboard, fake_evaluate, make_app, queue, stop, text
+from pilot_helpers import wait_until as _wait_until
+
+
+async def wait_until(pilot, predicate, timeout_s: float = 20.0) -> bool:
+    return await _wait_until(pilot, predicate, timeout_s)
+
+SIZE = (120, 40)
+
+
+@pytest.fixture(autouse=True)
+def _no_gpu_telemetry(monkeypatch):
+    # The telemetry panel reads NVML: hidden GPUs keep the screen (and its snapshot) the same
+    # on a GPU host as here.
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+
+
+@pytest.mark.asyncio
+async def test_review_accept_then_reject_with_a_reason(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen) and queue(app).ids)
+        screen = dashboard(app)
+        first = queue(app).selected
+        assert first == "c0001"  # c0000 is the seed, evaluated without review
+        assert text(app, "#state-run") == "running"
+        assert await wait_until(pilot, lambda: queue(app).shown == first, 5)
+        diff = screen.query_one("#proposal-diff", Static).content
+        assert isinstance(diff, Syntax) and diff.lexer.name == "Diff"  # highlighted
+        assert diff.code.startswith("--- c0000/candidate.cu\n+++ c0001/candidate.cu\n@@ ")
+        assert diff.code == queue(app).proposal(first).diff
+        head = text(app, "#proposal-head")
+        assert "rationale" in head and "backend=" in head
+
+        await pilot.press("y")
+        assert await wait_until(pilot, lambda: first in screen.state.sources)  # committed
+        assert await wait_until(pilot, lambda: queue(app).ids and queue(app).selected != first)
+        second = queue(app).selected
+        assert second is not None and second != first
+
+        await pilot.press("n")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press(*"too risky")
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), 5)
+        assert await wait_until(pilot, lambda: second in screen.state.sources)
+        assert "rejected 1" in text(app, "#state-facts")
+        await stop(pilot, app)
+
+    with SessionRepo.open(tmp_path / "session") as repo:
+        accepted = repo.record(first)
+        assert accepted.review == "accepted" and accepted.status == "measured"
+        rejected = repo.record(second)
+        assert rejected.status == "rejected"
+        assert rejected.review == "rejected: too risky"
+
+
+@pytest.mark.asyncio
+async def test_pause_holds_new_proposals_and_resume_lets_them_come(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen) and queue(app).ids)
+        screen = dashboard(app)
+        await pilot.press("p")
+        assert await wait_until(pilot, lambda: text(app, "#state-run") == "paused", 5)
+        await pilot.press("a")  # accept what waits: the engine would now propose more, were it not paused
+        assert await wait_until(pilot, lambda: not queue(app).ids, 10)
+        await pilot.pause(1.0)
+        assert not queue(app).ids and text(app, "#state-run") == "paused"
+        await pilot.press("p")
+        assert await wait_until(pilot, lambda: text(app, "#state-run") == "running", 5)
+        assert await wait_until(pilot, lambda: bool(queue(app).ids))
+        assert screen.query_one(SpeedupChart).points  # the seed and the accepted one were measured
+        await stop(pilot, app)
+
+
+@pytest.mark.asyncio
+async def test_review_mode_cycles_and_hint_reaches_the_engine(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen) and queue(app).ids)
+        screen = dashboard(app)
+        await pilot.press("h")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press(*"try chunked overlap", "enter")
+        assert await wait_until(pilot, lambda: screen.search.hints == ("try chunked overlap",), 5)
+        assert await wait_until(pilot, lambda: "hints      1" in text(app, "#state-facts"), 5)
+        await pilot.press("m")  # review -> risky
+        assert await wait_until(pilot, lambda: screen.search.review_mode == "risky", 5)
+        await pilot.press("m")  # risky -> auto: what waits is accepted, the rest runs unattended
+        assert await wait_until(pilot, lambda: screen.search.review_mode == "auto", 5)
+        assert await wait_until(pilot, lambda: "finished: done" in text(app, "#state-run"), 30)
+        assert not queue(app).ids and not screen.query_one(InFlightTable).candidates
+
+
+@pytest.mark.asyncio
+async def test_s_opens_the_dashboard_from_the_evaluate_screen(tmp_path):
+    app = make_app(tmp_path)
+    app.start_search = False
+    async with app.run_test(size=SIZE) as pilot:
+        assert not isinstance(app.screen, DashboardScreen)
+        await pilot.press("s")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), 5)
+        assert await wait_until(pilot, lambda: bool(queue(app).ids))
+        await pilot.press("escape")  # esc never drops the engineer out of the search
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, DashboardScreen)
+        app.action_candidates()  # the palette's "Evaluate": the workload's candidates, the search going on
+        assert await wait_until(pilot, lambda: not isinstance(app.screen, DashboardScreen), 5)
+        await pilot.press("s")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), 5)
+        assert queue(app).ids  # the same search, still waiting
+        await stop(pilot, app)
+
+
+@pytest.mark.asyncio
+async def test_evaluations_in_flight_show_stage_and_gpu_group(tmp_path):
+    gate = threading.Event()
+
+    def slow(path, workload, options, progress=None):
+        if Path(path).stem != "c0000":  # the seed goes through at once
+            progress(Progress(Level.BENCHMARK, "bench square-8k"))
+            assert gate.wait(20)
+        return fake_evaluate(path, workload, options)
+
+    app = make_app(tmp_path)
+    app.search_launch = replace(app.search_launch, evaluate_fn=slow)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen) and queue(app).ids)
+        flight = dashboard(app).query_one(InFlightTable)
+        await pilot.press("y")
+        assert await wait_until(pilot, lambda: flight.candidates == ["c0001"], 10)
+        table = flight.query_one(DataTable)
+        assert table.get_row("c0001")[1:3] == ["L3 bench", "0,1"]
+        assert "1 evaluating" in text(app, "#state-facts")
+        gate.set()
+        assert await wait_until(pilot, lambda: not flight.candidates, 10)
+        assert "0 evaluating" in text(app, "#state-facts")
+        await stop(pilot, app)
+
+
+@pytest.mark.asyncio
+async def test_command_palette_pauses_the_search(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen) and queue(app).ids)
+        await pilot.press("ctrl+p")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette), 5)
+        await pilot.press(*"pause or resume")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), 5)
+        assert await wait_until(pilot, lambda: text(app, "#state-run") == "paused", 5)
+        await stop(pilot, app)
+
+
+@pytest.mark.asyncio
+async def test_a_search_that_cannot_start_says_why(tmp_path):
+    SessionRepo.create(tmp_path / "session", "gemm_allgather", {}).close()  # the folder is taken
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                                and text(app, "#state-run") == "failed", 10)
+        assert any("the search stopped" in n.message for n in app._notifications)
+        await pilot.press("p")  # nothing to steer: a warning, not a crash
+        await pilot.pause(0.2)
+        assert any("the search is over" in n.message for n in app._notifications)

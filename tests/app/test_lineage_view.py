@@ -1,0 +1,164 @@
+"""The lineage screen on the recorded example session (52 candidates from an H200x2 run) and
+on a synthetic 5,000-candidate session for the time to open."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import Static
+
+from cuco_tui.app.app import CucoApp
+from cuco_tui.app.screens.compare import CompareScreen
+from cuco_tui.app.screens.lineage import LineageScreen
+from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
+from cuco_tui.app.widgets.lineage.rows import LineageFilter
+from cuco_tui.lineage import SessionRepo, import_bundle
+from cuco_tui.core.records import CandidateRecord
+from pilot_helpers import wait_until as _wait_until
+from repo_paths import DATA, REPO
+
+
+async def wait_until(pilot, predicate, timeout_s: float = 20.0) -> bool:
+    return await _wait_until(pilot, predicate, timeout_s)
+
+SIZE = (120, 40)
+# The first recorded GPU session, kept fixed for exact assertions; the example under
+# sessions/examples/ (checked more loosely below) is replaced when a newer search is recorded.
+BUNDLE = DATA / "gemm_allgather-52-candidates.bundle"
+EXAMPLES = REPO / "sessions" / "examples"
+SYNTHETIC = 5000
+
+
+@pytest.fixture(autouse=True)
+def no_gpu(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+    monkeypatch.setenv("CUCO_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def rendered(widget: Static) -> str:
+    return str(widget.render())
+
+
+@pytest.mark.asyncio
+async def test_example_lineage(tmp_path):
+    import_bundle(BUNDLE, tmp_path / "example").close()
+    app = CucoApp(open_session=tmp_path / "example")  # a session folder
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
+        screen = app.screen
+        table = screen.query_one(CandidateTable)
+        assert table.row_count == 52
+        assert "52 of 52" in rendered(screen.query_one("#lineage-bar", Static))
+
+        await pilot.press("f")  # statuses cycle: all -> measured -> rejected
+        assert screen.filter.status == "measured"
+        assert table.row_count == 39
+        await pilot.press("0")
+        assert table.row_count == 52
+
+        await pilot.press("slash", "escape")  # escape closes the id box, not the screen
+        assert app.screen is screen
+        await pilot.press("slash")
+        await pilot.press(*"c0011", "enter")
+        assert table.highlighted_id == "c0011"
+        facts = screen.query_one("#lineage-facts", Static)
+        assert await wait_until(pilot, lambda: "c0011" in rendered(facts) and "1.38" in rendered(facts))
+        result = screen.query_one("#lineage-result")
+        assert await wait_until(pilot, lambda: "1.38x" in rendered(result.query_one("#result-facts", Static)))
+
+        assert screen.jump_to("c0004")
+        await pilot.press("c")
+        assert screen.marked == "c0004"
+        screen.jump_to("c0011")
+        await pilot.press("c")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.diff_text is not None)
+        diff = app.screen.diff_text
+        assert "--- c0004/candidate.cu" in diff and "+++ c0011/candidate.cu" in diff
+        assert any(line.startswith(("+", "-")) and line[1:2] not in "+-" for line in diff.splitlines())
+        await pilot.press("escape")
+        assert app.screen is screen
+
+
+@pytest.mark.asyncio
+async def test_l_opens_example_when_no_session(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the bundle is imported
+    root = tmp_path / "sessions"
+    (root / "examples").mkdir(parents=True)
+    app = CucoApp(sessions_root=root)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, LineageScreen)  # nothing to open: a notification
+        assert any("no session" in n.message for n in app._notifications)
+    (root / "examples" / BUNDLE.name).symlink_to(BUNDLE)
+    app = CucoApp(sessions_root=root)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
+        assert app.screen.query_one(CandidateTable).row_count == 52
+
+
+def test_cli_open_missing_path(tmp_path, capsys):
+    from cuco_tui.cli import tui_main
+
+    assert tui_main(["open", str(tmp_path / "nowhere")]) == 2
+    assert "no session or bundle" in capsys.readouterr().err
+
+
+def _synthetic_session(path: Path, n: int) -> SessionRepo:
+    repo = SessionRepo.create(path, "gemm_allgather", {"generations": n})
+    statuses = ("measured", "incorrect", "compile_error", "rejected", "no_gpu")
+    backends = ("nccl_lsa", "copy_engine", "nvshmem")
+    for i in range(n):
+        parents = () if i == 0 else (f"c{(i - 1) // 3:05d}",) if i % 7 else (f"c{i - 1:05d}", f"c{i // 2:05d}")
+        status = statuses[i % len(statuses)]
+        repo.commit_candidate(CandidateRecord(
+            id=f"c{i:05d}", generation=i // 50, island=i % 4, kind="diff" if i else "seed",
+            parents=tuple(dict.fromkeys(parents)), source=f"// candidate {i}\n", design={"backend": backends[i % 3]},
+            rationale="synthetic", agent="offline", status=status,
+            speedup=1.0 + i / n if status == "measured" else None))
+    return repo
+
+
+@pytest.mark.asyncio
+async def test_5000_candidates_open_quickly(tmp_path):
+    started = time.perf_counter()
+    repo = _synthetic_session(tmp_path / "big", SYNTHETIC)
+    print(f"\nbuilt a {SYNTHETIC}-candidate session in {time.perf_counter() - started:.1f} s")
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        started = time.perf_counter()
+        screen = LineageScreen(repo)
+        await app.push_screen(screen)
+        assert await wait_until(pilot, lambda: screen.ready and screen.is_mounted, timeout_s=10)
+        elapsed = time.perf_counter() - started
+        print(f"lineage view of {SYNTHETIC} candidates ready in {elapsed * 1000:.0f} ms")
+        assert screen.query_one(CandidateTable).row_count == SYNTHETIC
+        # The target is 1 s (measured 0.24-0.73 s on this 2-core machine, docs/performance.md);
+        # the bound leaves room for a CI machine under load.
+        assert elapsed < 2.0
+        screen.set_filter(LineageFilter(island=1))
+        assert screen.query_one(CandidateTable).row_count == SYNTHETIC // 4
+    repo.close()
+
+
+@pytest.mark.parametrize("bundle", sorted(EXAMPLES.glob("*.bundle")), ids=lambda p: p.stem)
+def test_every_example_bundle_opens_with_a_measured_best(tmp_path, bundle):
+    """What `b` offers a user without a GPU: each example is a real search, browsable here. The
+    example of failures (benchmarks/example_failures.py: ranks sharing one GPU, so nothing timed)
+    holds instead a compile error, an incorrect result and a deadlock beside verified candidates,
+    and names the machine it ran on."""
+    with import_bundle(bundle, tmp_path / bundle.stem) as repo:
+        records = {r.id: r for r in repo.records()}
+        best = repo.best()
+        machine = repo.machine()
+    if "-failures-" in bundle.name:
+        statuses = {r.status for r in records.values()}
+        assert {"compile_error", "incorrect", "deadlock", "measured"} <= statuses, statuses
+        assert machine is not None and machine.gpus and machine.driver and machine.nccl
+        return
+    assert len(records) >= 30
+    assert best in records and records[best].speedup > 1.0

@@ -1,0 +1,108 @@
+"""cp_attention's seed and templates whole on the CPU emulator, every rank at once, over a model of
+the CUDA runtime, NCCL and cuBLAS (workloads/cp_attention/emulator/emu_runtime.h)."""
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from cp_common import REF, SEED, _book, _check, _dims, _f64, _inputs, _sequential
+from emulator_helpers import compile_emulated, needs_gxx
+from cp_emulator import _candidate_source
+
+
+# Whole candidates on the CPU: emu_runtime.h models the CUDA runtime (streams as threads with
+# random delays, events, IPC), NCCL (send/recv matching, all-gather) and cuBLAS; every rank is a
+# thread. A launch on one input set, then the other input set and a poisoned output in stream order
+# and a second launch with no host wait between them (as the harness's back-to-back check), then
+# the first set again after a host wait: races (within a launch and between launches), missing
+# joins, stale state and unwritten elements show up as wrong answers, hangs as the watchdog's
+# report, overruns and use after free as crashes.
+
+E2E = [  # (name, strategy, knobs)
+    ("seed", None, None),
+    ("sequential", "host_sequential", {}),
+    ("overlap", "attn_overlap", {"comm_priority": "high"}),
+    ("balance-remote", "attn_balance", {"first": "remote", "comm_priority": "high"}),
+    ("balance-local", "attn_balance", {"first": "local", "comm_priority": "same"}),
+    ("host_flash", "host_flash", {}),
+    ("ring", "ring", {"comm_priority": "high"}),  # stream priorities mean nothing to the emulator
+    ("pull-ipc-1", "ipc_pull", {"mover": "ipc", "chunks": 1, "mover_blocks": 16, "comm_priority": "high"}),
+    ("pull-ipc-4", "ipc_pull", {"mover": "ipc", "chunks": 4, "mover_blocks": 32, "comm_priority": "same"}),
+    ("pull-ce-2", "ipc_pull", {"mover": "copy_engine", "chunks": 2, "mover_blocks": 16, "comm_priority": "high"}),
+    ("pull-ce-1", "ipc_pull", {"mover": "copy_engine", "chunks": 1, "mover_blocks": 16, "comm_priority": "same"}),
+]
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory):
+    """The E2E candidates built for the CPU: {name: binary}. The seed's score budget is cut so that
+    its query-block loop takes several blocks, the last one short."""
+    root = tmp_path_factory.mktemp("cp_e2e")
+    book = _book()
+    sources = {}
+    for name, strategy, knobs in E2E:
+        if strategy is None:
+            sources[name] = _candidate_source(SEED)
+        elif strategy == "host_sequential":
+            sources[name] = _candidate_source(_sequential(), score_budget=48 * 4 * 512 * 6)  # 48 rows at H=4, 96 at H=2
+        else:
+            s = book.get(strategy)
+            sources[name] = _candidate_source(book.render(s, s.normalized(knobs)))
+    return compile_emulated(sources, root)
+
+
+def _run_candidate(binary, folder, dims, world, seed, launches=2):
+    """Both input sets through the emulated candidate; returns [(o_A, o_B, o_A1) per rank] as float64
+    (o_A1: the first set's output of the launch before the back-to-back one, copied in stream order)."""
+    sl, H, D = dims["S"] // world, dims["H"], dims["D"]
+    folder.mkdir()
+    sets = {"A": _inputs(dims, world, seed=seed), "B": _inputs(dims, world, seed=seed + 1)}
+    for tag, inputs in sets.items():
+        for r, inp in enumerate(inputs):
+            for name in ("q", "k", "v"):
+                inp[name].astype(np.uint16).tofile(folder / f"r{r}-{name}{tag}.bin")
+    (folder / "meta.txt").write_text(f"{world} {dims['S']} {H} {dims['HKV']} {D} {dims['CAUSAL']} {launches} "
+                                     f"{seed} 120\n")
+    r = subprocess.run([str(binary), str(folder)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"exit {r.returncode}:\n{r.stderr[-4000:]}"
+    outs = []
+    for rank in range(world):
+        outs.append(tuple(_f64(np.fromfile(folder / f"r{rank}-o{tag}.bin", dtype=np.uint16).reshape(sl, H, D))
+                          for tag in ("A", "B", "A1")))
+    return outs, {tag: REF.expected(inputs, dims, world) for tag, inputs in sets.items()}
+
+
+E2E_SHAPES = [  # (world, dims, schedule seeds)
+    (2, _dims(512, 4, 2, 64, 1), (31, 47)),  # GQA, causal; the seed's blocks: 48 rows, the last of 256 short
+    (2, _dims(256, 2, 1, 64, 0), (59, 61)),   # MQA, not causal
+    (4, _dims(512, 2, 2, 128, 0), (37,)),     # the seed: blocks of 96 rows, the last of 128 short
+    (4, _dims(512, 4, 1, 64, 1), (41, 53)),   # MQA, causal
+    (8, _dims(512, 2, 2, 64, 1), (43,)),      # 64 rows a rank; ipc_pull's 4 chunks of one tile
+    (8, _dims(512, 2, 1, 64, 0), (67,)),      # not causal at W=8
+]
+
+
+def _shape_id(v):
+    if isinstance(v, dict):
+        return "-".join(f"{k}{x}" for k, x in v.items())
+    return f"W{v}" if isinstance(v, int) else "seeds" + "-".join(map(str, v))
+
+
+def test_the_end_to_end_runs_have_candidates_shapes_and_seeds():
+    # A parametrize over an empty list collects no test and passes in silence, and a shape with no
+    # schedule seed runs nothing: the end-to-end test below must have something to run.
+    assert [e[0] for e in E2E] and E2E_SHAPES
+    assert all(seeds for _, _, seeds in E2E_SHAPES)
+
+
+@needs_gxx
+@pytest.mark.parametrize("world,dims,seeds", E2E_SHAPES, ids=_shape_id)
+@pytest.mark.parametrize("name", [e[0] for e in E2E])
+def test_candidate_runs_end_to_end_on_the_cpu(emulated, tmp_path, name, world, dims, seeds):
+    for seed in seeds:  # schedules of the random delays
+        outs, want = _run_candidate(emulated[name], tmp_path / f"s{seed}", dims, world, seed)
+        for rank, (got_a, got_b, got_a1) in enumerate(outs):
+            _check(got_a1, want["A"][rank]["o"], f"{name} rank {rank}, the launch before the back-to-back one")
+            _check(got_b, want["B"][rank]["o"], f"{name} rank {rank}, inputs replaced between launches back to back")
+            _check(got_a, want["A"][rank]["o"], f"{name} rank {rank}, fresh inputs, poisoned output")

@@ -1,0 +1,456 @@
+"""gemm_allgather's fused_tile strategy (a persistent CUTLASS GEMM waiting per row chunk, from
+cuco_tile_gemm.cuh) and the toolchain's CUTLASS support.
+
+Every point of the strategy's offline space is rendered and checked at L0 (fast). Compiling is
+minutes per kernel configuration (CUTLASS templates), so each distinct configuration (the
+`tile` and `cluster` knobs) is compiled once, with the other knobs varied across those builds
+so both movers and every tile order are compiled too: marked slow (deselect with -m "not slow").
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from cuco_tui.agents.offline.strategy import StrategyBook
+from cuco_tui.design.space import Capabilities, DesignPoint, parse_design, violations
+from cuco_tui.evaluate.static_checks import check_static, is_rejected
+from cuco_tui.evaluate.sync_checks import check_sync
+from cuco_tui.source.regions import design_of
+from cuco_tui.toolchain import BuildCache, compile_candidate
+from cuco_tui.toolchain.nvcc import CUTLASS_TIMEOUT, uses_cutlass
+from cuco_tui.toolchain.toolchain import (Library, Toolchain, cutlass_report, cutlass_version, discover,
+                                          find_cutlass)
+from cuco_tui.workload.manifest import load_workload
+from repo_paths import REPO
+
+W = load_workload("gemm_allgather")
+SEED = W.seed.read_text()
+BOOK = StrategyBook.load(W.root, W.seed)
+FUSED = BOOK.get("fused_tile")
+TOOLCHAIN = discover()
+
+
+def every_point() -> list[dict]:
+    """The strategy's offline space: every knob combination, normalized, without repeats."""
+    seen, out = set(), []
+    for values in itertools.product(*FUSED.knobs.values()):
+        knobs = FUSED.normalized(dict(zip(FUSED.knobs, values)))
+        key = tuple(sorted(knobs.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(knobs)
+    return out
+
+
+def test_every_point_renders_and_passes_l0():
+    points = every_point()
+    # 5 chunk counts x (copy engine + 3 store-kernel sizes) x 2 tiles x 2 clusters x 3 orders
+    assert len(points) == 5 * 4 * 2 * 2 * 3
+    sources = set()
+    for knobs in points:
+        src = BOOK.render(FUSED, knobs)
+        diags = check_static(src, SEED, "fused.cu") + check_sync(src, "fused.cu")
+        assert not is_rejected(diags), (knobs, [d.render() for d in diags])
+        assert not [d for d in diags if d.severity == "warning"], (knobs, [d.render() for d in diags])
+        declared = parse_design(design_of(src))
+        assert declared == FUSED.point(knobs), knobs
+        assert not violations(declared, Capabilities(world=8)), knobs
+        assert declared.placement == "fused"
+        assert uses_cutlass(src)
+        sources.add(src)
+    assert len(sources) == len(points), "two knob settings render the same candidate"
+
+
+def test_design_points_follow_the_mover():
+    ce = FUSED.point({**FUSED.default_knobs(), "chunks": 1})
+    assert (ce.backend, ce.issuer, ce.comm_sms, ce.sync, ce.chunk) == ("copy_engine", "host", "0", "per_peer", "shard")
+    sm = FUSED.point({**FUSED.default_knobs(), "mover": "sm_store", "mover_blocks": 32, "chunks": 8})
+    assert (sm.backend, sm.issuer, sm.comm_sms, sm.sync, sm.chunk) == ("cuda_ipc", "multi_cta", "32", "per_chunk", "8")
+    # A store kernel's size matters only with the store kernel.
+    assert FUSED.normalized({**FUSED.default_knobs(), "mover_blocks": 8}) == FUSED.default_knobs()
+
+
+def test_fused_placement_needs_something_a_kernel_can_wait_on():
+    ok = DesignPoint("copy_engine", "fused", "per_chunk", "host", "4", "2", "0")
+    assert violations(ok) == []
+    (why,) = violations(ok.with_(backend="nccl_host"))
+    assert "fused into compute" in why and "copy engines" in why
+
+
+# ---------------------------------------------------------------- the toolchain and CUTLASS
+
+
+def fake_cutlass(root: Path, version: tuple[int, int, int] = (4, 2, 0)) -> Path:
+    inc = root / "include"
+    (inc / "cutlass").mkdir(parents=True)
+    (inc / "cute").mkdir()
+    (inc / "cutlass" / "cutlass.h").write_text("// fake\n")
+    (inc / "cute" / "tensor.hpp").write_text("// fake\n")
+    major, minor, patch = version
+    (inc / "cutlass" / "version.h").write_text(
+        f"#define CUTLASS_MAJOR {major}\n#define CUTLASS_MINOR {minor}\n#define CUTLASS_PATCH {patch}\n")
+    return inc
+
+
+def test_cutlass_is_found_through_the_environment_first(tmp_path):
+    inc = fake_cutlass(tmp_path / "checkout", (4, 3, 1))
+    found, problem = find_cutlass({"CUCO_CUTLASS_HOME": str(tmp_path / "checkout")})
+    assert (found, problem) == (inc, "")
+    assert cutlass_version(found) == "4.3.1"
+    found, problem = find_cutlass({"CUCO_CUTLASS_HOME": str(inc)})  # the include folder itself
+    assert found == inc
+    found, problem = find_cutlass({"CUCO_CUTLASS_HOME": str(tmp_path / "nowhere")})
+    assert found is None and "CUCO_CUTLASS_HOME" in problem and "cutlass.h" in problem
+
+
+def test_cutlass_from_the_package_when_installed():
+    found, problem = find_cutlass({})
+    if found is None:
+        assert "pip install nvidia-cutlass" in problem or "nvidia-cutlass" in problem
+        pytest.skip("nvidia-cutlass is not installed here")
+    assert (found / "cutlass" / "cutlass.h").is_file() and "cutlass_library" in str(found)
+    ok, detail, fix = cutlass_report(TOOLCHAIN)
+    assert ok and TOOLCHAIN.cutlass_version in detail and fix == ""
+
+
+def test_uses_cutlass_reads_include_lines_only():
+    assert uses_cutlass('#include "cuco_tile_gemm.cuh"\n')
+    assert uses_cutlass("  #  include <cute/tensor.hpp>\n")
+    assert uses_cutlass("#include <cutlass/gemm/collective/collective_builder.hpp>\n")
+    assert not uses_cutlass('// #include "cuco_tile_gemm.cuh"\n#include "cuco_runtime.cuh"\n')
+    assert not uses_cutlass(SEED)
+
+
+def _fake_toolchain(tmp_path: Path, cutlass: Path | None) -> Toolchain:
+    libs = []
+    for name, soname in (("nccl", "libnccl.so.2"), ("cublas", "libcublas.so.13")):
+        root = tmp_path / name
+        (root / "include").mkdir(parents=True)
+        (root / "lib").mkdir()
+        (root / "lib" / soname).write_bytes(b"")
+        libs.append(Library(name, root / "include", root / "lib", soname))
+    nvcc = tmp_path / "fake-nvcc"
+    # Records its arguments and writes the library named after -o.
+    nvcc.write_text('#!/bin/bash\necho "$@" > "$(dirname "$0")/args.txt"\nout=""\n'
+                    'while [ $# -gt 0 ]; do if [ "$1" = -o ]; then out="$2"; fi; shift; done\necho built > "$out"\n')
+    nvcc.chmod(nvcc.stat().st_mode | stat.S_IEXEC)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(exist_ok=True)
+    return Toolchain(nvcc, "fake 1.0", libs[0], libs[1], runtime, (), cutlass, "4.2.0" if cutlass else "",
+                     "" if cutlass else "the CUTLASS headers were not found: pip install nvidia-cutlass")
+
+
+def test_a_cutlass_candidate_gets_its_flags_and_others_do_not(tmp_path):
+    inc = fake_cutlass(tmp_path / "cutlass")
+    tc = _fake_toolchain(tmp_path, inc)
+    cache = BuildCache(tmp_path / "cache")
+    fused = tmp_path / "fused.cu"
+    fused.write_text(BOOK.render(FUSED, FUSED.default_knobs()))
+    r = compile_candidate(fused, tc, cache)
+    assert r.ok
+    args = (tmp_path / "args.txt").read_text().split()
+    assert f"-I{inc}" in args and "-DNDEBUG" in args and "--expt-relaxed-constexpr" in args
+    assert "-gencode=arch=compute_90a,code=sm_90a" in args
+    plain = tmp_path / "seed.cu"
+    plain.write_text(SEED)
+    r2 = compile_candidate(plain, tc, cache)
+    assert r2.ok
+    args = (tmp_path / "args.txt").read_text().split()
+    assert "-DNDEBUG" not in args and not any(a.startswith(f"-I{inc}") for a in args)
+    assert CUTLASS_TIMEOUT >= 600
+
+
+def test_a_cutlass_candidate_without_cutlass_is_a_toolchain_diagnostic(tmp_path):
+    tc = _fake_toolchain(tmp_path, None)
+    fused = tmp_path / "fused.cu"
+    fused.write_text(BOOK.render(FUSED, FUSED.default_knobs()))
+    r = compile_candidate(fused, tc, BuildCache(tmp_path / "cache"))
+    assert not r.ok and not (tmp_path / "args.txt").exists()  # nvcc never ran
+    (d,) = r.diagnostics
+    assert d.code == "toolchain" and "CUTLASS" in d.message and "nvidia-cutlass" in d.message
+
+
+def test_editing_a_runtime_cuh_header_changes_the_build_key(tmp_path):
+    tc = _fake_toolchain(tmp_path, None)
+    (tc.runtime_include / "cuco_tile_gemm.cuh").write_text("// one\n")
+    before = tc.fingerprint()
+    (tc.runtime_include / "cuco_tile_gemm.cuh").write_text("// two\n")
+    assert tc.fingerprint() != before
+
+
+def test_the_headers_are_shipped_with_the_runtime():
+    gemm = (TOOLCHAIN.runtime_include / "cuco_tile_gemm.cuh").read_text()
+    arrival = (TOOLCHAIN.runtime_include / "cuco_arrival.cuh").read_text()
+    assert "fused_gemm_kernel" in gemm and '#include "cuco_arrival.cuh"' in gemm
+    assert "wait_geq" in arrival and "fence.proxy.async" in arrival
+    assert not re.search(r'#\s*include\s*[<"](cutlass|cute)/', arrival)  # the protocol needs no CUTLASS
+    assert not uses_cutlass('#include "cuco_arrival.cuh"\n')
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert '"harness/runtime/*.cuh"' in pyproject and "nvidia-cutlass" in pyproject
+
+
+# ---------------------------------------------------------------- the benchmark's reading of its results
+
+BENCH = REPO / "benchmarks" / "fused_gemm.py"
+
+
+def _bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fused_gemm_bench_py", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PTXAS = """ptxas info    : 11 bytes gmem
+ptxas info    : Compiling entry function '_ZN4cuco9tile_gemm17fused_gemm_kernelINS0_6ConfigILi128ELi256ELi2ELi1EEEEEvNS0_6ParamsIT_EE' for 'sm_90a'
+ptxas info    : Function properties for _ZN4cuco9tile_gemm17fused_gemm_kernelINS0_6ConfigILi128ELi256ELi2ELi1EEEEEvNS0_6ParamsIT_EE
+    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 168 registers, used 2 barriers
+ptxas info    : Compiling entry function '_Z10fill_bf16P13__nv_bfloat16mjf' for 'sm_90a'
+ptxas info    : Used 12 registers
+"""
+
+
+def test_the_benchmark_reads_ptxas_resource_usage():
+    (u,) = _bench().resource_usage(PTXAS)
+    assert u == {"kernel": "128x256/2x1", "registers": 168, "stack": 8, "spill_stores": 4, "spill_loads": 4}
+
+
+def _variant(name, kind, ms, ok=True):
+    return {"name": name, "kind": kind, "ok": ok, "why": "" if ok else "wrong result", "median_ms": ms,
+            "q1_ms": ms * 0.99, "q3_ms": ms * 1.01, "tflops": 700.0}
+
+
+def test_the_benchmark_table_compares_the_faster_cublas_with_the_default_and_the_best():
+    timing = [{"M": 4096, "K": 8192, "N": 8192, "gemm": [4096, 8192, 4096], "variants": [
+        _variant("cublasGemmEx", "cublas", 0.40), _variant("cublasLt-best", "cublaslt", 0.38),
+        _variant("128x256/2x1/auto", "fused", 0.40), _variant("256x128/1x2/square", "fused", 0.39),
+        _variant("128x256/2x1/auto/16-SMs-reserved", "fused", 0.35)]}]
+    late = [{"mode": "h2d", "M": 4096, "K": 8192, "N": 8192, "ok": True, "ms": 1.2, "copy_ms": 1.0},
+            {"mode": "ce_d2d", "M": 4096, "K": 8192, "N": 8192, "ok": True, "ms": 0.5, "copy_ms": 0.2}]
+    table, good = _bench().report(timing, late)
+    row = table.splitlines()[-1]
+    assert "cublasLt-best" in row and "95.0%" in row  # 0.38 / 0.40
+    assert "256x128/1x2/square 0.390 (97.4%)" in row  # the reserved-SM variant is not a candidate for best
+    assert good
+    late[1]["ok"] = False
+    assert not _bench().report(timing, late)[1]
+    timing[0]["variants"][3]["median_ms"] = 0.41  # best now the default at 95.0%: still on target
+    assert _bench().report(timing, late[:1])[1]
+    timing[0]["variants"][2]["median_ms"] = 0.42
+    assert not _bench().report(timing, late[:1])[1]  # 90.5%, under the target
+
+
+# ---------------------------------------------------------------- real compiles (slow)
+
+# One build per kernel configuration; the other knobs vary so that both movers, every tile
+# order and the extreme chunk counts are compiled as well.
+CONFIG_BUILDS = [
+    {"tile": "128x256", "cluster": "2x1"},  # the defaults: copy engines, 4 chunks, auto order
+    {"tile": "128x256", "cluster": "1x2", "mover": "sm_store", "mover_blocks": 8, "chunks": 1,
+     "tile_order": "arrival"},
+    {"tile": "256x128", "cluster": "2x1", "mover": "sm_store", "mover_blocks": 32, "chunks": 16,
+     "tile_order": "square"},
+    {"tile": "256x128", "cluster": "1x2", "chunks": 2, "tile_order": "arrival"},
+]
+can_compile = pytest.mark.skipif(not TOOLCHAIN.can_compile or TOOLCHAIN.cutlass is None,
+                                 reason="needs nvcc, NCCL, cuBLAS and the CUTLASS headers (pip install nvidia-cutlass)")
+
+
+def test_the_builds_cover_every_kernel_configuration():
+    configs = {(b["tile"], b["cluster"]) for b in CONFIG_BUILDS}
+    assert configs == set(itertools.product(FUSED.knobs["tile"], FUSED.knobs["cluster"]))
+    for key in ("mover", "tile_order"):
+        assert {b.get(key, FUSED.default_knobs()[key]) for b in CONFIG_BUILDS} == set(FUSED.knobs[key])
+
+
+SCHEDULE_CHECK = r"""
+#include "cuco_tile_gemm.cuh"
+#include <set>
+namespace tg = cuco::tile_gemm;
+
+// Walks the schedule of one case: every cluster tile exactly once, own rows first, and the
+// rows in arrival order; prints the row order.
+static int check(int64_t M, int64_t N, int W, int rank, int chunks, int bm, int bn, int cmul, int cnul,
+                 tg::TileOrder order, int clusters) {
+  const tg::RowLayout l = tg::make_row_layout(M, N, 64, W, rank, chunks, bm);
+  const int cm = (int)((M + bm * cmul - 1) / (bm * cmul)), cn = (int)((N + bn * cnul - 1) / (bn * cnul));
+  std::vector<int> rows = tg::arrival_rows(l, bm * cmul, cm);
+  const int band = tg::band_rows(order, clusters, cm, bm * cmul, bn * cnul, N * 64 * 2 * 1000, 50 << 20);
+  tg::Schedule s{rows.data(), cm, cn, band, cm * cn};
+  std::set<std::pair<int, int>> seen;
+  for (int t = 0; t < s.tiles; ++t) {
+    int crow, ccol;
+    tg::cluster_tile(s, t, crow, ccol);
+    if (crow < 0 || crow >= cm || ccol < 0 || ccol >= cn || !seen.insert({crow, ccol}).second) {
+      printf("bad tile %d -> (%d, %d)\n", t, crow, ccol);
+      return 1;
+    }
+  }
+  if ((int)seen.size() != cm * cn) { printf("missing tiles\n"); return 1; }
+  // Own cluster rows (all rows of this rank) before any row that waits for a peer.
+  bool peer_seen = false;
+  for (int cr : rows) {
+    const int64_t r0 = (int64_t)cr * bm * cmul, r1 = std::min<int64_t>(r0 + bm * cmul, M);
+    const bool own = r0 >= rank * l.rows_per_rank && r1 <= (rank + 1) * l.rows_per_rank;
+    if (own && peer_seen) { printf("own row %d after a peer row\n", cr); return 1; }
+    peer_seen |= !own;
+  }
+  printf("order");
+  for (int cr : rows) printf(" %d", cr);
+  printf(" band %d\n", band);
+  return 0;
+}
+
+int main() {
+  int bad = 0;
+  const tg::TileOrder orders[] = {tg::TileOrder::Auto, tg::TileOrder::Arrival, tg::TileOrder::Square};
+  for (int W : {2, 4, 8})
+    for (int64_t M : {1536, 8192, 32768})
+      for (int64_t N : {64, 512, 7168})
+        for (int chunks : {1, 4, 16})
+          for (int rank : {0, W - 1})
+            for (auto cfg : {std::array<int, 4>{128, 256, 2, 1}, std::array<int, 4>{256, 128, 1, 2}})
+              for (auto o : orders)
+                bad |= check(M, N, W, rank, chunks, cfg[0], cfg[1], cfg[2], cfg[3], o, 66) ? 1 : 0;
+  printf("case ");
+  bad |= check(1536, 512, 4, 1, 1, 128, 256, 1, 1, tg::TileOrder::Arrival, 66);
+  printf("%s\n", bad ? "FAILED" : "ALL OK");
+  return bad;
+}
+"""
+
+
+@pytest.mark.slow
+@can_compile
+def test_the_schedule_covers_every_tile_once_in_arrival_order(tmp_path):
+    import subprocess
+
+    from cuco_tui.toolchain.nvcc import cutlass_flags
+
+    src = tmp_path / "schedule_check.cu"
+    src.write_text(SCHEDULE_CHECK.replace("#include <set>", "#include <array>\n#include <set>"))
+    exe = tmp_path / "schedule_check"
+    includes = [f"-I{p}" for p in (TOOLCHAIN.runtime_include, TOOLCHAIN.nccl.include, TOOLCHAIN.cublas.include)]
+    build = subprocess.run([str(TOOLCHAIN.nvcc), "-std=c++17", "-O1", "-gencode=arch=compute_90a,code=sm_90a",
+                            *includes, *cutlass_flags(TOOLCHAIN), str(src), "-o", str(exe)],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.rstrip().endswith("ALL OK"), run.stdout[-3000:]
+    # Rank 1 of 4, one 128-row tile per cluster row, 3 per shard: its own rows 3-5 first, then the
+    # shards as the ring delivers them: rank 0's, rank 3's, rank 2's.
+    case = next(line for line in run.stdout.splitlines() if line.startswith("case "))
+    assert case == "case order 3 4 5 0 1 2 9 10 11 6 7 8 band 1"
+
+
+@pytest.mark.slow
+@can_compile
+@pytest.mark.parametrize("knobs", CONFIG_BUILDS, ids=lambda k: f"{k['tile']}-{k['cluster']}")
+def test_each_kernel_configuration_compiles(tmp_path, knobs):
+    path = tmp_path / "fused.cu"
+    path.write_text(BOOK.render(FUSED, {**FUSED.default_knobs(), **knobs}))
+    r = compile_candidate(path, TOOLCHAIN, BuildCache())  # the session's cache (conftest)
+    assert r.ok, "\n".join(d.render() for d in r.diagnostics)
+    assert "-DNDEBUG" in r.command
+
+
+# ---------------------------------------------------------------- what the classifier should see
+
+# The kernel, its launcher and the movers live in cuco_tile_gemm.cuh and cuco_arrival.cuh, out of
+# the classifier's sight: design/classify/tile_gemm.py knows them by name.
+@pytest.mark.parametrize("knobs,expected", [
+    ({}, {"backend": "copy_engine", "placement": "fused", "sync": "per_chunk", "issuer": "host", "chunk": "4",
+          "streams": "2", "comm_sms": "0"}),
+    ({"mover": "sm_store", "mover_blocks": 32, "chunks": 1},
+     {"backend": "cuda_ipc", "placement": "fused", "sync": "per_peer", "issuer": "multi_cta", "chunk": "shard",
+      "streams": "2", "comm_sms": "32"}),
+], ids=["copy_engine", "sm_store"])
+def test_the_classifier_sees_a_fused_kernel(knobs, expected):
+    from cuco_tui.design.classify import check_declaration, classify
+
+    src = BOOK.render(FUSED, {**FUSED.default_knobs(), **knobs})
+    assert classify(src).inferred() == expected
+    assert check_declaration(src, "fused.cu") == []
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("mover", ["copy_engine", "sm_store"])
+def test_every_chunk_count_is_read_from_the_row_layout(chunks, mover):
+    from cuco_tui.design.classify import classify
+
+    ev = classify(BOOK.render(FUSED, {**FUSED.default_knobs(), "chunks": chunks, "mover": mover}))
+    inferred = ev.inferred()
+    assert inferred["chunk"] == (str(chunks) if chunks > 1 else "shard")
+    assert inferred["sync"] == ("per_chunk" if chunks > 1 else "per_peer")
+    [fused] = [k for k in ev.launches if k.computes]
+    assert (fused.kernel, fused.waits, fused.pieces, fused.stream) == ("fused_gemm_kernel", True, chunks, "stream")
+
+
+def test_the_copy_engine_mover_moves_data_and_its_flag_writes_only_signal():
+    from cuco_tui.design.classify import classify
+
+    ev = classify(BOOK.render(FUSED, FUSED.default_knobs()))
+    data = [s for s in ev.sites if s.role == "data"]
+    assert [(s.what, s.backend) for s in data] == [("tg::ce_copy into peer memory", "copy_engine")]
+    [signal] = [s for s in ev.sites if s.role == "signal"]
+    assert signal.what.startswith("c->writer.post") and signal.backend == "cuda_ipc"
+    assert ev.comm_streams == ("copy_stream",) and ev.issuer == "host"
+
+
+def test_the_fused_kernel_is_known_by_its_namespace_only():
+    from cuco_tui.design.classify import classify
+
+    src = BOOK.render(FUSED, FUSED.default_knobs())
+    spelled_out = src.replace("namespace tg = cuco::tile_gemm;\n", "").replace("tg::", "cuco::tile_gemm::")
+    assert "tg::" not in spelled_out
+    assert classify(spelled_out).inferred() == classify(src).inferred()
+    using = src.replace("namespace tg = cuco::tile_gemm;", "using namespace cuco::tile_gemm;").replace("tg::", "")
+    assert classify(using).inferred() == classify(src).inferred()
+    # Another library's FusedGemm (and its ce_copy) is none of the runtime's: nothing is inferred
+    # from it.
+    other = src.replace("namespace tg = cuco::tile_gemm;", "namespace tg = other::gemm;")
+    ev = classify(other)
+    assert not ev.fused and not ev.data_backends and ev.chunking == ""
+
+
+def test_a_declaration_that_contradicts_the_fused_kernel_warns():
+    from cuco_tui.design.classify import check_declaration
+
+    src = BOOK.render(FUSED, FUSED.default_knobs())
+    declared = FUSED.point(FUSED.default_knobs())
+
+    def warnings_for(**changes) -> list[str]:
+        lie = src.replace(declared.line(), declared.with_(**changes).line())
+        return [d.message for d in check_declaration(lie, "fused.cu")]
+
+    [before] = warnings_for(placement="before", sync="per_chunk")
+    assert "placement=before" in before and "fused_gemm_kernel" in before
+    [chunk] = warnings_for(chunk="8")
+    assert "chunk=8" in chunk and "4 pieces per shard" in chunk
+    assert any("sync=global" in m for m in warnings_for(sync="global"))
+
+
+@pytest.mark.parametrize("launch", [
+    "tg::fused_gemm_kernel<Cfg><<<c->clusters * 2, Cfg::kThreads, c->smem, stream>>>(c->params)",
+    "cudaLaunchKernel((const void*)tg::fused_gemm_kernel<Cfg>, dim3(c->clusters * 2), dim3(Cfg::kThreads), "
+    "c->args, c->smem, stream)",
+], ids=["chevrons", "api"])
+def test_a_direct_launch_of_the_fused_kernel_is_fused_too(launch):
+    from cuco_tui.design.classify import check_declaration, classify
+
+    src = BOOK.render(FUSED, FUSED.default_knobs())
+    direct = src.replace("c->gemm.launch(stream, e)", launch)
+    assert direct != src
+    ev = classify(direct)
+    [fused] = [k for k in ev.launches if k.computes]
+    assert (fused.kernel, fused.waits, fused.pieces, fused.stream) == ("fused_gemm_kernel", True, 4, "stream")
+    assert ev.inferred() == classify(src).inferred()
+    assert check_declaration(direct, "fused.cu") == []

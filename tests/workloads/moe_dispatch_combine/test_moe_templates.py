@@ -1,0 +1,112 @@
+"""moe_dispatch_combine's seed and strategy templates through L0 and L1: the static checks and
+declared design of the seed, every knob setting of every strategy rendered through L0, the fast
+path, and every point of the offline agent's space compiled and stopped at no_gpu."""
+
+import itertools
+
+from cuco_tui.toolchain.toolchain import discover
+from cuco_tui.evaluate.cascade import evaluate
+from cuco_tui.core.result import Status
+from moe_common import REF, SEED, W, _book, can_compile
+from static_helpers import assert_static_ok
+
+
+# ---------------------------------------------------------------------------- seed and templates (L0, L1)
+
+
+def _static_ok(src):
+    assert_static_ok(src, SEED)
+
+
+def test_seed_passes_the_static_checks_and_declares_what_it_does():
+    from cuco_tui.design.classify import classify
+
+    _static_ok(SEED)
+    assert classify(SEED).inferred() == {"backend": "nccl_host", "placement": "before", "sync": "per_peer",
+                                         "issuer": "host", "chunk": "shard", "streams": "1", "comm_sms": "0"}
+
+
+def test_seed_and_templates_switch_to_per_problem_gemms_where_the_reference_does():
+    """grouped_gemm.cuh.j2 (in the seed and every template) runs a call per problem from the
+    reference's auto threshold on: the same measurements, one number."""
+    assert f"constexpr int kPerProblemRows = {REF.PER_EXPERT_MIN_ROWS};" in SEED
+    assert "rows >= (long long)kPerProblemRows * call.count" in SEED
+
+
+@can_compile
+def test_seed_compiles_and_stops_with_no_gpu(monkeypatch):
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+    r = evaluate(W.seed, W)
+    assert r.status == Status.NO_GPU, r.reason
+
+
+def test_every_strategy_renders_every_knob_setting_through_l0():
+    book = _book()
+    assert {s.name for s in book.strategies} >= {"host_sequential", "dispatch_overlap", "chunked_pipeline",
+                                                  "ipc_dispatch", "expert_pipeline", "arrival_pipeline"}
+    assert book.render(book.get("host_sequential"), {}) == SEED
+    for s in book.strategies:
+        for values in itertools.product(*s.knobs.values()):
+            knobs = s.normalized(dict(zip(s.knobs, values)))
+            _static_ok(book.render(s, knobs))
+
+
+def test_fast_path_is_the_ipc_store_dispatch():
+    from cuco_tui.agents.base import ProposalRequest
+    from cuco_tui.agents.offline import OfflineAgent
+    from cuco_tui.core.records import CandidateRecord
+
+    seed = CandidateRecord(id="c0000", generation=0, island=0, kind="seed", parents=(), source=SEED, design={},
+                           rationale="seed", agent="workload", status="measured", speedup=1.0)
+    p = OfflineAgent(W).propose(ProposalRequest(kind="fast_path", workload=W, parents=(seed,)))
+    assert p.error == "" and p.design["backend"] == "cuda_ipc" and p.design["knobs"]["strategy"] == "ipc_dispatch"
+
+
+def _every_point(book):
+    """{rendered source: (strategy, knobs)} for every knob combination of every strategy,
+    normalized (knobs a template ignores are pinned), one entry per distinct source."""
+    out = {}
+    for s in book.strategies:
+        for values in itertools.product(*s.knobs.values()):
+            knobs = s.normalized(dict(zip(s.knobs, values)))
+            out.setdefault(book.render(s, knobs), (s.name, knobs))
+    return out
+
+
+@can_compile
+def test_every_strategy_point_compiles_and_stops_with_no_gpu(tmp_path, monkeypatch):
+    """What `cuco eval FILE --workload moe_dispatch_combine` does without a GPU, for every point
+    of the offline agent's space: L0 and L1 pass and the cascade stops at no_gpu. The builds run
+    in parallel into the session's build cache first; the cascade then finds them built."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cuco_tui.toolchain import BuildCache, compile_candidate
+
+    book = _book()
+    points = _every_point(book)
+    named = {(name, tuple(sorted(knobs.items()))) for name, knobs in points.values()}
+    for name, knobs in [("dispatch_overlap", {"comm_priority": "same"}), ("chunked_pipeline", {"chunks": 8}),
+                        ("ipc_dispatch", {"mover": "copy_engine", "mover_blocks": 16}),
+                        ("ipc_dispatch", {"mover": "ipc", "mover_blocks": 64}),
+                        ("expert_pipeline", {"mover": "ipc", "groups": 8, "mover_blocks": 64, "results": "separate"}),
+                        ("expert_pipeline", {"mover": "copy_engine", "groups": 4, "mover_blocks": 16,
+                                             "results": "separate"}),
+                        ("arrival_pipeline", {"mover": "copy_engine", "chunks": 1, "mover_blocks": 16}),
+                        ("arrival_pipeline", {"mover": "ipc", "chunks": 8, "mover_blocks": 64})]:
+        assert (name, tuple(sorted(knobs.items()))) in named, (name, knobs)
+    assert sum(name == "arrival_pipeline" for name, _ in points.values()) == 16
+    paths = []
+    for i, (text, (name, knobs)) in enumerate(points.items()):
+        path = tmp_path / (f"{i:03d}-{name}" + "".join(f"-{v}" for v in knobs.values()) + ".cu")
+        path.write_text(text)
+        paths.append(path)
+    toolchain, cache = discover(), BuildCache()
+    with ThreadPoolExecutor(max(1, min(4, (os.cpu_count() or 2)))) as pool:
+        builds = list(pool.map(lambda path: (path, compile_candidate(path, toolchain, cache)), paths))
+    failed = [f"{path.name}:\n" + "\n".join(d.render() for d in r.diagnostics) for path, r in builds if not r.ok]
+    assert not failed, "\n".join(failed)
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+    for path in paths:
+        r = evaluate(path, W)
+        assert r.status == Status.NO_GPU, f"{path.name}: {r.status} {r.reason}"
