@@ -139,7 +139,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.agents.factory import AgentUnavailable, default_agent_kind, make_agent
 
     agent_kind = args.agent or default_agent_kind()
-    gpu_list(args.gpus)  # a GPU named twice or not on this machine: refused before anything starts
+    if args.executor != "slurm":  # Slurm gives each job its GPUs (--gpus is refused there)
+        gpu_list(args.gpus)  # a GPU named twice or not on this machine: refused before anything starts
     overrides = config_overrides(args, agent_kind, ("generations", "islands", "world", "seed"))
 
     try:

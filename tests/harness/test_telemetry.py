@@ -165,7 +165,7 @@ async def test_panel_without_a_gpu_says_telemetry_is_off(monkeypatch):
         pytest.skip("this machine has an NVIDIA driver")
     app = PanelApp()
     async with app.run_test(size=(80, 10)) as pilot:
-        assert await wait_until(pilot, lambda: status(app) == NO_DRIVER)
+        assert await wait_until(pilot, lambda: status(app) == f"GPUs: {NO_DRIVER}")  # one line, named
         assert not app.query_one(DataTable).display
 
 
