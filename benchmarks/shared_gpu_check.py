@@ -85,7 +85,8 @@ def summary(r: CascadeResult, seconds: float, alone: bool, events: list[dict] | 
         "errors": [d.render() for d in r.diagnostics if d.severity == "error"][:5],
         "deadlock_report": r.deadlock_report[:3000], "seconds": round(seconds, 1), "alone": alone,
         "perturbed_rounds": [{"seed": x.seed, "kind": x.kind, "ok": x.ok, "seconds": round(x.seconds, 3),
-                              "held_ms": round(x.delayed_us / 1000, 1), "calls": x.calls} for x in rounds],
+                              "held_ms": round(x.delayed_us / 1000, 1), "calls": x.calls,
+                              "shape": x.shape, "per_class": x.per_class} for x in rounds],
         "perturbed_s": round(sum(x.seconds for x in rounds), 3),
         "stderr": {} if r.status == Status.MEASURED else
                   {k: v[-1500:] for k, v in r.logs.items() if k.startswith("rank")},

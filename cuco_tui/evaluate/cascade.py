@@ -368,7 +368,8 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
     diags += races.notes(outcomes)
     rounds = races.rounds(outcomes)
     unfinished = [r for r in rounds if r.ok is None]
-    during = (f" (during the perturbed round of seed {unfinished[0].seed}: {unfinished[0].description})"
+    during = (f" (during the perturbed round of seed {unfinished[0].seed} at {unfinished[0].shape}: "
+              f"{unfinished[0].description})"
               if unfinished else "")
     common = dict(base, verifications=verifications, run_seconds=group.seconds, logs=logs)
     released = "" if group.gpus_released else " Warning: the GPUs still showed the group's processes 30 s later."

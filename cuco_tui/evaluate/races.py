@@ -10,7 +10,7 @@ that replays it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cuco_tui.core.result import Diagnostic, Level, Verification
@@ -23,8 +23,9 @@ SEED_RANGE = 1 << 24
 
 @dataclass(frozen=True)
 class Round:
-    """One perturbed round as the ranks reported it."""
+    """One perturbed round as the ranks reported it: one seed at one verify shape."""
 
+    shape: str
     seed: int
     kind: str
     description: str
@@ -33,6 +34,7 @@ class Round:
     delayed_us: int  # their holds, summed over the ranks
     calls: int  # ordering points seen, all ranks
     ok: bool | None  # None: the round did not finish
+    per_class: dict[str, int] = field(default_factory=dict)  # calls seen by class (copy, nccl, ...), all ranks
 
 
 def unit_us(world: int, shared: bool, asked: int | None = None) -> int:
@@ -48,23 +50,32 @@ def plan_entry(library: str, seed: int, rounds: int, unit: int) -> dict[str, Any
 
 
 def rounds(outcomes: list[RankOutcome]) -> list[Round]:
-    """Every perturbed round any rank started, in order."""
-    started: dict[int, dict[str, Any]] = {}
-    ended: dict[int, list[dict[str, Any]]] = {}
+    """Every perturbed round any rank started, in order. The ranks run the same seeds at each
+    verify shape, so a round is a (shape, seed) pair."""
+    started: dict[tuple[str, int], dict[str, Any]] = {}
+    ended: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for o in outcomes:
         for e in o.of("perturb"):
-            started.setdefault(int(e["seed"]), e)
+            started.setdefault((str(e.get("shape", "")), int(e["seed"])), e)
         for e in o.of("perturb_stats"):
-            ended.setdefault(int(e["seed"]), []).append(e)
+            ended.setdefault((str(e.get("shape", "")), int(e["seed"])), []).append(e)
     out = []
-    for seed, e in started.items():
-        stats = ended.get(seed, [])
+    for (shape, seed), e in started.items():
+        stats = ended.get((shape, seed), [])
         done = len(stats) == len(outcomes)
-        out.append(Round(seed, str(e.get("kind", "")), str(e.get("description", "")),
+        out.append(Round(shape, seed, str(e.get("kind", "")), str(e.get("description", "")),
                          max((float(s.get("seconds", 0.0)) for s in stats), default=0.0),
                          sum(int(s.get("delayed", 0)) for s in stats), sum(int(s.get("delayed_us", 0)) for s in stats),
                          sum(int(s.get("calls", 0)) for s in stats),
-                         all(bool(s.get("ok")) for s in stats) if done else None))
+                         all(bool(s.get("ok")) for s in stats) if done else None, _per_class(stats)))
+    return out
+
+
+def _per_class(stats: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in stats:
+        for op, n in (s.get("per_class") or {}).items():
+            out[op] = out.get(op, 0) + int(n)
     return out
 
 
@@ -103,6 +114,13 @@ def race_diagnostic(r: Round | None, seed: int, v: Verification, what: str, repl
     return reason, diag
 
 
+def _reached(done: list[Round]) -> str:
+    """"; calls seen: nccl 8, gemm 8": which of the candidate's calls the rounds stood in front of."""
+    seen = _per_class([{"per_class": r.per_class} for r in done])
+    parts = [f"{op} {n}" for op, n in seen.items() if n]
+    return f"; calls seen: {', '.join(parts)}" if parts else ""
+
+
 def notes(outcomes: list[RankOutcome]) -> list[Diagnostic]:
     """What the perturbed rounds did, for a result that got past them; warnings when they could not
     run or reached none of the candidate's calls."""
@@ -113,14 +131,17 @@ def notes(outcomes: list[RankOutcome]) -> list[Diagnostic]:
     done = [r for r in every if r.ok]
     if not done or any(r.ok is False for r in every):  # a failed round speaks for itself
         return out
-    seeds = f"seed {done[0].seed}" if len(done) == 1 else f"seeds {done[0].seed}-{done[-1].seed}"
+    schedules = sorted({r.seed for r in done})
+    seeds = f"seed {schedules[0]}" if len(schedules) == 1 else f"seeds {schedules[0]}-{schedules[-1]}"
     kinds = ", ".join(dict.fromkeys(r.kind for r in done))
+    shapes = len({r.shape for r in done})
+    where = f" at each of {shapes} verify shapes" if shapes > 1 else ""
     seconds = sum(r.seconds for r in done)
     held = sum(r.delayed_us for r in done) / 1000.0
     out.append(Diagnostic(level=int(Level.VERIFY), severity="note", code="perturb",
-                          message=(f"verified under {len(done)} perturbed schedule(s) ({seeds}: {kinds}) in "
+                          message=(f"verified under {len(schedules)} perturbed schedule(s) ({seeds}: {kinds}){where} in "
                                    f"{seconds:.2f} s; {sum(r.delayed for r in done)} ordering points held back, "
-                                   f"{held:.0f} ms in all")))
+                                   f"{held:.0f} ms in all{_reached(done)}")))
     if not any(r.calls for r in done):
         out.append(Diagnostic(level=int(Level.VERIFY), severity="warning", code="perturb",
                               message=("the schedule perturbation reached none of the candidate's calls (a CUDA "

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cuco_tui.toolchain.toolchain import discover
+from cuco_tui.evaluate import races
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate, interpret
 from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.harness.launcher import GroupRun, RankOutcome
@@ -329,29 +330,40 @@ def _verify_event(name: str, rank: int, **fields) -> dict:
     return {**e, **fields}
 
 
-def _perturbed_run(failing_seed: int | None, seeds=(40, 41, 42, 43), calls: int = 12) -> GroupRun:
+def _perturbed_run(failing_seed: int | None, seeds=(40, 41, 42, 43), calls: int = 12,
+                   shapes=("verify",)) -> GroupRun:
     ranks = []
     for rank in range(2):
-        events = [{"event": "shape_start", "rank": rank, "shape": "verify", "level": "verify", "dims": {}}]
-        events += [_verify_event("measured", rank, check=c) for c in range(2)]
-        for i, seed in enumerate(seeds):
-            events.append({"event": "perturb", "rank": rank, "shape": "verify", "round": i, "seed": seed,
-                           "kind": ("copies_late", "rank_late", "compute_late", "scatter")[seed % 4],
-                           "target": 0, "description": f"what seed {seed} does", "unit_us": 2000,
-                           "start_delay_us": 0})
-            fails = seed == failing_seed and rank == 1
-            for nth, check in (("2nd", 4 + 2 * i), ("1st", 5 + 2 * i)):
-                src = "wrong_values" if fails and nth == "1st" else "measured"
-                events.append(_verify_event(src, rank, check=check, label=f"perturbed, seed {seed}, {nth}",
-                                            perturb_seed=seed))
-            events.append({"event": "perturb_stats", "rank": rank, "shape": "verify", "round": i, "seed": seed,
-                           "ok": seed != failing_seed, "seconds": 0.05, "calls": calls, "delayed": 3,
-                           "delayed_us": 6000, "skipped": 0, "errors": 0, "per_class": {}})
-            if seed == failing_seed:
-                break
+        events = []
+        for shape in shapes:
+            events += _perturbed_shape(shape, rank, failing_seed, seeds, calls)
         events.append({"event": "done", "rank": rank})
         ranks.append(RankOutcome(rank, 0, 1000 + rank, 0, events))
     return GroupRun(ranks, 10.0, deadline_hit=False, aborted=False, gpus_released=True, rundir=DATA)
+
+
+def _perturbed_shape(shape: str, rank: int, failing_seed: int | None, seeds, calls: int) -> list[dict]:
+    """One verify shape's checks as a rank reports them: the ordinary ones, then the perturbed rounds,
+    whose seeds are the same at every shape."""
+    events = [{"event": "shape_start", "rank": rank, "shape": shape, "level": "verify", "dims": {}}]
+    events += [_verify_event("measured", rank, check=c, shape=shape) for c in range(2)]
+    for i, seed in enumerate(seeds):
+        events.append({"event": "perturb", "rank": rank, "shape": shape, "round": i, "seed": seed,
+                       "kind": ("copies_late", "rank_late", "compute_late", "scatter")[seed % 4],
+                       "target": 0, "description": f"what seed {seed} does", "unit_us": 2000,
+                       "start_delay_us": 0})
+        fails = seed == failing_seed and rank == 1
+        for nth, check in (("2nd", 4 + 2 * i), ("1st", 5 + 2 * i)):
+            src = "wrong_values" if fails and nth == "1st" else "measured"
+            events.append(_verify_event(src, rank, check=check, label=f"perturbed, seed {seed}, {nth}",
+                                        perturb_seed=seed, shape=shape))
+        events.append({"event": "perturb_stats", "rank": rank, "shape": shape, "round": i, "seed": seed,
+                       "ok": seed != failing_seed, "seconds": 0.05, "calls": calls, "delayed": 3,
+                       "delayed_us": 6000, "skipped": 0, "errors": 0,
+                       "per_class": {"copy": 0, "event": 0, "kernel": calls // 2, "nccl": calls // 2, "gemm": 0}})
+        if seed == failing_seed:
+            break
+    return events
 
 
 def test_a_wrong_answer_under_a_perturbed_schedule_is_a_race_that_names_its_seed():
@@ -373,8 +385,36 @@ def test_a_candidate_that_survives_the_perturbed_schedules_says_so():
     note = next(d for d in r.diagnostics if d.code == "perturb")
     assert note.severity == "note"
     assert note.message.startswith("verified under 4 perturbed schedule(s) (seeds 40-43: copies_late, rank_late, "
-                                   "compute_late, scatter) in 0.20 s; 24 ordering points held back, 48 ms in all")
+                                   "compute_late, scatter) in 0.20 s; 24 ordering points held back, 48 ms in all; "
+                                   "calls seen: kernel 48, nccl 48")
     assert len(r.verifications) == 2 + 8 and all(v.ok for v in r.verifications)
+
+
+def test_the_same_seeds_at_every_verify_shape_are_one_set_of_schedules_run_at_each():
+    """The ranks run the same seeds at each verify shape (moe_dispatch_combine, cp_attention and
+    tp_attn_out have two): each shape's rounds are their own, and the note says the schedules ran
+    at every shape."""
+    r = interpret(_perturbed_run(failing_seed=None, shapes=("verify", "verify-hot")), W, dict(BASE))
+    assert r.status == Status.MEASURED and "race" not in r.reason
+    note = next(d for d in r.diagnostics if d.code == "perturb")
+    assert note.severity == "note", note.message
+    assert note.message.startswith("verified under 4 perturbed schedule(s) (seeds 40-43: copies_late, rank_late, "
+                                   "compute_late, scatter) at each of 2 verify shapes in 0.40 s; 48 ordering points "
+                                   "held back, 96 ms in all"), note.message
+    rounds = races.rounds(_perturbed_run(failing_seed=None, shapes=("verify", "verify-hot")).ranks)
+    assert [(x.shape, x.seed, x.ok) for x in rounds] == [(s, seed, True) for s in ("verify", "verify-hot")
+                                                         for seed in (40, 41, 42, 43)]
+
+
+def test_a_round_left_unfinished_at_the_second_shape_is_named_with_its_shape():
+    run = _perturbed_run(failing_seed=None, shapes=("verify", "verify-hot"))
+    for o in run.ranks:  # rank 1 never ends the second shape's first round
+        cut = next(i for i, e in enumerate(o.events) if e["event"] == "perturb_stats" and e["shape"] == "verify-hot")
+        if o.rank == 1:
+            o.events = o.events[:cut]
+    rounds = races.rounds(run.ranks)
+    assert [(x.shape, x.seed) for x in rounds if x.ok is None] == [("verify-hot", s) for s in (40, 41, 42, 43)]
+    assert all(x.ok for x in rounds if x.shape == "verify")
 
 
 def test_perturbed_rounds_that_reached_no_call_of_the_candidate_are_a_warning():
@@ -397,7 +437,7 @@ def test_a_hang_in_a_perturbed_round_names_the_round():
         o.exit_code = 124
     r = interpret(run, W, dict(BASE), source="\n" * 96 + "    wait_flag<<<1, 1, 0, stream>>>(f, CUCO_WAIT_SITE(\"arrived\"));\n")
     assert r.status == Status.DEADLOCK
-    assert "(during the perturbed round of seed 42: what seed 42 does)" in r.reason
+    assert "(during the perturbed round of seed 42 at verify: what seed 42 does)" in r.reason
     assert "rank 0 waits on rank 1 (c.cu:97, 'arrived' (flag 1): wants 3, saw 2)" in r.deadlock_report
     assert 'c.cu:97: wait_flag<<<1, 1, 0, stream>>>(f, CUCO_WAIT_SITE("arrived"));' in r.deadlock_report
 
