@@ -41,21 +41,23 @@ from cuco_tui.harness.watchdog import Watchdog
 
 class Rank:
     def __init__(self, plan: dict[str, Any], rank: int) -> None:
-        import cupy
-        from cupy.cuda import nccl
-
-        self.cupy = cupy
         self.plan = plan
         self.rank = rank
         rundir = Path(plan["rundir"])
         self.log = EventLog(rundir / f"rank{rank}.jsonl", rank)
+        # The schedule perturber goes first, before CuPy: the candidate's calls into the CUDA
+        # runtime, NCCL and cuBLAS bind to it only if no library that defines them is in the
+        # process's global scope before it, and importing CuPy's NCCL module puts libnccl there
+        # (seen on the H100 host: every ncclAllGather of a candidate went straight to NCCL, unheld);
+        # a reference that imports PyTorch would put a CUDA runtime there too.
+        self.perturber = self.load_perturber() if plan.get("library") else None
+        import cupy
+        from cupy.cuda import nccl
+
+        self.cupy = cupy
         self.watchdog = Watchdog(self.log, rundir / "abort")
         self.watchdog.start()
         self.group = RankGroup(cupy, nccl, plan, rank, self.log, self.watchdog)
-        # The schedule perturber goes first: the candidate's calls into the CUDA runtime, NCCL and
-        # cuBLAS bind to it only if no library that defines them is in the process's global scope
-        # before it (a reference that imports PyTorch puts a CUDA runtime there).
-        self.perturber = self.load_perturber() if plan.get("library") else None
         self.ref_module = load_reference(Path(plan["reference"]))
         self.reference_notes: set[str] = set()
         try:

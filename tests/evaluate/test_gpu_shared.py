@@ -36,6 +36,9 @@ def test_the_seed_verifies_with_two_ranks_on_one_gpu(name):
     assert sum("perturbed, seed" in s for s in labels) >= 2 * 4 * len(w.verify_shapes), labels
     note = next(d for d in r.diagnostics if d.code == "perturb" and d.severity == "note")
     assert note.message.startswith("verified under 4 perturbed schedule(s)"), _explain(r)
+    # Every seed is host-driven NCCL: the rounds stood in front of its NCCL calls (CuPy's NCCL loaded
+    # before the perturber once took them all, and the rounds of cp_attention's seed held nothing).
+    assert "nccl" in note.message.partition("calls seen:")[2], _explain(r)
     assert not any(d.code == "perturb" and d.severity == "warning" for d in r.diagnostics), _explain(r)
 
 

@@ -143,6 +143,11 @@ int cudaMemcpyAsync(void* d, const void* s, size_t n, int kind, void* st) {
   char b[96]; snprintf(b, sizeof b, "memcpy %lx %lx %zu %d %lx", (unsigned long)(uintptr_t)d,
                        (unsigned long)(uintptr_t)s, n, kind, (unsigned long)(uintptr_t)st); say(b); return 0;
 }
+int cudaMemcpyBatchAsync(void* const* d, const void* const* s, const size_t* n, size_t count, void* attrs,
+                         size_t* idx, size_t nattrs, void* st) {
+  char b[96]; snprintf(b, sizeof b, "batch %zu %lx %zu %zu %lx", count, (unsigned long)(uintptr_t)d[0], n[0], nattrs,
+                       (unsigned long)(uintptr_t)st); (void)s; (void)attrs; (void)idx; say(b); return 0;
+}
 int cudaEventRecord(void* e, void* st) { (void)e; (void)st; say("record"); return 0; }
 int cudaStreamWaitEvent(void* st, void* e, unsigned f) { (void)e; (void)st; (void)f; say("wait"); return 0; }
 int __cudaLaunchKernel(void* k, dim3 g, dim3 b, void** a, size_t sm, void* st) {
@@ -154,12 +159,17 @@ FAKE_CANDIDATE = r"""
 #include <stddef.h>
 typedef struct { unsigned x, y, z; } dim3;
 int cudaMemcpyAsync(void*, const void*, size_t, int, void*);
+int cudaMemcpyBatchAsync(void* const*, const void* const*, const size_t*, size_t, void*, size_t*, size_t, void*);
 int cudaEventRecord(void*, void*);
 int cudaStreamWaitEvent(void*, void*, unsigned);
 int __cudaLaunchKernel(void*, dim3, dim3, void**, size_t, void*);
 int run(void* stream) {
   dim3 g = {7, 1, 1}, b = {128, 1, 1};
+  void* dst[1] = {(void*)0x50};
+  const void* src[1] = {(void*)0x60};
+  size_t size[1] = {32}, first = 0;
   int rc = cudaMemcpyAsync((void*)0x10, (void*)0x20, 64, 3, stream);
+  rc |= cudaMemcpyBatchAsync(dst, src, size, 1, 0, &first, 1, stream);
   rc |= cudaEventRecord((void*)0x30, stream);
   rc |= cudaStreamWaitEvent(stream, (void*)0x30, 0);
   rc |= __cudaLaunchKernel((void*)0x40, g, b, 0, 96, stream);
@@ -209,17 +219,17 @@ def test_it_holds_the_stream_before_each_call_and_passes_the_call_on(library, tm
         out["start"] = cfg.start_delay_us
         print(json.dumps(out))
     """)
-    calls = ["memcpy 10 20 64 3 abc", "record", "wait", "kernel 7 128 96"]
+    calls = ["memcpy 10 20 64 3 abc", "batch 1 50 32 1 abc", "record", "wait", "kernel 7 128 96"]
     assert got["on"]["rc"] == 0
     assert got["on"]["log"].split(";")[:-1] == [x for c in calls for x in ("hold abc 1500", c)]
-    assert got["on"]["seconds"] >= 4 * 1.5e-3  # the stand-in runs each host function at once
+    assert got["on"]["seconds"] >= 5 * 1.5e-3  # the stand-in runs each host function at once
     assert got["off"]["log"].split(";")[:-1] == calls
     assert got["capturing"]["log"].split(";")[:-1] == [c.replace("abc", "ca7") for c in calls]
     assert got["error"]["log"].split(";")[:-1] == calls  # the candidate's pending error is left alone
     st = got["stats"]
-    assert st["calls"] == 12 and st["delayed"] == 12 and st["delayed_us"] == 12 * 1500
-    assert st["skipped"] == 8 and st["errors"] == 0
-    assert st["per_class"] == {"copy": 3, "event": 6, "kernel": 3, "nccl": 0, "gemm": 0}
+    assert st["calls"] == 15 and st["delayed"] == 15 and st["delayed_us"] == 15 * 1500
+    assert st["skipped"] == 10 and st["errors"] == 0
+    assert st["per_class"] == {"copy": 6, "event": 6, "kernel": 3, "nccl": 0, "gemm": 0}
     assert got["hold"] is True and got["hold_log"] == "hold abc 2000;" and got["start"] == 3000
 
 
@@ -250,3 +260,104 @@ def test_a_candidate_built_by_the_harness_calls_the_real_runtime_through_it(libr
         print(json.dumps(p.stats().__dict__))
     """)
     assert got["calls"] == 2 and got["per_class"]["kernel"] == 1 and got["per_class"]["copy"] == 1
+
+
+FAKE_NCCL = r"""
+#include <stddef.h>
+#include <string.h>
+static char log_[1024];
+const char* fake_nccl_log(void) { return log_; }
+int ncclGetVersion(int* v) { strcat(log_, WHO " version;"); *v = 22809; return 0; }
+int ncclAllGather(const void* s, void* r, size_t n, int t, void* comm, void* stream) {
+  (void)s; (void)r; (void)n; (void)t; (void)comm; (void)stream; strcat(log_, WHO " allgather;"); return 0;
+}
+"""
+
+FAKE_NCCL_CANDIDATE = r"""
+#include <stddef.h>
+int ncclGetVersion(int*);
+int ncclAllGather(const void*, void*, size_t, int, void*, void*);
+int run(void* stream) { int v; return ncclGetVersion(&v) | ncclAllGather(0, 0, 8, 0, 0, stream); }
+"""
+
+
+def _fake_nccl(tmp_path):
+    """Two NCCL stand-ins of one soname in two folders (A: the one CuPy loads, B: the one the
+    candidate was linked against) and a candidate that calls both a function the perturber stands in
+    front of (ncclAllGather) and one it does not (ncclGetVersion)."""
+    for who in ("A", "B"):
+        (tmp_path / who).mkdir()
+        (tmp_path / "nccl.c").write_text(FAKE_NCCL)
+        subprocess.run(["cc", "-shared", "-fPIC", f'-DWHO="{who}"', "-Wl,-soname,libnccl.so.2",
+                        str(tmp_path / "nccl.c"), "-o", str(tmp_path / who / "libnccl.so.2")], check=True)
+    (tmp_path / "cand.c").write_text(FAKE_NCCL_CANDIDATE)
+    subprocess.run(["cc", "-shared", "-fPIC", str(tmp_path / "cand.c"), "-o", str(tmp_path / "cand.so"),
+                    f"-L{tmp_path / 'B'}", "-l:libnccl.so.2", f"-Wl,-rpath,{tmp_path / 'B'}",
+                    "-Wl,--disable-new-dtags"], check=True)
+
+
+@needs_nvcc
+@needs_cc
+@pytest.mark.parametrize("order", ["nccl first", "perturber first"])
+def test_a_candidates_nccl_calls_are_held_only_when_the_perturber_is_loaded_before_nccl(library, tmp_path, order):
+    """CuPy's NCCL module puts libnccl in the process's global scope (seen on the H100 host). Loaded
+    before the perturber, it takes the candidate's ncclAllGather: the perturbed rounds never hold an
+    NCCL call (the cp_attention seed's rounds reached nothing). Loaded after it, every call goes
+    through the perturber, and on to the NCCL the candidate's other calls use: the one CuPy loaded
+    (A), which the candidate's own `libnccl.so.2` resolves to (one soname, one library), never a
+    second copy (B) with communicators of its own."""
+    _fake_nccl(tmp_path)
+    got = child(f"""
+        import ctypes, json
+        from pathlib import Path
+        from cuco_tui.harness.perturb import PerturbLibrary
+        nccl_first = {order == "nccl first"}
+        if nccl_first:
+            a = ctypes.CDLL({str(tmp_path / "A" / "libnccl.so.2")!r}, mode=ctypes.RTLD_GLOBAL)
+        p = PerturbLibrary(Path({str(library)!r}))
+        if not nccl_first:
+            a = ctypes.CDLL({str(tmp_path / "A" / "libnccl.so.2")!r}, mode=ctypes.RTLD_GLOBAL)
+        cand = ctypes.CDLL({str(tmp_path / "cand.so")!r})  # RTLD_LOCAL, as abi.CandidateLibrary
+        b = ctypes.CDLL({str(tmp_path / "B" / "libnccl.so.2")!r})
+        a.fake_nccl_log.restype = b.fake_nccl_log.restype = ctypes.c_char_p
+        p.bind(cand._handle)
+        p.configure(1, 0, 2, 1000)  # rank_late, aimed at rank 0: every ordering point drawn for
+        p.enable(True)
+        rc = cand.run(ctypes.c_void_p(0xABC))
+        p.enable(False)
+        print(json.dumps(dict(rc=rc, a=a.fake_nccl_log().decode(), b=b.fake_nccl_log().decode(),
+                              nccl=p.stats().per_class["nccl"])))
+    """)
+    assert got["rc"] == 0 and got["b"] == ""  # the candidate's calls all reach the global NCCL
+    assert got["a"] == "A version;A allgather;"
+    assert got["nccl"] == (0 if order == "nccl first" else 1)
+
+
+FAKE_CUPY = """
+from pathlib import Path
+maps = Path("/proc/self/maps").read_text()
+Path({out!r}).write_text("perturber loaded" if "libcuco_perturb" in maps else "perturber not loaded")
+raise ImportError("the stand-in CuPy stops the rank here")
+"""
+
+
+@needs_nvcc
+def test_the_rank_worker_loads_the_perturber_before_cupy(library, tmp_path):
+    """The order the test above asks for, in the rank worker itself: a stand-in `cupy` package first
+    on the path notes whether the perturber is mapped when the worker imports it."""
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text(FAKE_CUPY.format(out=str(tmp_path / "seen")))
+    (tmp_path / "run").mkdir()
+    got = child(f"""
+        import json, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from cuco_tui.harness.worker import Rank
+        plan = dict(rundir={str(tmp_path / "run")!r}, library="candidate.so",
+                    perturb=dict(library={str(library)!r}, seed=1, rounds=1, unit_us=1000))
+        try:
+            Rank(plan, 0)
+        except ImportError as exc:
+            print(json.dumps(dict(stopped=str(exc))))
+    """)
+    assert got["stopped"] == "the stand-in CuPy stops the rank here"
+    assert (tmp_path / "seen").read_text() == "perturber loaded"

@@ -87,6 +87,7 @@ Fn real(Real& r) {
 CUCO_REAL(cudaMemcpyAsync);
 CUCO_REAL(cudaMemcpy2DAsync);
 CUCO_REAL(cudaMemcpyPeerAsync);
+CUCO_REAL(cudaMemcpyBatchAsync);
 CUCO_REAL(cudaMemsetAsync);
 CUCO_REAL(cudaEventRecord);
 CUCO_REAL(cudaEventRecordWithFlags);
@@ -116,7 +117,7 @@ CUCO_REAL(cublasLtMatmul);
 #undef CUCO_REAL
 
 Real* const kAll[] = {&real_cudaMemcpyAsync, &real_cudaMemcpy2DAsync, &real_cudaMemcpyPeerAsync,
-                      &real_cudaMemsetAsync, &real_cudaEventRecord, &real_cudaEventRecordWithFlags,
+                      &real_cudaMemcpyBatchAsync, &real_cudaMemsetAsync, &real_cudaEventRecord, &real_cudaEventRecordWithFlags,
                       &real_cudaStreamWaitEvent, &real_cudaLaunchKernel, &real___cudaLaunchKernel,
                       &real_cudaLaunchKernelExC, &real_cudaLaunchCooperativeKernel, &real_cudaGraphLaunch,
                       &real_cudaLaunchHostFunc, &real_cudaStreamIsCapturing, &real_cudaPeekAtLastError,
@@ -272,6 +273,18 @@ CUCO_PERTURB_API cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, cons
   before(stream, CUCO_OP_COPY);
   CUCO_FORWARD(cudaError_t, cudaErrorSymbolNotFound, cudaMemcpyPeerAsync,
                (void*, int, const void*, int, size_t, cudaStream_t), (dst, dst_device, src, src_device, count, stream));
+}
+
+// The runtime's copy-engine mover (cuco_arrival.cuh, ce_copy) asks for the copy engines with a
+// batch of one copy; its copies are held like any other.
+CUCO_PERTURB_API cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* srcs, const size_t* sizes,
+                                                  size_t count, cudaMemcpyAttributes* attrs, size_t* attrs_idxs,
+                                                  size_t num_attrs, cudaStream_t stream) {
+  before(stream, CUCO_OP_COPY);
+  CUCO_FORWARD(cudaError_t, cudaErrorSymbolNotFound, cudaMemcpyBatchAsync,
+               (void* const*, const void* const*, const size_t*, size_t, cudaMemcpyAttributes*, size_t*, size_t,
+                cudaStream_t),
+               (dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, stream));
 }
 
 CUCO_PERTURB_API cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t stream) {
