@@ -104,6 +104,32 @@ def test_results_steer_exploration_towards_what_worked():
     assert picks.count("peer_pipeline") > picks.count("host_chunked")
 
 
+def test_a_strategy_no_evaluation_has_seen_is_explored_before_measured_ones():
+    """A template new to the session (fused_tile, say, added after every other strategy was measured
+    at up to 1.4x) is the next exploration, at every agent seed, not one draw in three; once measured,
+    scores decide."""
+    for seed in range(10):
+        _untested_first(OfflineAgent(W, seed=seed))
+
+
+def _untested_first(agent: OfflineAgent) -> None:
+    history = [SEED_RECORD]
+    for n, s in enumerate((s for s in agent.book.strategies if s.name != "fused_tile"), start=1):
+        knobs = s.default_knobs()
+        history.append(CandidateRecord(
+            id=f"c{n:04d}", generation=1, island=0, kind="full", parents=("c0000",), source=agent.book.render(s, knobs),
+            design=s.point(knobs).to_dict(), rationale="", agent="offline", status="measured",
+            speedup=1.4 if s.name == "peer_pipeline" else 1.1))
+    agent.summarize(history)
+    nxt = agent.propose(_req("full"))
+    assert nxt.design["knobs"]["strategy"] == "fused_tile"
+    assert nxt.rationale.startswith("Explore: fused_tile (untested so far)")
+    history.append(_record(f"c{len(history):04d}", nxt, status="incorrect"))
+    agent.summarize(history)
+    picks = [agent.propose(_req("full")).design["knobs"]["strategy"] for _ in range(12)]
+    assert len(set(picks)) > 1 and picks.count("fused_tile") < 12  # measured (and failed): no longer first
+
+
 def test_a_failed_parent_moves_away_from_its_setting():
     agent = OfflineAgent(W, seed=7)
     p = agent.propose(_req("full"))

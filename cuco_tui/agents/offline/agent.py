@@ -2,8 +2,8 @@
 templates at points of the design space, and steers by what the evaluations said.
 
 - fast path: the most conservative device-initiated strategy at its default knobs;
-- full (explore): a strategy chosen by its record so far (untested ones first, failures
-  penalized), with random knobs;
+- full (explore): a strategy no evaluation has seen yet if there is one, else one chosen by its
+  record so far (failures penalized), with random knobs;
 - diff (exploit): the parent's strategy with one knob changed; the knob is chosen by how much
   its values have moved the speedup, and values that failed are avoided;
 - crossover: the better parent's strategy with knobs taken from either parent.
@@ -183,17 +183,24 @@ class OfflineAgent:
         return max(0.05, best * (1.0 - 0.5 * o.failures / o.tries))
 
     def _full(self, request: ProposalRequest) -> Proposal:
-        strategies = self._valid_strategies()
-        weights = [self._strategy_score(s) for s in strategies]
-        for _ in range(30):
-            s = self.rng.choices(strategies, weights)[0]
-            knobs = self._fresh(s, [self._random_knobs(s) for _ in range(8)] + [s.default_knobs()])
-            if knobs is not None:
-                o = self.by_strategy.get(s.name)
-                record = self._describe(o) if o else "untested so far"
-                return self._make(request, request.kind if request.kind in ("full", "crossover") else "full", s, knobs,
-                                  f"Explore: {s.name} ({record}), knobs {self._fmt(knobs)} chosen at random among "
-                                  f"those not tried yet.")
+        valid = self._valid_strategies()
+        # Untested first: a strategy no evaluation has seen yet (a template new to the session) is
+        # drawn before any measured one, however well those did; then every strategy by its score.
+        untested = [s for s in valid if not (o := self.by_strategy.get(s.name)) or not (o.tries or o.unmeasured)]
+        for strategies in (untested, valid):
+            if not strategies:
+                continue
+            weights = [self._strategy_score(s) for s in strategies]
+            for _ in range(30):
+                s = self.rng.choices(strategies, weights)[0]
+                knobs = self._fresh(s, [self._random_knobs(s) for _ in range(8)] + [s.default_knobs()])
+                if knobs is not None:
+                    o = self.by_strategy.get(s.name)
+                    record = self._describe(o) if o else "untested so far"
+                    kind = request.kind if request.kind in ("full", "crossover") else "full"
+                    return self._make(request, kind, s, knobs,
+                                      f"Explore: {s.name} ({record}), knobs {self._fmt(knobs)} chosen at random "
+                                      f"among those not tried yet.")
         return self._exhausted(request)
 
     def _describe(self, o: _Outcome) -> str:
