@@ -8,12 +8,11 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from cuco_tui.cli.common import (SHARE_GPU_HELP, gpu_list, render_result, share_gpu_asked, share_gpu_hint,
-                                 stdout_console, workload_named)
+                                 stderr_console, stdout_console, workload_named)
 from cuco_tui.core.errors import UsageError
 from cuco_tui.workload.manifest import list_workloads, load_workload
 
@@ -30,8 +29,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         shapes=tuple(s for s in (args.shapes or "").split(",") if s), share_gpu=share_gpu_asked(args),
         **perturb_options(args),
     )
-    err = Console(stderr=True)
-    progress = None if args.json else (lambda p: err.print(f"[dim]L{int(p.level)}[/dim] {p.message}"))
+    err = stderr_console()
+    progress = None if args.json else (lambda p: err.print(Text(f"L{int(p.level)}", style="dim"), p.message))
     result = evaluate(path, workload, options, progress=progress)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
@@ -114,9 +113,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         hint = share_gpu_hint(workload, options)
         raise UsageError(f"the fault suite runs candidates on GPUs: {why.removeprefix('no_gpu: ')}"
                          + (f"; {hint}" if hint else ""))
-    err = Console(stderr=True)
+    err = stderr_console()
     only = tuple(s for s in (args.only or "").split(",") if s)
-    checks = run_fault_suite(workload, options, only, say=lambda s: err.print(f"[dim]{s}[/dim]"))
+    checks = run_fault_suite(workload, options, only, say=lambda s: err.print(Text(s, style="dim")))
     t = Table(title=f"fault suite of {workload.name}", title_justify="left")
     for col in ("candidate", "expected", "got", "detected after", "replayed", "GPUs fine after", "verdict",
                 "diagnosis"):

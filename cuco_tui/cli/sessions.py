@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from cuco_tui.cli.common import render_result, stdout_console
 from cuco_tui.core.errors import UsageError
@@ -157,14 +158,17 @@ def _show_candidate(repo, args: argparse.Namespace) -> int:
         head.add_row("knobs", knobs)
     console.print(head)
     if r.rationale.strip():
-        console.print("\n[bold]rationale[/bold]\n" + r.rationale.strip())
+        console.print()
+        console.print(Text("rationale", style="bold"))
+        console.print(r.rationale.strip())
     console.print()
     if r.result:
         result = CascadeResult.from_dict(r.result)
         # the path it had on the machine that evaluated it means nothing here: its lineage name does
         console.print(render_result(replace(result, candidate=f"{r.id}.cu")))
     if r.parents:
-        console.print(f"\n[bold]diff against {r.parents[0]}[/bold]")
+        console.print()
+        console.print(Text(f"diff against {r.parents[0]}", style="bold"))
         console.file.flush()
         # raw, never wrapped or styled: `cuco show S C > c.patch` is a patch `git apply` takes
         sys.stdout.write((diff or "(no change)\n") if diff.endswith("\n") or not diff else diff + "\n")

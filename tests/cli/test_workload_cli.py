@@ -59,6 +59,17 @@ def test_check_names_what_is_wrong_and_fails(tmp_path):
     assert bad.returncode == 2 and "holds no manifest.toml" in bad.stderr
 
 
+def test_what_check_prints_keeps_its_brackets(tmp_path):
+    """Findings quote TOML tables and C indexing (`[tolerance]`, `c[i]`): printed as they are, not
+    taken for the terminal's style markup (where `[tolerance]` vanished, and `[/x]` would crash)."""
+    cuco(["workload", "new", "typo", "--dir", str(tmp_path)])
+    manifest = tmp_path / "typo" / "manifest.toml"
+    manifest.write_text(manifest.read_text().replace("rtol = 0.02", "rtol = 0.02\natol = 0.001"))
+    out = cuco(["workload", "check", str(tmp_path / "typo"), "--no-compile"])
+    assert out.returncode == 1
+    assert "unknown field `atol` in [tolerance]; did you mean `rtol`?" in out.stdout, out.stdout
+
+
 def _sessions(root: Path) -> list[Path]:
     return sorted(root.iterdir()) if root.exists() else []
 
