@@ -40,6 +40,7 @@ class MemoryLineage:
         self.heads: dict[int, str] = {}
         self.best: list[str] = []
         self.stored_bounds = None
+        self.ended = ""
         self.lock = threading.Lock()
 
     def commit_candidate(self, record):
@@ -66,6 +67,9 @@ class MemoryLineage:
 
     def set_bounds(self, bounds):
         self.stored_bounds = bounds
+
+    def set_ended(self, reason):
+        self.ended = reason
 
 
 @dataclass

@@ -58,6 +58,8 @@ BOUNDS_TAG = "refs/tags/bounds"  # a commit holding bounds.json (no record.json:
 BOUNDS_FILE = "bounds.json"
 MACHINE_TAG = "refs/tags/machine"  # a commit holding machine.json, for sessions recorded before session.json held it
 MACHINE_FILE = "machine.json"
+ENDED_TAG = "refs/tags/ended"  # a commit holding ended.json: why the last search of the session ended
+ENDED_FILE = "ended.json"
 CANDIDATE_TAG = "refs/tags/"  # + the candidate id
 ISLAND_PREFIX = "refs/heads/island-"
 COMMITTER = Actor("cuco-tui", "cuco-tui@localhost")
@@ -332,6 +334,23 @@ class SessionRepo:
             raise SessionError(f"session {self.path} records its machine already; nothing to add")
         self._tag_file(MACHINE_TAG, MACHINE_FILE, {**machine.to_dict(), "source": source},
                        f"machine: {machine.describe()}\n\nAdded after the search, from {source}.\n")
+
+    def set_ended(self, reason: str) -> None:
+        """Why the session's search ended where a resume cannot simply go on ("agent exhausted",
+        "plateau"); "" when a search (re)starts. Read by the session listing."""
+        self._tag_file(ENDED_TAG, ENDED_FILE, {"reason": reason},
+                       f"search {'ended: ' + reason if reason else 'started'}\n")
+
+    def ended(self) -> str:
+        """The reason `set_ended` recorded last, "" if none (or the search was started again)."""
+        with self._lock:
+            data = read_blob(self._repo, f"{ENDED_TAG}:{ENDED_FILE}")
+        if data is None:
+            return ""
+        try:
+            return str(json.loads(data).get("reason", ""))
+        except (ValueError, AttributeError) as e:
+            raise SessionError(f"{self.path}: {ENDED_FILE} of the ended tag cannot be read ({e})") from e
 
     def _move_ref(self, refname: str, candidate_id: str) -> None:
         with self._lock:

@@ -63,6 +63,10 @@ from cuco_tui.search.summary import SearchSummary
 __all__ = ["DECISIONS", "EvaluateFn", "Lineage", "ReviewError", "SearchEngine", "SteeringError", "ranking_view"]
 
 
+# Why a search ended where resuming it would end the same way at once.
+ENDS_A_RESUME_WOULD_REPEAT = ("agent exhausted", "plateau")
+
+
 class Lineage(Protocol):
     """What the engine needs of the session store (cuco_tui.lineage.SessionRepo)."""
 
@@ -79,6 +83,8 @@ class Lineage(Protocol):
     def bounds(self) -> Bounds | None: ...
 
     def set_bounds(self, bounds: Bounds) -> None: ...
+
+    def set_ended(self, reason: str) -> None: ...
 
 
 class SearchEngine:
@@ -223,6 +229,7 @@ class SearchEngine:
                 with self._cond:
                     best = self._population.best
                 self._publish(SessionRestored(records=tuple(records), best=best))
+                self.repo.set_ended("")  # running again: an earlier end no longer describes it
             self._session_bounds(executor)
             if not records:
                 self._evaluate_seed()
@@ -250,6 +257,8 @@ class SearchEngine:
                     self._drain(final=True)
             finally:
                 self._scheduler.shutdown(wait=not interrupted)
+            if reason in ENDS_A_RESUME_WOULD_REPEAT:
+                self.repo.set_ended(reason)  # `cuco sessions` says so instead of offering --resume
             summary = SearchSummary.of(self._population.records.values(), session=str(self.repo.path),
                                        workload=self.workload.name, agent=self.agent.name, reason=reason,
                                        seconds=time.monotonic() - started, spent_usd=self._steering.spent)

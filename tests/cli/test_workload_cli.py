@@ -70,6 +70,22 @@ def test_what_check_prints_keeps_its_brackets(tmp_path):
     assert "unknown field `atol` in [tolerance]; did you mean `rtol`?" in out.stdout, out.stdout
 
 
+def test_a_search_that_runs_out_of_knob_settings_is_listed_as_exhausted_not_resumable(tmp_path):
+    """The scaffold's seed has one knob of three values: the offline search runs out after the
+    seed's generation. `cuco sessions` says "exhausted" and offers no --resume for it."""
+    cuco(["workload", "new", "small", "--dir", str(tmp_path)])
+    root, env = tmp_path / "sessions", _env(tmp_path, CUCO_CACHE_DIR=str(tmp_path / "cache"))
+    out = cuco(["search", "--workload", str(tmp_path / "small"), "--agent", "offline", "--generations", "3",
+                "--root", str(root)], env)
+    assert out.returncode == 0, out.stderr
+    assert "agent exhausted" in out.stdout
+    listed = cuco(["sessions", "--root", str(root), "--json"], env)
+    [session] = json.loads(listed.stdout)
+    assert session["state"] == "exhausted", session
+    text = cuco(["sessions", "--root", str(root)], env)
+    assert "exhausted" in text.stdout and "--resume" not in text.stdout
+
+
 def _sessions(root: Path) -> list[Path]:
     return sorted(root.iterdir()) if root.exists() else []
 

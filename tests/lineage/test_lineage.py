@@ -545,6 +545,23 @@ def test_list_sessions(tmp_path: Path):
         assert s.created > 0 and s.modified >= int(s.created) - 1
 
 
+def test_a_session_whose_search_ran_out_is_listed_so_until_it_runs_again(tmp_path: Path):
+    root = tmp_path / "sessions"
+    with SessionRepo.create(root / "s", "gemm_allgather", {"generations": 5}) as repo:
+        family(repo)
+        assert repo.ended() == ""
+        repo.set_ended("agent exhausted")
+    [s] = list_sessions(root)
+    assert s.state == "exhausted" and s.ended == "agent exhausted"
+    with SessionRepo.open(root / "s") as repo:
+        repo.set_ended("plateau")
+        assert len(repo) == 5  # a commit beside the candidates, not one of them
+    assert list_sessions(root)[0].state == "plateau"
+    with SessionRepo.open(root / "s") as repo:
+        repo.set_ended("")  # a search resumed it
+    assert list_sessions(root)[0].state == "stopped"
+
+
 # ---- speed -------------------------------------------------------------------------------
 
 
