@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cuco_tui.agents.base import BudgetExhausted, Proposal, ProposalRequest
+from cuco_tui.agents.base import AgentExhausted, BudgetExhausted, Proposal, ProposalRequest
 from cuco_tui.core.records import CandidateRecord
 from cuco_tui.core.result import CascadeResult, Level, ShapeTiming, Spread, Status
 from cuco_tui.executors import GpuGroup, GpuPool
@@ -79,7 +79,8 @@ class ScriptedAgent:
     name: str = "scripted"
     cost: float = 0.0
     offset: int = 0  # added to variant numbers (a second agent on the same session)
-    script: dict = field(default_factory=dict)  # call -> "error" | "raise" | "budget" | "dup" | ("design", str)
+    # call -> "error" | "raise" | "budget" | "exhausted" | "dup" | ("design", str)
+    script: dict = field(default_factory=dict)
     calls: list = field(default_factory=list)
     summaries: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -94,6 +95,8 @@ class ScriptedAgent:
             raise RuntimeError("the model is down")
         if action == "budget":
             raise BudgetExhausted("spent")
+        if action == "exhausted":
+            raise AgentExhausted("nothing new to propose")
         if action == "error":
             return Proposal(request.kind, parents, "", {}, "", self.name, cost_usd=self.cost,
                             error="no code block in the reply")

@@ -58,6 +58,11 @@ class BudgetExhausted(Exception):
     """The agent's dollar budget is spent: the search stops proposing, cleanly."""
 
 
+class AgentExhausted(Exception):
+    """The agent has nothing new to propose (the offline agent: every valid setting of every
+    template proposed): the search stops proposing, cleanly, with nothing committed for it."""
+
+
 class Agent(Protocol):
     name: str
 

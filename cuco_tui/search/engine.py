@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Protocol
 
-from cuco_tui.agents.base import Agent, BudgetExhausted, ProposalRequest
+from cuco_tui.agents.base import Agent, AgentExhausted, BudgetExhausted, ProposalRequest
 from cuco_tui.core.bounds import Bounds
 from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.core.workload import Workload
@@ -244,6 +244,8 @@ class SearchEngine:
             reason = stop.reason
         except BudgetExhausted:
             reason = "budget"
+        except AgentExhausted:
+            reason = "agent exhausted"
         except Exception as exc:  # ours: reported, then re-raised once the run is wound down
             reason, error = "error", exc
             self._publish(EngineError(message=f"{type(exc).__name__}: {exc}"))

@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable
 
-from cuco_tui.agents.base import Agent, BudgetExhausted, Proposal, ProposalRequest, StaticScreen
+from cuco_tui.agents.base import Agent, AgentExhausted, BudgetExhausted, Proposal, ProposalRequest, StaticScreen
 from cuco_tui.core.records import CandidateRecord, candidate_id, id_number
 from cuco_tui.core.workload import Workload
 from cuco_tui.design.space import DIMENSIONS, DesignPoint
@@ -191,10 +191,10 @@ class Proposer:
 
     def ask(self, request: ProposalRequest, cid: str) -> CandidateRecord:
         """The agent's candidate as a pending record under `cid`, or, when it failed or gave no
-        code, the record to commit as turned away. BudgetExhausted passes through."""
+        code, the record to commit as turned away. BudgetExhausted and AgentExhausted pass through."""
         try:
             proposal = self.agent.propose(request)
-        except BudgetExhausted:
+        except (BudgetExhausted, AgentExhausted):
             raise
         except Exception as exc:
             return outcomes.agent_failed(self._drafts.proposal(cid, request, None, self._population().records), exc)

@@ -1,7 +1,10 @@
 
+import itertools
+import json
+
 import pytest
 
-from cuco_tui.agents.base import ProposalRequest
+from cuco_tui.agents.base import AgentExhausted, ProposalRequest
 from cuco_tui.agents.offline import OfflineAgent
 from cuco_tui.toolchain import BuildCache, compile_candidate
 from cuco_tui.toolchain.toolchain import discover
@@ -142,14 +145,23 @@ def test_a_failed_parent_moves_away_from_its_setting():
 
 
 def test_the_agent_says_when_it_has_nothing_new():
+    """It proposes every distinct setting of every template once, the last ones found by going
+    through them all, then says it is exhausted (the search ends; nothing is committed for it)."""
     agent = OfflineAgent(W, seed=0)
-    errors = 0
-    for _ in range(agent.space_size() + 40):
-        p = agent.propose(_req("full"))
-        if p.error:
-            errors += 1
-            assert "every valid combination" in p.error and p.source == ""
-    assert errors > 0
+    seen = set()
+    with pytest.raises(AgentExhausted, match="every valid combination"):
+        for _ in range(agent.space_size() + 40):
+            p = agent.propose(_req("full"))
+            assert p.error == "" and p.source
+            key = json.dumps(p.design["knobs"], sort_keys=True)
+            assert key not in seen
+            seen.add(key)
+    distinct = {json.dumps({"strategy": s.name, **s.normalized(dict(zip(s.knobs, values)))}, sort_keys=True)
+                for s in agent.book.strategies for values in itertools.product(*s.knobs.values())
+                if s.valid(s.normalized(dict(zip(s.knobs, values))), agent.caps)}
+    seed = agent.book.seed_strategy  # the seed's own strategy at its defaults is never proposed
+    distinct.discard(json.dumps({"strategy": seed, **agent.book.get(seed).default_knobs()}, sort_keys=True))
+    assert seen == distinct
 
 
 @pytest.mark.skipif(not discover().can_compile, reason="needs nvcc, NCCL and cuBLAS headers")
@@ -172,12 +184,11 @@ def test_every_template_compiles(tmp_path):
 def test_knobs_that_change_nothing_do_not_make_a_new_candidate():
     agent = OfflineAgent(W, seed=4)
     sources = {}
-    for _ in range(agent.space_size()):
-        p = agent.propose(_req("full"))
-        if p.error:
-            break
-        assert p.source not in sources.values(), "two proposals rendered the same code"
-        sources[len(sources)] = p.source
+    with pytest.raises(AgentExhausted):
+        for _ in range(agent.space_size() + 1):
+            p = agent.propose(_req("full"))
+            assert p.source not in sources.values(), "two proposals rendered the same code"
+            sources[len(sources)] = p.source
 
 
 def test_summarize_remembers_candidates_that_only_compiled():

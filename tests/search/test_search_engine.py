@@ -219,6 +219,15 @@ def test_budget_exhausted_from_the_agent_ends_cleanly(tmp_path):
     assert bus.history(SearchFinished)[0].reason == "budget"
 
 
+def test_an_agent_with_nothing_new_ends_the_search_and_commits_nothing_for_it(tmp_path):
+    agent = ScriptedAgent(script={3: "exhausted"})
+    engine, repo, bus = make(tmp_path, agent=agent, generations=5)
+    summary = engine.run()
+    assert summary.reason == "agent exhausted"
+    assert [r.status for r in repo.records()] == ["measured"] * 4  # seed, fast path, 2 of generation 1
+    assert repo.ended == "agent exhausted"  # `cuco sessions` lists it as exhausted, not resumable
+
+
 def test_set_budget_raises_the_cap_mid_run(tmp_path):
     agent = ScriptedAgent(cost=0.5)
     engine, repo, bus = make(tmp_path, agent=agent, generations=2, budget_usd=0.5)

@@ -11,6 +11,7 @@ No network, no model: every decision is explained in the proposal's rationale.""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -18,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from cuco_tui.agents.base import Proposal, ProposalRequest
+from cuco_tui.agents.base import AgentExhausted, Proposal, ProposalRequest
 from cuco_tui.agents.offline.strategy import Knobs, Strategy, StrategyBook
 from cuco_tui.design.space import Capabilities
 from cuco_tui.core.records import CandidateRecord
@@ -307,9 +308,18 @@ class OfflineAgent:
         return self._full(request)
 
     def _exhausted(self, request: ProposalRequest) -> Proposal:
-        return Proposal(kind=request.kind, parents=tuple(p.id for p in request.parents), source="", design={},
-                        rationale="", agent=self.name,
-                        error="the offline agent has proposed every valid combination of its strategy templates")
+        """The random draws found nothing new: go through every setting of every template, and
+        raise AgentExhausted only when none is left."""
+        for s in self.book.strategies:
+            names = list(s.knobs)
+            for values in itertools.product(*(s.knobs[k] for k in names)):
+                knobs = self._fresh(s, [dict(zip(names, values))])
+                if knobs is not None:
+                    kind = request.kind if request.kind in ("full", "crossover") else "full"
+                    return self._make(request, kind, s, knobs,
+                                      f"Explore: {s.name}, knobs {self._fmt(knobs)}: one of the last settings "
+                                      f"not tried yet (random draws found none).")
+        raise AgentExhausted("the offline agent has proposed every valid combination of its strategy templates")
 
     def space_size(self) -> int:
         total = 0
