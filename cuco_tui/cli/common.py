@@ -190,14 +190,15 @@ def make_executor(args: argparse.Namespace, workload: Workload, world: int) -> A
 def stdout_console() -> Console:
     """Rich output for stdout; when it is a file or a pipe (a log of a GPU run), wide enough that
     tables keep one line per row instead of wrapping into the 80 columns rich assumes. Markup off:
-    what is printed quotes TOML tables, C indexing and model replies (`[tolerance]`, `c[i]`), which
-    rich would take for style tags; styles go through `Text`."""
-    return Console(markup=False) if sys.stdout.isatty() else Console(width=200, markup=False)
+    what is printed quotes TOML tables, C indexing and model replies (`[tolerance]`, `c[i]`, `:x:`),
+    which rich would take for style tags and emoji codes; styles go through `Text`."""
+    width = None if sys.stdout.isatty() else 200
+    return Console(width=width, markup=False, emoji=False)
 
 
 def stderr_console() -> Console:
     """Progress lines on stderr, markup off for the same reason."""
-    return Console(stderr=True, markup=False)
+    return Console(stderr=True, markup=False, emoji=False)
 
 
 def render_result(result: CascadeResult) -> Group:

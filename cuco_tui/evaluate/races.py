@@ -129,7 +129,7 @@ def notes(outcomes: list[RankOutcome]) -> list[Diagnostic]:
            for o in outcomes for e in o.of("perturb_warning")]
     every = rounds(outcomes)
     done = [r for r in every if r.ok]
-    if not done or any(r.ok is False for r in every):  # a failed round speaks for itself
+    if not done or any(r.ok is not True for r in every):  # a failed or unfinished round speaks for itself
         return out
     schedules = sorted({r.seed for r in done})
     seeds = f"seed {schedules[0]}" if len(schedules) == 1 else f"seeds {schedules[0]}-{schedules[-1]}"

@@ -25,19 +25,19 @@ class SessionSummary:
     modified: float  # unix time of the newest commit
     generations_done: int = 0  # the last generation committed (0: the seed and the fast path)
     generations_planned: int = 0  # the session's config: generations 1..N follow generation 0
-    ended: str = ""  # why its last search ended where a resume would not go on ("agent exhausted", "plateau")
+    ended: str = ""  # why its last search ended where a resume would not go on ("agent exhausted")
 
     @property
     def state(self) -> str:
         """"finished" (every planned generation committed), "exhausted" (the agent had nothing new
-        to propose), "plateau" (stopped by the plateau rule), "stopped" (a search may continue it
-        with --resume), or "empty" (nothing committed yet)."""
+        to propose), "stopped" (a search may continue it with --resume: stopped, killed, out of
+        budget, a plateau, which a resume gives its patience again), or "empty"."""
         if not self.candidates:
             return "empty"
         if self.generations_planned and self.generations_done >= self.generations_planned:
             return "finished"
         if self.ended:
-            return "exhausted" if self.ended == "agent exhausted" else self.ended
+            return "exhausted"
         return "stopped"
 
 

@@ -65,7 +65,7 @@ ISLAND_PREFIX = "refs/heads/island-"
 COMMITTER = Actor("cuco-tui", "cuco-tui@localhost")
 
 _CANDIDATE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # also a valid tag name
-_RESERVED_IDS = frozenset({"best", "root", "bounds", "machine"})  # tags of their own
+_RESERVED_IDS = frozenset({"best", "root", "bounds", "machine", "ended"})  # tags of their own
 _ACTOR_UNSAFE = re.compile(r"[<>\n\r]+")
 
 
@@ -247,7 +247,7 @@ class SessionRepo:
         if not _CANDIDATE_ID.fullmatch(record.id) or record.id in _RESERVED_IDS:
             raise SessionError(
                 f"candidate id {record.id!r} must be letters, digits, '_' or '-', start with a "
-                "letter or digit, and not be 'best' or 'root'"
+                "letter or digit, and not be one of the session's own tags (best, root, bounds, machine, ended)"
             )
         with self._lock:
             with self._index.writing():
@@ -336,8 +336,8 @@ class SessionRepo:
                        f"machine: {machine.describe()}\n\nAdded after the search, from {source}.\n")
 
     def set_ended(self, reason: str) -> None:
-        """Why the session's search ended where a resume cannot simply go on ("agent exhausted",
-        "plateau"); "" when a search (re)starts. Read by the session listing."""
+        """Why the session's search ended where a resume cannot simply go on ("agent exhausted":
+        the agent has nothing new); "" when a search (re)starts. Read by the session listing."""
         self._tag_file(ENDED_TAG, ENDED_FILE, {"reason": reason},
                        f"search {'ended: ' + reason if reason else 'started'}\n")
 
@@ -349,8 +349,8 @@ class SessionRepo:
             return ""
         try:
             return str(json.loads(data).get("reason", ""))
-        except (ValueError, AttributeError) as e:
-            raise SessionError(f"{self.path}: {ENDED_FILE} of the ended tag cannot be read ({e})") from e
+        except (ValueError, AttributeError):
+            return ""  # unreadable: listed as stopped, which a resume rewrites
 
     def _move_ref(self, refname: str, candidate_id: str) -> None:
         with self._lock:

@@ -63,10 +63,6 @@ from cuco_tui.search.summary import SearchSummary
 __all__ = ["DECISIONS", "EvaluateFn", "Lineage", "ReviewError", "SearchEngine", "SteeringError", "ranking_view"]
 
 
-# Why a search ended where resuming it would end the same way at once.
-ENDS_A_RESUME_WOULD_REPEAT = ("agent exhausted", "plateau")
-
-
 class Lineage(Protocol):
     """What the engine needs of the session store (cuco_tui.lineage.SessionRepo)."""
 
@@ -211,7 +207,7 @@ class SearchEngine:
         that the SearchFinished event also carries."""
         self._steering.begin()
         started = time.monotonic()
-        reason, error, interrupted = "done", None, False
+        reason, error, interrupted, exhausted = "done", None, False, False
         try:
             executor = self._scheduler.start()
             self._steering.can_measure = any(g.gpus for g in executor.groups)
@@ -244,8 +240,8 @@ class SearchEngine:
             reason = stop.reason
         except BudgetExhausted:
             reason = "budget"
-        except AgentExhausted:
-            reason = "agent exhausted"
+        except AgentExhausted:  # the agent said so: a resume would end the same way at once
+            reason, exhausted = "agent exhausted", True
         except Exception as exc:  # ours: reported, then re-raised once the run is wound down
             reason, error = "error", exc
             self._publish(EngineError(message=f"{type(exc).__name__}: {exc}"))
@@ -259,8 +255,11 @@ class SearchEngine:
                     self._drain(final=True)
             finally:
                 self._scheduler.shutdown(wait=not interrupted)
-            if reason in ENDS_A_RESUME_WOULD_REPEAT:
-                self.repo.set_ended(reason)  # `cuco sessions` says so instead of offering --resume
+            if exhausted:  # `cuco sessions` says so instead of offering --resume
+                try:
+                    self.repo.set_ended(reason)
+                except Exception as exc:  # the end is still published; the listing says "stopped"
+                    self._publish(EngineError(message=f"recording why the search ended: {exc}"))
             summary = SearchSummary.of(self._population.records.values(), session=str(self.repo.path),
                                        workload=self.workload.name, agent=self.agent.name, reason=reason,
                                        seconds=time.monotonic() - started, spent_usd=self._steering.spent)

@@ -415,6 +415,8 @@ def test_a_round_left_unfinished_at_the_second_shape_is_named_with_its_shape():
     rounds = races.rounds(run.ranks)
     assert [(x.shape, x.seed) for x in rounds if x.ok is None] == [("verify-hot", s) for s in (40, 41, 42, 43)]
     assert all(x.ok for x in rounds if x.shape == "verify")
+    # whatever ended the run, it was not verified under the schedules: no note says so
+    assert not [d for d in races.notes(run.ranks) if d.severity == "note"]
 
 
 def test_perturbed_rounds_that_reached_no_call_of_the_candidate_are_a_warning():
