@@ -84,8 +84,13 @@ def board_entry(record: CandidateRecord) -> BoardEntry:
             timings = tuple(CascadeResult.from_dict(record.result).timings)
         except (TypeError, ValueError, KeyError):
             timings = ()  # a result this version cannot read: the entry still shows its status
-    status = "rejected" if record.review.startswith("rejected") else record.status
-    return BoardEntry(record.id, record.kind, strategy_label(record.design), status, record.speedup, timings)
+    return BoardEntry(record.id, record.kind, strategy_label(record.design), shown_status(record), record.speedup,
+                      timings)
+
+
+def shown_status(record: CandidateRecord) -> str:
+    """The status the dashboard counts and ranks: "rejected" for one turned down in review."""
+    return "rejected" if record.review.startswith("rejected") else record.status
 
 
 def board_key(entry: BoardEntry) -> tuple[int, float, int]:
@@ -163,7 +168,7 @@ class DashboardState:
 def _started(s: DashboardState, e: ev.SearchStarted) -> DashboardState:
     return replace(s, executor=e.executor, run="running", islands=e.islands, generations=e.generations, review_mode=e.review_mode,
                    budget=e.budget_usd, session=e.session, workload=e.workload, agent=e.agent,
-                   resumed_at=e.start_generation if e.resumed else None)
+                   resumed_at=e.start_generation if e.resumed else None, can_measure=e.can_measure)
 
 
 def _generation(s: DashboardState, e: ev.GenerationStarted) -> DashboardState:
@@ -236,22 +241,15 @@ def _stage_finished(s: DashboardState, e: ev.StageFinished) -> DashboardState:
 
 def _committed(s: DashboardState, e: ev.CandidateCommitted) -> DashboardState:
     r = e.record
-    status = "rejected" if r.review.startswith("rejected") else r.status
+    status = shown_status(r)
     statuses = dict(s.statuses)
     statuses[status] = statuses.get(status, 0) + 1
     points = s.points if r.speedup is None else (*s.points, (id_number(r.id), float(r.speedup)))
+    entry = board_entry(r)
+    board = tuple(sorted([b for b in s.board if b.candidate != entry.candidate] + [entry], key=board_key))
     return replace(s, statuses=_frozen(statuses), sources=_frozen({**s.sources, r.id: r.source}),
-                   proposals=_without_proposal(s, r.id), evaluations=_without_evaluation(s, r.id), points=points)
-
-
-def _ranked(s: DashboardState, e: ev.CandidateCommitted) -> DashboardState:
-    entry = board_entry(e.record)
-    board = [b for b in s.board if b.candidate != entry.candidate] + [entry]
-    return replace(s, board=tuple(sorted(board, key=board_key)))
-
-
-def _started_on(s: DashboardState, e: ev.SearchStarted) -> DashboardState:
-    return replace(s, can_measure=any(group for group in e.gpu_groups))
+                   proposals=_without_proposal(s, r.id), evaluations=_without_evaluation(s, r.id), points=points,
+                   board=board)
 
 
 def _measuring_bounds(s: DashboardState, e: ev.MeasuringBounds) -> DashboardState:
@@ -267,16 +265,11 @@ def _plateau(s: DashboardState, e: ev.Plateau) -> DashboardState:
     return replace(s, notices=(*s.notices, e.message))
 
 
-def _both(first: Callable[[DashboardState, Any], DashboardState],
-          then: Callable[[DashboardState, Any], DashboardState]) -> Callable[[DashboardState, Any], DashboardState]:
-    return lambda s, e: then(first(s, e), e)
-
-
 def _restored(s: DashboardState, e: ev.SessionRestored) -> DashboardState:
     """A resumed search's earlier candidates, as if each had just been committed."""
     for record in sorted(e.records, key=lambda r: id_number(r.id)):
         commit = ev.CandidateCommitted(record=record, sha="")
-        s = _ranked(_committed(s, commit), commit)
+        s = _committed(s, commit)
     if e.best is not None:
         s = replace(s, best_id=e.best.id, best_speedup=e.best.speedup)
     return s
@@ -311,7 +304,7 @@ def _error(s: DashboardState, e: ev.EngineError) -> DashboardState:
 
 
 _FOLDS: dict[type[ev.Event], Callable[[DashboardState, Any], DashboardState]] = {
-    ev.SearchStarted: _both(_started, _started_on),
+    ev.SearchStarted: _started,
     ev.GenerationStarted: _generation,
     ev.ProposalReady: _proposal_ready,
     ev.AwaitingReview: _awaiting,
@@ -319,7 +312,7 @@ _FOLDS: dict[type[ev.Event], Callable[[DashboardState, Any], DashboardState]] = 
     ev.StageStarted: _stage_started,
     ev.StageFinished: _stage_finished,
     ev.JobChanged: _job_changed,
-    ev.CandidateCommitted: _both(_committed, _ranked),
+    ev.CandidateCommitted: _committed,
     ev.BestImproved: _best,
     ev.BudgetSpent: _budget,
     ev.HintAdded: _hint,

@@ -365,8 +365,8 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
         if o.stderr_tail.strip():
             logs[f"rank{o.rank}.stderr"] = o.stderr_tail
     diags = list(base.pop("diagnostics", [])) + reference_warnings(outcomes) + close_warnings(outcomes)
-    diags += races.notes(outcomes)
     rounds = races.rounds(outcomes)
+    diags += races.notes(outcomes, rounds)
     unfinished = [r for r in rounds if r.ok is None]
     during = (f" (during the perturbed round of seed {unfinished[0].seed} at {unfinished[0].shape}: "
               f"{unfinished[0].description})"

@@ -10,6 +10,7 @@ that replays it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,14 +68,15 @@ def rounds(outcomes: list[RankOutcome]) -> list[Round]:
                          max((float(s.get("seconds", 0.0)) for s in stats), default=0.0),
                          sum(int(s.get("delayed", 0)) for s in stats), sum(int(s.get("delayed_us", 0)) for s in stats),
                          sum(int(s.get("calls", 0)) for s in stats),
-                         all(bool(s.get("ok")) for s in stats) if done else None, _per_class(stats)))
+                         all(bool(s.get("ok")) for s in stats) if done else None,
+                         _sum_counts(s.get("per_class") or {} for s in stats)))
     return out
 
 
-def _per_class(stats: list[dict[str, Any]]) -> dict[str, int]:
+def _sum_counts(counts: Iterable[dict[str, Any]]) -> dict[str, int]:
     out: dict[str, int] = {}
-    for s in stats:
-        for op, n in (s.get("per_class") or {}).items():
+    for c in counts:
+        for op, n in c.items():
             out[op] = out.get(op, 0) + int(n)
     return out
 
@@ -116,18 +118,18 @@ def race_diagnostic(r: Round | None, seed: int, v: Verification, what: str, repl
 
 def _reached(done: list[Round]) -> str:
     """"; calls seen: nccl 8, gemm 8": which of the candidate's calls the rounds stood in front of."""
-    seen = _per_class([{"per_class": r.per_class} for r in done])
+    seen = _sum_counts(r.per_class for r in done)
     parts = [f"{op} {n}" for op, n in seen.items() if n]
     return f"; calls seen: {', '.join(parts)}" if parts else ""
 
 
-def notes(outcomes: list[RankOutcome]) -> list[Diagnostic]:
+def notes(outcomes: list[RankOutcome], every: list[Round] | None = None) -> list[Diagnostic]:
     """What the perturbed rounds did, for a result that got past them; warnings when they could not
-    run or reached none of the candidate's calls."""
+    run or reached none of the candidate's calls. `every`: `rounds(outcomes)`, when the caller has it."""
     out = [Diagnostic(level=int(Level.VERIFY), severity="warning", code="perturb", rank=o.rank,
                       message=f"rank {o.rank}: {e.get('message', '')}")
            for o in outcomes for e in o.of("perturb_warning")]
-    every = rounds(outcomes)
+    every = rounds(outcomes) if every is None else every
     done = [r for r in every if r.ok]
     if not done or any(r.ok is not True for r in every):  # a failed or unfinished round speaks for itself
         return out

@@ -47,6 +47,11 @@ class Executor(Protocol):
     @property
     def size(self) -> int: ...
 
+    @property
+    def can_measure(self) -> bool:
+        """Whether its evaluations run on GPUs (verified and timed), not only compiled."""
+        ...
+
     def lease(self, exclusive: bool = False) -> AbstractContextManager[GpuGroup]: ...
 
 

@@ -40,6 +40,10 @@ class GpuPool:
     def size(self) -> int:
         return len(self.groups)
 
+    @property
+    def can_measure(self) -> bool:
+        return any(g.gpus for g in self.groups)
+
     def busy(self) -> int:
         with self._cond:
             return len(self.groups) - len(self._free)

@@ -153,6 +153,10 @@ class SlurmExecutor:
     def size(self) -> int:
         return self._slots.size
 
+    @property
+    def can_measure(self) -> bool:
+        return True  # each job gets its GPUs from Slurm; the slots only bound how many are out
+
     def lease(self, exclusive: bool = False) -> AbstractContextManager[GpuGroup]:
         return self._slots.lease(exclusive)
 
@@ -220,14 +224,16 @@ class SlurmExecutor:
                  f"exec {shlex.quote(self.python)} -m cuco_tui.evaluate.remote {shlex.quote(str(folder))}"]
         return "\n".join(lines) + "\n"
 
-    def spec(self, request: EvaluationRequest, folder: Path) -> JobSpec:
+    def spec(self, request: EvaluationRequest, folder: Path, limit_s: float | None = None) -> JobSpec:
+        """The job's sbatch request; `limit_s`: `self.limit_s(request)`, when the caller has it."""
         from cuco_tui.toolchain import BuildCache  # the search host's cache: the one it compiles ahead into
 
         s = self.settings
         env = {**NO_MULTICAST, "CUCO_CACHE_DIR": str(BuildCache().root.resolve())}
         extra = s.sbatch_args + (("--exclusive",) if request.exclusive else ())
         return JobSpec(script=self.script(folder), name=job_name(self._token, request.candidate),
-                       partition=s.partition, account=s.account, time_limit_s=self.limit_s(request),
+                       partition=s.partition, account=s.account,
+                       time_limit_s=self.limit_s(request) if limit_s is None else limit_s,
                        constraint=s.constraint, gpus_per_node=self.gpus_per_node, nodes=1, ntasks=1,
                        cpus_per_task=self.world, output=str(folder / OUTPUT), workdir=str(folder), env=env,
                        extra_args=extra)
@@ -242,8 +248,9 @@ class SlurmExecutor:
                 raise EvaluationCancelled("the search is stopping: no new job is submitted")
         folder = Path(tempfile.mkdtemp(prefix=f"{request.candidate}-", dir=self._folder))
         RemoteRequest.of(request.source, request.workload, request.options).write(folder)
-        job_id = self.client.submit(self.spec(request, folder))
-        job = _Job(request.candidate, job_id, folder, self.limit_s(request), progress, update)
+        limit = self.limit_s(request)  # the cascade's plan over every shape: once
+        job_id = self.client.submit(self.spec(request, folder, limit))
+        job = _Job(request.candidate, job_id, folder, limit, progress, update)
         self._tell(job, JobUpdate(request.candidate, job_id, "pending", "submitted"))  # before the monitor's word
         with self._lock:
             self._jobs[job_id] = job  # a stop that came meanwhile cancels it on the next poll

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -68,9 +68,6 @@ class SlurmSettings:
             raise SlurmSettingsError(f"poll_s must be a positive number of seconds, not {self.poll_s}")
         if any(not a.startswith("-") for a in self.sbatch_args):
             raise SlurmSettingsError(f"sbatch_args are sbatch options, each starting with '-': {list(self.sbatch_args)}")
-
-    def with_(self, **changes: Any) -> "SlurmSettings":
-        return replace(self, **changes)
 
     def gpus_for(self, world: int) -> int:
         """GPUs per node for an evaluation of `world` ranks: every rank on one node."""

@@ -337,7 +337,10 @@ class SessionRepo:
 
     def set_ended(self, reason: str) -> None:
         """Why the session's search ended where a resume cannot simply go on ("agent exhausted":
-        the agent has nothing new); "" when a search (re)starts. Read by the session listing."""
+        the agent has nothing new); "" when a search (re)starts. Read by the session listing.
+        Nothing is written when it says so already (a resume of a session that never ran out)."""
+        if reason == self.ended():
+            return
         self._tag_file(ENDED_TAG, ENDED_FILE, {"reason": reason},
                        f"search {'ended: ' + reason if reason else 'started'}\n")
 

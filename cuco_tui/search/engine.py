@@ -35,6 +35,7 @@ from cuco_tui.design.space import DesignPoint
 from cuco_tui.evaluate.cascade import evaluate
 from cuco_tui.evaluate.static_checks import check_static
 from cuco_tui.executors import Executor
+from cuco_tui.executors.base import JobExecutor
 from cuco_tui.search import outcomes
 from cuco_tui.search.archive import design_point, is_failure
 from cuco_tui.search.bounds import BoundsFn, measure_bounds
@@ -210,7 +211,7 @@ class SearchEngine:
         reason, error, interrupted, exhausted = "done", None, False, False
         try:
             executor = self._scheduler.start()
-            self._steering.can_measure = any(g.gpus for g in executor.groups)
+            self._steering.can_measure = executor.can_measure
             records = self.repo.records(with_source=True)
             self._restore(records)
             start = max((r.generation for r in records), default=0) + 1
@@ -219,6 +220,7 @@ class SearchEngine:
                 session=str(self.repo.path), workload=self.workload.name, agent=self.agent.name,
                 resumed=bool(records), start_generation=start, generations=self.config.generations,
                 islands=self.config.islands, gpu_groups=tuple(g.gpus for g in executor.groups),
+                can_measure=executor.can_measure,
                 review_mode=self._steering.review_mode, budget_usd=self._steering.budget,
                 executor=self._scheduler.describe_executor()))
             if records:
@@ -292,6 +294,8 @@ class SearchEngine:
                 why = "no GPU on this machine: nothing is timed"
             elif self._bounds_fn is None:
                 why = "not measured (a stand-in evaluator, or measure_bounds off)"
+            elif isinstance(executor, JobExecutor):
+                why = "not measured: evaluations run as jobs elsewhere, and the bounds are measured on local GPUs"
             else:
                 with executor.lease(exclusive=True) as group:
                     self._publish(MeasuringBounds(gpus=group.gpus))

@@ -37,6 +37,7 @@ class SearchStarted(Event):
     generations: int
     islands: int
     gpu_groups: tuple[tuple[int, ...], ...]
+    can_measure: bool  # evaluations are verified and timed on GPUs (not only compiled)
     review_mode: str
     budget_usd: float | None
     executor: str = ""  # where evaluations run when not on this machine's GPU groups ("Slurm (...)")

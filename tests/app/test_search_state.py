@@ -33,7 +33,9 @@ def started(**kw) -> ev.SearchStarted:
     fields = dict(session="/tmp/sessions/gemm-1", workload="gemm_allgather", agent="offline", resumed=False,
                   start_generation=1, generations=5, islands=2, gpu_groups=((0, 1),), review_mode="review",
                   budget_usd=3.0)
-    return ev.SearchStarted(**{**fields, **kw})
+    fields = {**fields, **kw}
+    fields.setdefault("can_measure", any(fields["gpu_groups"]))  # as a local pool says: a group with GPUs
+    return ev.SearchStarted(**fields)
 
 
 def awaiting(cid: str, parents: tuple[str, ...] = ("c0000",), source: str = CHILD_SOURCE) -> ev.AwaitingReview:

@@ -147,6 +147,18 @@ def test_the_local_executor_stays_the_default(no_cluster, monkeypatch):
 # ---------------------------------------------------------------------------- what the job runs
 
 
+def test_a_slurm_search_measures_though_its_slots_hold_no_gpu():
+    """The executor's slots bound how many jobs are out and name no GPU; each job gets its GPUs from
+    Slurm. The engine asks the executor whether its evaluations measure (plateau watch, re-benchmark,
+    the chart), not whether its groups hold GPUs."""
+    from cuco_tui.executors import GpuGroup, GpuPool
+    from cuco_tui.executors.slurm import SlurmExecutor
+
+    ex = SlurmExecutor(SlurmSettings(max_jobs=2), 2, client=object())
+    assert [g.gpus for g in ex.groups] == [(), ()] and ex.can_measure
+    assert not GpuPool.cpu_only(2).can_measure and GpuPool([GpuGroup(0, (0, 1))]).can_measure
+
+
 def test_the_jobs_gpus_are_the_ones_cuda_numbers_inside_it():
     assert remote.visible_gpus({"CUDA_VISIBLE_DEVICES": "3,5"}, 2) == [0, 1]
     assert remote.visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-a1,GPU-b2,GPU-c3,GPU-d4"}, 2) == [0, 1]

@@ -188,21 +188,27 @@ class OfflineAgent:
         # Untested first: a strategy no evaluation has seen yet (a template new to the session) is
         # drawn before any measured one, however well those did; then every strategy by its score.
         untested = [s for s in valid if not (o := self.by_strategy.get(s.name)) or not (o.tries or o.unmeasured)]
-        for strategies in (untested, valid):
-            if not strategies:
-                continue
-            weights = [self._strategy_score(s) for s in strategies]
-            for _ in range(30):
-                s = self.rng.choices(strategies, weights)[0]
-                knobs = self._fresh(s, [self._random_knobs(s) for _ in range(8)] + [s.default_knobs()])
-                if knobs is not None:
-                    o = self.by_strategy.get(s.name)
-                    record = self._describe(o) if o else "untested so far"
-                    kind = request.kind if request.kind in ("full", "crossover") else "full"
-                    return self._make(request, kind, s, knobs,
-                                      f"Explore: {s.name} ({record}), knobs {self._fmt(knobs)} chosen at random "
-                                      f"among those not tried yet.")
-        return self._exhausted(request)
+        return self._draw(request, untested) or self._draw(request, valid) or self._exhausted(request)
+
+    def _draw(self, request: ProposalRequest, strategies: list[Strategy]) -> Proposal | None:
+        """A fresh point of a strategy drawn by score, with random knobs; None after 30 tries."""
+        if not strategies:
+            return None
+        weights = [self._strategy_score(s) for s in strategies]
+        for _ in range(30):
+            s = self.rng.choices(strategies, weights)[0]
+            knobs = self._fresh(s, [self._random_knobs(s) for _ in range(8)] + [s.default_knobs()])
+            if knobs is not None:
+                o = self.by_strategy.get(s.name)
+                record = self._describe(o) if o else "untested so far"
+                return self._make(request, self._explore_kind(request), s, knobs,
+                                  f"Explore: {s.name} ({record}), knobs {self._fmt(knobs)} chosen at random among "
+                                  f"those not tried yet.")
+        return None
+
+    @staticmethod
+    def _explore_kind(request: ProposalRequest) -> str:
+        return request.kind if request.kind in ("full", "crossover") else "full"
 
     def _describe(self, o: _Outcome) -> str:
         if not o.tries:
@@ -315,8 +321,7 @@ class OfflineAgent:
             for values in itertools.product(*(s.knobs[k] for k in names)):
                 knobs = self._fresh(s, [dict(zip(names, values))])
                 if knobs is not None:
-                    kind = request.kind if request.kind in ("full", "crossover") else "full"
-                    return self._make(request, kind, s, knobs,
+                    return self._make(request, self._explore_kind(request), s, knobs,
                                       f"Explore: {s.name}, knobs {self._fmt(knobs)}: one of the last settings "
                                       f"not tried yet (random draws found none).")
         raise AgentExhausted("the offline agent has proposed every valid combination of its strategy templates")

@@ -356,13 +356,8 @@ class DashboardScreen(Screen):
         what = ("the highlighted" if highlighted else "the best" if best else "the last committed")
 
         def answered(text: str | None) -> None:
-            if text is None:
-                return
-            cid = text.strip() or default
-            if cid not in self.state.sources:
-                self.notify(f"no committed candidate {cid!r} in this search", severity="warning")
-                return
-            self._open_candidate(cid)
+            if text is not None:
+                self.go_to_candidate(text.strip() or default)
 
         self.app.push_screen(TextPrompt(f"Open which candidate? (empty: {what}, {default})", "e.g. c0007"), answered)
 
