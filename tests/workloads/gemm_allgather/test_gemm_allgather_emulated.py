@@ -154,13 +154,16 @@ def test_a_race_fault_fails_under_the_perturbation_that_opens_its_window(emulate
 @pytest.mark.parametrize("name", list(FAULTS))
 def test_a_race_fault_fails_in_a_default_run_whatever_its_first_seed(emulated, tmp_path, name):
     """L2's default: four consecutive seeds from a random one, one of each kind; the first that fails
-    stops it, and its seed replays the failure."""
+    stops it. The seed whose kind opens the fault's window fails again when replayed alone. (A racy
+    candidate may also fail by chance under a kind that does not aim at its window, as on a busy
+    2-core CI machine: such a failure is real but its replay is not promised.)"""
     for first in (3, 6, 17):
-        failed = next((s for s in range(first, first + 4)
-                       if failures(run(emulated[name], tmp_path / f"f{first}-p{s}", 2, s))), None)
+        window = range(first, first + 4)
+        failed = next((s for s in window if failures(run(emulated[name], tmp_path / f"f{first}-p{s}", 2, s))), None)
         assert failed is not None, f"{name} passed the four perturbed rounds from seed {first}"
-        assert failures(run(emulated[name], tmp_path / f"f{first}-replay{failed}", 2, failed)), (
-            f"{name} failed under seed {failed} but not when it was replayed")
+        for s in (s for s in window if kind_of(s) in FAULTS[name]):
+            assert failures(run(emulated[name], tmp_path / f"f{first}-replay{s}", 2, s)), (
+                f"{name} passed when seed {s} ({kind_of(s)}, which opens its window) was replayed")
 
 
 @needs_gxx
