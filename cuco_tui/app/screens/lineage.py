@@ -4,8 +4,8 @@ marked candidates compared side by side (the compare screen), export, and Enter 
 a candidate in full (the candidate screen). The header names the machine the session was
 recorded on (GPUs, driver, CUDA, NCCL).
 
-Opening reads only the index's summaries (one SQLite query); a candidate's full record and any
-diff are read from git in thread workers, so the event loop never waits on git."""
+Opening reads only the index's summaries (one SQLite query); the machine, a candidate's full
+record and any diff are read from git in thread workers, so the event loop never waits on git."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
@@ -27,6 +28,7 @@ from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, 
 from cuco_tui.app.widgets.lineage.candidate_details import CandidateDetails
 from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
 from cuco_tui.app.widgets.lineage.rows import LineageFilter, LineageRow, lineage_rows
+from cuco_tui.core.records import CandidateRecord
 from cuco_tui.lineage import SessionError, SessionRepo
 
 
@@ -71,7 +73,8 @@ class LineageScreen(Screen):
         self.shown: list[LineageRow] = []
         self.filter = LineageFilter()
         self.marked: str | None = None
-        self.ready = False  # True once the table's first screenful is drawn
+        self._drawn = False  # the table's first screenful is drawn
+        self._machine_shown = False  # the header names the machine (read in a worker)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -84,16 +87,35 @@ class LineageScreen(Screen):
 
     def on_mount(self) -> None:
         self.title = f"lineage · {self.repo.path.name}"
-        machine = self.repo.machine()
-        self.sub_title = (f"recorded on {machine.describe()}" if machine is not None
-                          else "machine not recorded (a session made before cuco recorded it)")
+        self._read_machine()
         self.rows = lineage_rows(self.repo.summaries())
         self._apply_filter()
         self.query_one(CandidateTable).focus()
         self.call_after_refresh(self._mark_ready)
 
+    @work(thread=True, exclusive=True, group="lineage-machine", exit_on_error=False)
+    def _read_machine(self) -> None:
+        """The header's machine: a git read (a tag's blob, else the bounds'), so off the event loop."""
+        try:
+            machine = self.repo.machine()
+        except (SessionError, ValueError) as e:
+            text = f"machine record unreadable ({e})"
+        else:
+            text = (f"recorded on {machine.describe()}" if machine is not None
+                    else "machine not recorded (a session made before cuco recorded it)")
+        self.app.call_from_thread(self._show_machine, text)
+
+    def _show_machine(self, text: str) -> None:
+        self.sub_title = text
+        self._machine_shown = True
+
     def _mark_ready(self) -> None:
-        self.ready = True  # the rows are laid out and the first screenful drawn
+        self._drawn = True  # the rows are laid out and the first screenful drawn
+
+    @property
+    def ready(self) -> bool:
+        """The first screenful is drawn and its header names the machine."""
+        return self._drawn and self._machine_shown
 
     # ---- filters ---------------------------------------------------------------------------
 
@@ -179,7 +201,13 @@ class LineageScreen(Screen):
         except SessionError as e:
             self.app.call_from_thread(self.notify, str(e), severity="error")
             return
-        self.app.call_from_thread(self.query_one(CandidateDetails).show, record)
+        self.app.call_from_thread(self._show_details, record)
+
+    def _show_details(self, record: CandidateRecord) -> None:
+        try:
+            self.query_one(CandidateDetails).show(record)
+        except NoMatches:
+            pass  # the screen was taken down while the record was read
 
     # ---- open ------------------------------------------------------------------------------
 
