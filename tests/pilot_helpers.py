@@ -8,3 +8,19 @@ async def wait_until(pilot, predicate, timeout_s: float = 20.0) -> bool:
             return True
         await pilot.pause(0.05)
     return predicate()
+
+
+def underlines_placed(screen) -> bool:
+    """Every tab strip's underline lies under its active tab. Textual places it after a refresh
+    (and slides it there), so a picture taken before then shows it at the strip's start."""
+    from textual.widgets import Tabs
+
+    for tabs in screen.query(Tabs):
+        active = tabs.active_tab
+        if active is None:
+            continue
+        start, end = active.virtual_region.shrink(active.styles.gutter).column_span
+        underline = tabs.query_one("Underline")
+        if (underline.highlight_start, underline.highlight_end) != (start, end):
+            return False
+    return True
