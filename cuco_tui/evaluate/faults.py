@@ -1,8 +1,9 @@
 """`cuco selftest --faults`: every deliberately broken candidate of a workload's `faults/`
 folder must get its expected status and diagnosis, within its time limit plus 5 s, and the
 GPUs must pass the seed's verification right after each. A race fault (`race = true`) that fails
-in one of L2's perturbed schedules must fail again when that seed alone is replayed; one that the
-ordinary checks catch first (its race showed by itself, as it may on real concurrency) is noted."""
+in one of L2's perturbed schedules must fail again when that seed alone is replayed (within three
+tries); one that the ordinary checks catch first (its race showed by itself, as it may on real
+concurrency) is noted."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from cuco_tui.core.result import CascadeResult, Status
 from cuco_tui.core.workload import Workload
 
 DETECTION_SLACK_S = 5.0
+# A seed replays its holds exactly, but a race can also show by chance under a seed that does not
+# aim at its window (a busy machine, real concurrency); such a failure may need a few tries.
+REPLAY_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,18 @@ def load_expectations(workload: Workload) -> dict[str, dict]:
     return tomllib.loads(path.read_text())
 
 
+def _replay(path, workload: Workload, options: EvalOptions, want: str,
+            say: Callable[[str], None]) -> tuple[CascadeResult, int, bool]:
+    """(the last try's result, the tries made, whether it failed as expected: `want`, naming the
+    seed): seed `options.perturb_seed` alone, until it fails so or REPLAY_TRIES have passed."""
+    for tries in range(1, REPLAY_TRIES + 1):
+        say(f"{path.stem}: replaying perturbation seed {options.perturb_seed} (try {tries} of {REPLAY_TRIES})")
+        again = evaluate(path, workload, options)
+        if again.status.value == want and f"seed {options.perturb_seed}" in again.reason:
+            return again, tries, True
+    return again, REPLAY_TRIES, False
+
+
 def run_fault_suite(workload: Workload, options: EvalOptions, only: tuple[str, ...] = (),
                     say: Callable[[str], None] = lambda s: None) -> list[FaultCheck]:
     expectations = load_expectations(workload)
@@ -102,11 +118,13 @@ def run_fault_suite(workload: Workload, options: EvalOptions, only: tuple[str, .
             elif seed is None and not options.perturb:
                 problems.append("a race fault needs the perturbed schedules, which this run turned off")
             elif seed is not None:
-                say(f"{name}: replaying perturbation seed {seed}")
-                again = evaluate(path, workload, replace(verify_only, perturb_seed=seed, perturb_rounds=1))
+                again, tries, failed_again = _replay(path, workload, replace(verify_only, perturb_seed=seed,
+                                                                             perturb_rounds=1), want["status"], say)
                 replayed = again.status.value
-                if again.status.value != want["status"] or f"seed {seed}" not in again.reason:
-                    problems.append(f"replaying seed {seed} gave {replayed}: {again.reason[:200]}")
+                if not failed_again:
+                    problems.append(f"replaying seed {seed} gave {replayed} in {tries} tries: {again.reason[:200]}")
+                elif tries > 1:
+                    note = f"failed again on replay try {tries} of {REPLAY_TRIES}"
         healthy = True
         if result.level >= 2:
             after = evaluate(workload.seed, workload, verify_only)
