@@ -17,9 +17,11 @@ def underlines_placed(screen) -> bool:
 
     for tabs in screen.query(Tabs):
         active = tabs.active_tab
-        if active is None:
-            continue
+        if active is None or not tabs.is_on_screen:
+            continue  # a hidden strip keeps its underline where it was
         start, end = active.virtual_region.shrink(active.styles.gutter).column_span
+        if end <= start:
+            return False  # not laid out yet
         underline = tabs.query_one("Underline")
         if (underline.highlight_start, underline.highlight_end) != (start, end):
             return False

@@ -122,7 +122,7 @@ def run_fault_suite(workload: Workload, options: EvalOptions, only: tuple[str, .
                                                                              perturb_rounds=1), want["status"], say)
                 replayed = again.status.value
                 if not failed_again:
-                    problems.append(f"replaying seed {seed} gave {replayed} in {tries} tries: {again.reason[:200]}")
+                    problems.append(f"seed {seed} passed all {tries} replays (last: {replayed}: {again.reason[:200]})")
                 elif tries > 1:
                     note = f"failed again on replay try {tries} of {REPLAY_TRIES}"
         healthy = True

@@ -130,7 +130,8 @@ def test_a_race_fault_that_fails_under_a_seed_is_replayed_with_that_seed_alone(m
                                 _failed_under(41)),
         replay=lambda o: ("incorrect", f"race: wrong output under a perturbed schedule (seed {o.perturb_seed}, ...)",
                           _failed_under(o.perturb_seed)))
-    assert [(c.name, c.perturb_seed, c.replayed, c.ok) for c in checks] == [(n, 41, "incorrect", True) for n in RACES]
+    assert [(c.name, c.perturb_seed, c.replayed, c.ok, c.note) for c in checks] == [(n, 41, "incorrect", True, "")
+                                                                                   for n in RACES]
     replays = [o for name, o in calls if name != "seed.cu" and o.perturb_rounds == 1]
     assert len(replays) == 3 and all(o.perturb_seed == 41 and not o.bench for o in replays)
 
@@ -138,7 +139,7 @@ def test_a_race_fault_that_fails_under_a_seed_is_replayed_with_that_seed_alone(m
 def test_a_replay_that_passes_every_try_is_a_problem(monkeypatch):
     checks, calls = _suite_with(monkeypatch, lambda o: ("incorrect", "race: ... (seed 9, ...)", _failed_under(9)),
                                 replay=lambda o: ("measured", "verified", []))
-    assert all(not c.ok and any("replaying seed 9 gave measured in 3 tries" in p for p in c.problems)
+    assert all(not c.ok and any("seed 9 passed all 3 replays (last: measured" in p for p in c.problems)
                for c in checks)
     assert len([o for name, o in calls if name != "seed.cu" and o.perturb_rounds == 1]) == 3 * len(RACES)
 

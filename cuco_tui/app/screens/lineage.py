@@ -87,8 +87,8 @@ class LineageScreen(Screen):
 
     def on_mount(self) -> None:
         self.title = f"lineage · {self.repo.path.name}"
-        self._read_machine()
         self.rows = lineage_rows(self.repo.summaries())
+        self._read_machine()  # after the summaries: both take the repository's lock
         self._apply_filter()
         self.query_one(CandidateTable).focus()
         self.call_after_refresh(self._mark_ready)
@@ -98,8 +98,8 @@ class LineageScreen(Screen):
         """The header's machine: a git read (a tag's blob, else the bounds'), so off the event loop."""
         try:
             machine = self.repo.machine()
-        except (SessionError, ValueError) as e:
-            text = f"machine record unreadable ({e})"
+        except Exception as e:  # a damaged record or a repository closed meanwhile: said, not lost
+            text = f"machine record unreadable ({type(e).__name__}: {e})"
         else:
             text = (f"recorded on {machine.describe()}" if machine is not None
                     else "machine not recorded (a session made before cuco recorded it)")
