@@ -14,6 +14,7 @@ from rich.text import Text
 from cuco_tui.cli.common import (SHARE_GPU_HELP, gpu_list, render_result, share_gpu_asked, share_gpu_hint,
                                  stderr_console, stdout_console, workload_named)
 from cuco_tui.core.errors import UsageError
+from cuco_tui.evaluate.sanitizer import TOOLS
 from cuco_tui.workload.manifest import list_workloads, load_workload
 
 
@@ -24,10 +25,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise UsageError(f"no such candidate file: {path}")
     workload = workload_named(args.workload)
+    if args.sanitize and (args.perturb_seed is not None or args.perturb_rounds is not None or args.shapes):
+        raise UsageError("--sanitize verifies under compute-sanitizer without perturbed schedules or timing: "
+                         "drop --perturb-seed, --perturb-rounds and --shapes")
     options = EvalOptions(
         gpus=gpu_list(args.gpus), world=args.world, bench=not args.no_bench,
         shapes=tuple(s for s in (args.shapes or "").split(",") if s), share_gpu=share_gpu_asked(args),
-        **perturb_options(args),
+        sanitize=args.sanitize, **perturb_options(args),
     )
     err = stderr_console()
     progress = None if args.json else (lambda p: err.print(Text(f"L{int(p.level)}", style="dim"), p.message))
@@ -153,6 +157,9 @@ def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--no-bench", action="store_true", help="stop after verification (L2)")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     e.add_argument("--share-gpu", action="store_true", help=SHARE_GPU_HELP)
+    e.add_argument("--sanitize", choices=TOOLS, metavar="TOOL",
+                   help=f"verify under compute-sanitizer ({', '.join(TOOLS)}): its findings name the kernel, "
+                        "source line, thread and block; launches run 10-100x slower, nothing is timed")
     add_perturb_arguments(e)
     e.set_defaults(fn=cmd_eval)
 

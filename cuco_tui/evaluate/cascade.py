@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -17,7 +18,7 @@ from cuco_tui.toolchain import BuildCache, compile_candidate
 from cuco_tui.toolchain.attention import ensure_library, uses_attention
 from cuco_tui.toolchain.perturb import ensure_perturb_library
 from cuco_tui.toolchain.toolchain import Toolchain, discover
-from cuco_tui.evaluate import races, shared_gpu
+from cuco_tui.evaluate import races, sanitizer, shared_gpu
 from cuco_tui.core.result import (
     CascadeResult,
     Diagnostic,
@@ -67,6 +68,8 @@ class EvalOptions:
     perturb_seed: int | None = None
     perturb_rounds: int = races.DEFAULT_ROUNDS
     perturb_unit_us: int | None = None
+    # A compute-sanitizer tool (sanitizer.TOOLS): L2 alone, under it, built with -lineinfo.
+    sanitize: str | None = None
 
 
 ProgressFn = Callable[[Progress], None]
@@ -193,6 +196,8 @@ def evaluate(
     ranks reported (for tools that look closer, such as the fault self-test)."""
     say = progress or (lambda p: None)
     candidate = Path(candidate)
+    if options.sanitize:
+        options = sanitizer.options_for(options)
     base = dict(candidate=str(candidate), workload=workload.name)
     try:
         source = candidate.read_text()
@@ -216,7 +221,7 @@ def evaluate(
     say(Progress(Level.COMPILE, "compiling with nvcc"))
     toolchain = toolchain or discover()
     cache = cache or BuildCache()
-    build = compile_candidate(candidate, toolchain, cache)
+    build = compile_candidate(candidate, toolchain, cache, extra_flags=("-lineinfo",) if options.sanitize else ())
     diags = diags + build.diagnostics
     base.update(build_seconds=build.seconds, build_cached=build.cached, diagnostics=diags,
                 logs={"nvcc": build.log[-8000:]})
@@ -244,6 +249,14 @@ def evaluate(
         return CascadeResult(**base | {"diagnostics": diags + [diag]}, status=Status.RUNTIME_ERROR,
                              level=Level.COMPILE, reason=f"cannot run: the harness attention library is missing: {problem}")
 
+    worker = None
+    if options.sanitize:
+        try:
+            worker = sanitizer.worker_argv(options.sanitize, sanitizer.find_sanitizer(toolchain.nvcc), sys.executable)
+        except sanitizer.SanitizerUnavailable as exc:
+            return CascadeResult(**base, status=Status.RUNTIME_ERROR, level=Level.COMPILE,
+                                 reason=f"cannot sanitize: {exc}")
+
     if is_shared(gpus):
         diags = diags + [shared_gpu.note(gpus)]
         base["diagnostics"] = diags
@@ -251,6 +264,8 @@ def evaluate(
     # L2 + L3 in one group run: the workers verify at the verify size first and stop there
     # on any failure, so L3 is only entered by a candidate that passed L2.
     plan = make_plan(workload, build.library, options, "evaluate") | {"preload": preload, "notes": [note] if note else []}
+    if options.sanitize:
+        plan["sanitize"] = options.sanitize
     perturb, problem = perturb_entry(options, len(gpus), is_shared(gpus), toolchain, cache, say)
     if perturb:
         plan["perturb"] = perturb
@@ -268,8 +283,12 @@ def evaluate(
             level = Level.VERIFY if e.get("level") == "verify" else Level.BENCHMARK
             say(Progress(level, f"{e.get('level')} {e.get('shape')}"))
 
-    group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event)
+    deadline = run_deadline(plan) * (sanitizer.DEADLINE_FACTOR if worker else 1)
+    group = run_group(plan, gpus, rundir, deadline, on_event=on_event, worker_argv=worker)
     result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus}, source=source)
+    if options.sanitize:
+        result = sanitizer.with_report(result, sanitizer.read_reports(options.sanitize, rundir, len(gpus)),
+                                       candidate.name)
     if is_shared(gpus) and not result.status.ok:
         result = replace(result, reason=result.reason + shared_gpu.failure_hint(source))
     return result

@@ -77,3 +77,39 @@ def test_a_race_fails_under_a_perturbed_schedule_and_its_seed_replays_it(fault):
     seed = int(re.search(r"\(seed (\d+), ", r.reason).group(1))
     again = evaluate(path, w, replace(options, perturb_seed=seed, perturb_rounds=1))
     assert again.status == Status.INCORRECT and f"(seed {seed}, " in again.reason, _explain(again)
+
+
+OVERRUN_KERNEL = """
+// One element past the end of "y": the output still verifies, compute-sanitizer must not.
+__global__ void overrun_y(unsigned short* y, size_t elements) { y[elements] = y[0]; }
+"""
+OVERRUN_CALL = """
+  overrun_y<<<1, 1, 0, stream>>>((unsigned short*)cuco::output(ctx, "y")->ptr, (size_t)c->M * n_local);
+  CUCO_TRY_CUDA(ctx, cudaGetLastError());
+  return 0;
+}
+
+static int candidate_teardown("""
+
+
+def test_memcheck_passes_the_seed_and_names_the_line_of_an_overrun(tmp_path):
+    """`cuco eval --sanitize memcheck`: the seed (NCCL, cuBLAS, CuPy's buffers unpooled) has no
+    finding; a copy of it whose extra kernel writes one element past "y" verifies as before and is
+    made incorrect by the finding, which names the kernel, the source line and the thread."""
+    w = load_workload("gemm_allgather")
+    options = EvalOptions(gpus=[0], world=2, share_gpu=True, sanitize="memcheck")
+    r = evaluate(w.seed, w, options)
+    assert r.status == Status.MEASURED and "compute-sanitizer memcheck: no errors" in r.reason, _explain(r)
+    source = w.seed.read_text()
+    source = source.replace("struct Candidate {", OVERRUN_KERNEL + "\nstruct Candidate {", 1)
+    source = source.replace("  return 0;\n}\n\nstatic int candidate_teardown(", OVERRUN_CALL, 1)
+    assert "overrun_y<<<" in source
+    path = tmp_path / "overrun.cu"
+    path.write_text(source)
+    r = evaluate(path, w, options)
+    assert r.status == Status.INCORRECT and r.reason.startswith("compute-sanitizer memcheck:"), _explain(r)
+    assert "(the output itself verified)" in r.reason
+    found = [d for d in r.diagnostics if d.code == "sanitizer-memcheck" and d.severity == "error"]
+    line = next(i for i, text in enumerate(source.splitlines(), 1) if "y[elements] = y[0]" in text)
+    assert found and found[0].file == "overrun.cu" and found[0].line == line, _explain(r)
+    assert "Invalid __global__ write" in found[0].message and "overrun_y" in found[0].message
