@@ -265,7 +265,7 @@ def evaluate(
     # on any failure, so L3 is only entered by a candidate that passed L2.
     plan = make_plan(workload, build.library, options, "evaluate") | {"preload": preload, "notes": [note] if note else []}
     if options.sanitize:
-        plan["sanitize"] = options.sanitize
+        plan |= sanitizer.plan_entries(options.sanitize)
     perturb, problem = perturb_entry(options, len(gpus), is_shared(gpus), toolchain, cache, say)
     if perturb:
         plan["perturb"] = perturb

@@ -65,6 +65,12 @@ def options_for(options: EvalOptions) -> EvalOptions:
                    first_launch_timeout_s=options.first_launch_timeout_s * SLOWDOWN)
 
 
+def plan_entries(tool: str) -> dict:
+    """What the ranks' plan says under the tool: which tool (the workers turn CuPy's pool off), and
+    wider limits for joining the group and the candidate's init (every module loaded is instrumented)."""
+    return {"sanitize": tool, "setup_timeout_s": 120.0 * DEADLINE_FACTOR, "init_timeout_s": 120.0 * DEADLINE_FACTOR}
+
+
 def find_sanitizer(nvcc: Path | None = None) -> Path:
     """The compute-sanitizer executable: on PATH, else beside nvcc or under $CUDA_HOME or
     /usr/local/cuda (bin/, or the toolkit's compute-sanitizer/ folder)."""

@@ -173,6 +173,8 @@ def test_options_under_the_tool_verify_only_with_wide_limits():
     base = EvalOptions()
     assert o.first_launch_timeout_s == base.first_launch_timeout_s * sanitizer.SLOWDOWN
     assert o.timeout_floor_s == base.timeout_floor_s * sanitizer.SLOWDOWN
+    plan = sanitizer.plan_entries("memcheck")
+    assert plan["sanitize"] == "memcheck" and plan["setup_timeout_s"] > 120 and plan["init_timeout_s"] > 120
     with pytest.raises(ValueError, match="unknown compute-sanitizer tool 'leakcheck'"):
         sanitizer.worker_argv("leakcheck", Path("/x"), sys.executable)
 
