@@ -25,8 +25,9 @@ if TYPE_CHECKING:  # cascade imports this module
     from cuco_tui.evaluate.cascade import EvalOptions
 
 TOOLS = ("memcheck", "initcheck", "synccheck", "racecheck")
-SLOWDOWN = 20.0  # how much wider each launch's limit is under the tool
+SLOWDOWN = 20.0  # how much wider each step's limit is under the tool
 DEADLINE_FACTOR = 5.0  # ... and the whole run's backstop
+PADDING = 256  # bytes memcheck puts after every allocation: an overrun lands there, not in the next buffer
 PRINT_LIMIT = 50  # findings per rank the tool reports in full
 _PREFIX = "========="
 
@@ -44,6 +45,7 @@ class Finding:
     line: int | None = None
     thread: str = ""  # "(32,0,0) in block (1,0,0)"
     details: tuple[str, ...] = ()  # "Address 0x… is out of bounds", …
+    severity: str = "error"  # "warning" for what the tool reports as one (racecheck's warnings)
 
     def where(self) -> str:
         place = f"{Path(self.file).name}:{self.line}" if self.file and self.line else "no source line"
@@ -57,18 +59,14 @@ class Finding:
 
 
 def options_for(options: EvalOptions) -> EvalOptions:
-    """The evaluation options of a run under the tool: verification only, no perturbed schedules,
-    launch limits widened."""
-    return replace(options, bench=False, shapes=(), perturb=False,
-                   timeout_floor_s=options.timeout_floor_s * SLOWDOWN,
-                   timeout_factor=options.timeout_factor * SLOWDOWN,
-                   first_launch_timeout_s=options.first_launch_timeout_s * SLOWDOWN)
+    """The evaluation options of a run under the tool: verification only, no perturbed schedules."""
+    return replace(options, bench=False, shapes=(), perturb=False)
 
 
 def plan_entries(tool: str) -> dict:
     """What the ranks' plan says under the tool: which tool (the workers turn CuPy's pool off), and
-    wider limits for joining the group and the candidate's init (every module loaded is instrumented)."""
-    return {"sanitize": tool, "setup_timeout_s": 120.0 * DEADLINE_FACTOR, "init_timeout_s": 120.0 * DEADLINE_FACTOR}
+    how much wider every step's limit is (the ranks' watchdogs and the launcher's grace)."""
+    return {"sanitize": tool, "time_scale": SLOWDOWN}
 
 
 def find_sanitizer(nvcc: Path | None = None) -> Path:
@@ -89,25 +87,36 @@ def find_sanitizer(nvcc: Path | None = None) -> Path:
 
 
 def worker_argv(tool: str, executable: Path, python: str) -> list[str]:
-    """The rank worker's command under the tool (the launcher adds --plan and --rank)."""
+    """The rank worker's command under the tool (the launcher adds --plan and --rank).
+
+    An error in a kernel ends that kernel, not the CUDA context (the rank goes on to report and
+    its peers are not left waiting); errors returned by CUDA calls are the candidate's to handle
+    and the harness's to report (NCCL and CuPy probe for entry points that may be missing, which
+    the tool would count); the worker's exit code is the harness's to read."""
     if tool not in TOOLS:
         raise ValueError(f"unknown compute-sanitizer tool {tool!r}: one of {', '.join(TOOLS)}")
-    return [str(executable), "--tool", tool, "--print-limit", str(PRINT_LIMIT), python, "-m",
-            "cuco_tui.harness.worker"]
+    argv = [str(executable), "--tool", tool, "--prefix", _PREFIX, "--print-limit", str(PRINT_LIMIT),
+            "--destroy-on-device-error", "kernel", "--report-api-errors", "no", "--check-exit-code", "no"]
+    if tool == "memcheck":
+        argv += ["--padding", str(PADDING)]
+    return argv + [python, "-m", "cuco_tui.harness.worker"]
 
 
-_AT_NEW = re.compile(r"^at (?P<kernel>.+?)(?:\+0x[0-9a-fA-F]+)? in (?P<file>\S+?):(?P<line>\d+)")
+_OFFSET = r"(?:[+:]0x[0-9a-fA-F]+)?"
+_AT_NEW = re.compile(r"^at (?P<kernel>.+?)" + _OFFSET + r" in (?P<file>\S+?):(?P<line>\d+)")
 _AT_OLD = re.compile(r"^at 0x[0-9a-fA-F]+ in (?P<file>\S+?):(?P<line>\d+):(?P<kernel>.+)")
-_AT_BARE = re.compile(r"^at (?P<kernel>.+?)(?:\+0x[0-9a-fA-F]+)?$")
+_AT_BARE = re.compile(r"^at (?P<kernel>.+?)" + _OFFSET + "$")
+_AT_INLINE = re.compile(r" at (?P<kernel>\S.*?)" + _OFFSET + r" in (?P<file>\S+?):(?P<line>\d+)")  # racecheck
 _THREAD = re.compile(r"^by thread (\(\d+,\d+,\d+\)) in block (\(\d+,\d+,\d+\))")
-_SUMMARY = re.compile(r"^(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:error|hazard)")
-_NOT_FINDINGS = ("COMPUTE-SANITIZER", "LEAK SUMMARY", "Target application returned", "This tool is deprecated")
+_SUMMARY = re.compile(r"^(?:ERROR SUMMARY: (\d+) errors?\s*$|RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?)")
+_NOT_FINDINGS = ("COMPUTE-SANITIZER", "LEAK SUMMARY", "ERROR SUMMARY", "Target application returned",
+                 "This tool is deprecated", "Error: process didn't terminate successfully")
 
 
 def parse_report(text: str, rank: int) -> tuple[list[Finding], int | None]:
-    """(the findings of one rank's report, the count its summary gives, None without one).
-    A finding starts on an unindented line after the tool's prefix; its indented lines say
-    where ('at …', 'by thread …') and what else; host backtraces are dropped."""
+    """(the findings of one rank's report, the errors its summary counts; None without a summary,
+    a report cut off). A finding starts on an unindented line after the tool's prefix; its indented
+    lines say where ('at …', 'by thread …') and what else; host backtraces are dropped."""
     findings: list[Finding] = []
     summary: int | None = None
     current: dict | None = None
@@ -115,7 +124,8 @@ def parse_report(text: str, rank: int) -> tuple[list[Finding], int | None]:
     def close() -> None:
         if current is not None:
             findings.append(Finding(rank, current["what"], current.get("kernel", ""), current.get("file", ""),
-                                    current.get("line"), current.get("thread", ""), tuple(current["details"])))
+                                    current.get("line"), current.get("thread", ""), tuple(current["details"]),
+                                    current["severity"]))
 
     for raw in text.splitlines():
         if not raw.startswith(_PREFIX):
@@ -127,12 +137,16 @@ def parse_report(text: str, rank: int) -> tuple[list[Finding], int | None]:
         indent = len(body) - len(body.lstrip(" "))
         if indent <= 1:
             if m := _SUMMARY.match(stripped):
-                summary = int(m.group(1))
+                summary = (summary or 0) + int(m.group(1) or m.group(2))
                 continue
             if stripped.startswith(_NOT_FINDINGS):
                 continue
             close()
-            current = {"what": stripped.removeprefix("Error: "), "details": [], "in_backtrace": False}
+            severity = "warning" if stripped.startswith("Warning: ") else "error"
+            current = {"what": stripped.removeprefix("Error: ").removeprefix("Warning: "), "details": [],
+                       "in_backtrace": False, "severity": severity}
+            if m := _AT_INLINE.search(stripped):  # racecheck names the first access's place on this line
+                current.update(kernel=m.group("kernel").strip(), file=m.group("file"), line=int(m.group("line")))
             continue
         if current is None or current["in_backtrace"]:
             continue
@@ -155,34 +169,34 @@ class Report:
     tool: str
     findings: tuple[Finding, ...]
     errors: int  # as the summaries count them (findings past the print limit included)
-    missing: tuple[int, ...]  # ranks that left no report (killed before the tool wrote it)
+    unread: tuple[tuple[int, str], ...] = ()  # (rank, why) for each rank whose report is not whole
 
     def diagnostics(self, candidate_name: str) -> list[Diagnostic]:
         out = []
         for f in self.findings:
             mine = bool(f.file) and Path(f.file).name == Path(candidate_name).name
-            out.append(Diagnostic(level=int(Level.VERIFY), severity="error", code=f"sanitizer-{self.tool}",
+            out.append(Diagnostic(level=int(Level.VERIFY), severity=f.severity, code=f"sanitizer-{self.tool}",
                                   file=candidate_name if mine else "", line=f.line if mine else None,
                                   message=f"compute-sanitizer {self.tool}: {f.describe()}"))
-        if self.missing:
+        for rank, why in self.unread:
             out.append(Diagnostic(level=int(Level.VERIFY), severity="warning", code=f"sanitizer-{self.tool}",
-                                  message=f"compute-sanitizer {self.tool}: no report from rank(s) "
-                                          f"{', '.join(map(str, self.missing))} (the tool did not start there, "
-                                          f"or the rank was stopped first)"))
+                                  message=f"compute-sanitizer {self.tool}: rank {rank}'s report {why}"))
         return out
 
     def summary(self) -> str:
-        if not self.errors:
-            unread = f" (no report from rank(s) {', '.join(map(str, self.missing))})" if self.missing else ""
-            return f"compute-sanitizer {self.tool}: no errors{unread}"
-        first = self.findings[0].describe() if self.findings else "(no finding printed)"
-        return f"compute-sanitizer {self.tool}: {self.errors} error(s); first: {first}"
+        if self.errors:
+            first = next((f.describe() for f in self.findings if f.severity == "error"), "(none printed)")
+            return f"compute-sanitizer {self.tool}: {self.errors} error(s); first: {first}"
+        if self.unread:
+            ranks = ", ".join(str(rank) for rank, _ in self.unread)
+            return f"compute-sanitizer {self.tool}: no error in the reports read; rank(s) {ranks} left none whole"
+        return f"compute-sanitizer {self.tool}: no errors"
 
 
 def read_reports(tool: str, rundir: Path, world: int) -> Report:
     """Every rank's report, from what the launcher kept of its standard output and error."""
     findings: list[Finding] = []
-    errors, missing = 0, []
+    errors, unread = 0, []
     for rank in range(world):
         text = ""
         for stream in ("stdout", "stderr"):
@@ -191,12 +205,14 @@ def read_reports(tool: str, rundir: Path, world: int) -> Report:
             except OSError:
                 pass
         if f"{_PREFIX} COMPUTE-SANITIZER" not in text:
-            missing.append(rank)  # the tool never started, or its output is gone
+            unread.append((rank, "is missing (the tool did not start there)"))
             continue
         found, counted = parse_report(text, rank)
         findings += found
-        errors += max(counted or 0, len(found))
-    return Report(tool, tuple(findings), errors, tuple(missing))
+        if counted is None:
+            unread.append((rank, "was cut off (the rank was stopped before the tool's summary)"))
+        errors += max(counted or 0, sum(f.severity == "error" for f in found))
+    return Report(tool, tuple(findings), errors, tuple(unread))
 
 
 def with_report(result: CascadeResult, report: Report, candidate_name: str) -> CascadeResult:

@@ -171,7 +171,7 @@ def run_group(
                 aborted = True
                 (rundir / "abort").touch()  # the others dump their traces and exit
                 abort_at = now
-            if abort_at is not None and now - abort_at > ABORT_GRACE_S:
+            if abort_at is not None and now - abort_at > ABORT_GRACE_S * float(plan.get("time_scale", 1.0)):
                 for outcome, proc in zip(outcomes, procs):
                     if proc.poll() is None:
                         _kill_group(proc)
@@ -192,7 +192,8 @@ def run_group(
         outcome.exit_code = None if outcome.killed else proc.returncode
         outcome.stdout_tail = _tail_text(rundir / f"rank{outcome.rank}.stdout")
         outcome.stderr_tail = _tail_text(rundir / f"rank{outcome.rank}.stderr")
-    released = wait_released(gpus, {o.pid for o in outcomes})
+    # A rank started under a tool (compute-sanitizer) holds its GPU from the worker, the tool's child.
+    released = wait_released(gpus, {int((o.last("joined") or {}).get("pid", o.pid)) for o in outcomes})
     return GroupRun(outcomes, time.monotonic() - start, deadline_hit, aborted, released, rundir)
 
 

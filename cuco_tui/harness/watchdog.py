@@ -43,10 +43,12 @@ class TraceMemory:
 class Watchdog(threading.Thread):
     """Ends the process when the armed step overruns, or when the launcher asks."""
 
-    def __init__(self, log: EventLog, abort_file: Path) -> None:
+    def __init__(self, log: EventLog, abort_file: Path, scale: float = 1.0) -> None:
+        """`scale` widens every step's limit (a rank running under compute-sanitizer)."""
         super().__init__(daemon=True)
         self.log = log
         self.abort_file = abort_file
+        self.scale = scale
         self.deadline: float | None = None
         self.what = ""
         self.limit = 0.0
@@ -56,8 +58,8 @@ class Watchdog(threading.Thread):
         self.cupy: Any = None
 
     def arm(self, seconds: float, what: str) -> None:
-        self.what, self.limit = what, seconds
-        self.deadline = time.monotonic() + seconds
+        self.what, self.limit = what, seconds * self.scale
+        self.deadline = time.monotonic() + self.limit
 
     def disarm(self) -> None:
         self.deadline = None

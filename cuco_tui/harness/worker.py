@@ -59,7 +59,7 @@ class Rank:
             # overrun of a harness buffer would land in memory it counts as allocated.
             cupy.cuda.set_allocator(None)
         self.cupy = cupy
-        self.watchdog = Watchdog(self.log, rundir / "abort")
+        self.watchdog = Watchdog(self.log, rundir / "abort", float(plan.get("time_scale", 1.0)))
         self.watchdog.start()
         self.group = RankGroup(cupy, nccl, plan, rank, self.log, self.watchdog)
         self.ref_module = load_reference(Path(plan["reference"]))

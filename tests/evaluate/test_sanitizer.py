@@ -44,6 +44,8 @@ MEMCHECK = """\
 =========         Host Frame: cudaStreamSynchronize [0x4a1b] in libcudart.so.13
 =========
 ========= ERROR SUMMARY: 130 errors
+========= ERROR SUMMARY: 80 errors were not printed. Use --print-limit option to adjust the number of printed errors
+========= Error: process didn't terminate successfully
 ========= Target application returned an error
 """
 OLD_STYLE = """\
@@ -69,7 +71,16 @@ RACECHECK = """\
 ========= Error: Race reported between Write access at reduce_tile(float *)+0x150 in /tmp/b/candidate.cu:31
 =========     and Read access at reduce_tile(float *)+0x1a0 in /tmp/b/candidate.cu:35 [512 hazards]
 =========
-========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+========= Warning: Race reported between Read access at reduce_tile(float *)+0x200 in /tmp/b/candidate.cu:40
+=========     and Write access at reduce_tile(float *)+0x210 in /tmp/b/candidate.cu:41 [32 hazards]
+=========
+========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)
+"""
+MANUAL_STYLE = """\
+========= COMPUTE-SANITIZER
+========= Invalid __global__ read of size 4 bytes
+=========     at unaligned_kernel():0x160 in memcheck_demo.cu:6
+=========     by thread (0,0,0) in block (0,0,0)
 """
 
 
@@ -96,10 +107,14 @@ def test_older_reports_lines_without_source_and_racecheck_are_read_too():
     (lib,), _ = sanitizer.parse_report(NO_LINE, rank=0)
     assert lib.kernel.startswith("ncclDevKernel_AllGather") and lib.line is None
     assert "no source line in ncclDevKernel_AllGather" in lib.describe()
-    (race,), n = sanitizer.parse_report(RACECHECK, rank=0)
-    assert n == 1 and race.what.startswith("Race reported between Write access") and race.line is None
+    (race, warning), n = sanitizer.parse_report(RACECHECK, rank=0)
+    assert n == 1 and race.what.startswith("Race reported between Write access") and race.severity == "error"
+    assert (race.kernel, race.line) == ("reduce_tile(float *)", 31)
     assert race.details == ("and Read access at reduce_tile(float *)+0x1a0 in /tmp/b/candidate.cu:35 [512 hazards]",)
+    assert (warning.severity, warning.line) == ("warning", 40)
     assert sanitizer.parse_report(CLEAN, rank=0) == ([], 0)
+    (f,), n = sanitizer.parse_report(MANUAL_STYLE, rank=0)
+    assert (f.kernel, f.line, n) == ("unaligned_kernel()", 6, None)  # no summary: cut off
 
 
 def _rundir(tmp_path: Path, reports: dict[int, str]) -> Path:
@@ -110,15 +125,18 @@ def _rundir(tmp_path: Path, reports: dict[int, str]) -> Path:
 
 
 def test_reports_are_read_per_rank_and_a_rank_without_one_is_said(tmp_path):
-    rundir = _rundir(tmp_path, {0: CLEAN, 1: MEMCHECK, 2: "a worker that never ran under the tool\n"})
-    report = sanitizer.read_reports("memcheck", rundir, world=4)  # rank 3 left no files at all
-    assert report.errors == 130 and {f.rank for f in report.findings} == {1} and report.missing == (2, 3)
+    rundir = _rundir(tmp_path, {0: CLEAN, 1: MEMCHECK, 2: "a worker that never ran under the tool\n",
+                                4: MANUAL_STYLE})
+    report = sanitizer.read_reports("memcheck", rundir, world=5)  # rank 3 left no files at all
+    assert report.errors == 131 and {f.rank for f in report.findings} == {1, 4}
+    assert [rank for rank, _ in report.unread] == [2, 3, 4] and "cut off" in report.unread[2][1]
     diags = report.diagnostics("candidate.cu")
-    assert [d.code for d in diags] == ["sanitizer-memcheck"] * 4
+    assert [d.code for d in diags] == ["sanitizer-memcheck"] * 7
     assert (diags[0].file, diags[0].line, diags[0].severity) == ("candidate.cu", 57, "error")
     assert (diags[2].file, diags[2].line) == ("", None)  # the API error has no candidate line
-    assert diags[-1].severity == "warning" and "no report from rank(s) 2, 3" in diags[-1].message
-    assert report.summary().startswith("compute-sanitizer memcheck: 130 error(s); first: rank 1: Invalid __global__ "
+    assert [d.severity for d in diags[-3:]] == ["warning"] * 3
+    assert "rank 2's report is missing" in diags[-3].message and "rank 4's report was cut off" in diags[-1].message
+    assert report.summary().startswith("compute-sanitizer memcheck: 131 error(s); first: rank 1: Invalid __global__ "
                                        "write of size 2 bytes at candidate.cu:57")
 
 
@@ -134,6 +152,14 @@ def test_a_verified_candidate_with_findings_is_incorrect_and_a_clean_one_says_so
     clean = sanitizer.read_reports("memcheck", _rundir(tmp_path / "b", {0: CLEAN, 1: CLEAN}), world=2)
     r = sanitizer.with_report(verified, clean, "candidate.cu")
     assert r.status == Status.MEASURED and r.reason == "verified (no benchmark); compute-sanitizer memcheck: no errors"
+    (tmp_path / "c").mkdir()
+    cut = sanitizer.read_reports("memcheck", _rundir(tmp_path / "c", {0: CLEAN, 1: "========= COMPUTE-SANITIZER\n"}),
+                                 world=2)
+    r = sanitizer.with_report(verified, cut, "candidate.cu")
+    assert r.reason.endswith("no error in the reports read; rank(s) 1 left none whole")
+    (tmp_path / "d").mkdir()
+    race = sanitizer.read_reports("racecheck", _rundir(tmp_path / "d", {0: RACECHECK}), world=1)
+    assert race.errors == 1 and [f.severity for f in race.findings] == ["error", "warning"]
     deadlocked = CascadeResult("c.cu", "gemm_allgather", Status.DEADLOCK, Level.VERIFY, "deadlock at launch 1")
     r = sanitizer.with_report(deadlocked, dirty, "candidate.cu")
     assert r.status == Status.DEADLOCK and "130 error(s)" in r.reason  # the first failure keeps its status
@@ -147,8 +173,12 @@ def test_the_ranks_run_under_the_tool_through_the_launcher(tmp_path):
     tool.write_text(f"""#!{sys.executable}
 import sys
 args = sys.argv[1:]
-assert args[:4] == ["--tool", "initcheck", "--print-limit", "{sanitizer.PRINT_LIMIT}"], args
-assert args[4:7] == [{sys.executable!r}, "-m", "cuco_tui.harness.worker"] and args[7] == "--plan", args
+assert args[:2] == ["--tool", "initcheck"] and "--padding" not in args, args
+for option, value in [("--destroy-on-device-error", "kernel"), ("--report-api-errors", "no"),
+                      ("--check-exit-code", "no"), ("--print-limit", "{sanitizer.PRINT_LIMIT}")]:
+    assert args[args.index(option) + 1] == value, args
+worker = args.index({sys.executable!r})
+assert args[worker + 1:worker + 4] == ["-m", "cuco_tui.harness.worker", "--plan"], args
 rank = int(args[args.index("--rank") + 1])
 print("========= COMPUTE-SANITIZER")
 if rank == 1:
@@ -162,19 +192,22 @@ print("========= ERROR SUMMARY: %d error%s" % ((1, "") if rank == 1 else (0, "s"
     group = run_group({"shapes": []}, [0, 1], tmp_path / "run", 30.0, worker_argv=argv)
     assert [o.exit_code for o in group.ranks] == [0, 0]
     report = sanitizer.read_reports("initcheck", group.rundir, world=2)
-    assert report.errors == 1 and report.missing == ()
+    assert report.errors == 1 and report.unread == ()
     (f,) = report.findings
     assert (f.rank, f.line, f.kernel) == (1, 41, "combine(float *)")
 
 
-def test_options_under_the_tool_verify_only_with_wide_limits():
+def test_under_the_tool_verification_alone_runs_with_every_limit_widened(tmp_path):
     o = sanitizer.options_for(EvalOptions(sanitize="memcheck", shapes=("square-8k",)))
     assert (o.bench, o.perturb, o.shapes) == (False, False, ())
-    base = EvalOptions()
-    assert o.first_launch_timeout_s == base.first_launch_timeout_s * sanitizer.SLOWDOWN
-    assert o.timeout_floor_s == base.timeout_floor_s * sanitizer.SLOWDOWN
     plan = sanitizer.plan_entries("memcheck")
-    assert plan["sanitize"] == "memcheck" and plan["setup_timeout_s"] > 120 and plan["init_timeout_s"] > 120
+    assert plan == {"sanitize": "memcheck", "time_scale": sanitizer.SLOWDOWN}
+    from cuco_tui.harness.watchdog import Watchdog
+
+    dog = Watchdog(None, tmp_path / "abort", plan["time_scale"])  # what the rank worker builds from the plan
+    dog.arm(30.0, "the barrier")
+    assert dog.limit == 30.0 * sanitizer.SLOWDOWN
+    assert "--padding" in sanitizer.worker_argv("memcheck", Path("/x"), sys.executable)
     with pytest.raises(ValueError, match="unknown compute-sanitizer tool 'leakcheck'"):
         sanitizer.worker_argv("leakcheck", Path("/x"), sys.executable)
 
