@@ -40,10 +40,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=1))
     else:
         stdout_console().print(render_result(result))
-    hint = "" if result.status.ok else share_gpu_hint(workload, options)
+    hint = "" if result.status.ok else share_gpu_hint(workload, options) or sanitize_hint(args, workload.name, result)
     if hint:
         print(f"hint: {hint}", file=sys.stderr)
     return 0 if result.status.ok else 1
+
+
+def sanitize_hint(args: argparse.Namespace, workload: str, result) -> str:
+    """For a candidate that ran and gave a wrong answer or crashed: the same run under memcheck."""
+    from cuco_tui.core.result import Level, Status
+
+    if args.sanitize or result.level < Level.VERIFY or result.status not in (Status.INCORRECT, Status.RUNTIME_ERROR):
+        return ""
+    where = (f" --gpus {args.gpus}" if args.gpus else "") + (" --share-gpu" if args.share_gpu else "") + \
+        (f" --world {args.world}" if args.world else "")
+    return (f"cuco eval {args.file} --workload {workload}{where} --sanitize memcheck (compute-sanitizer names the "
+            f"line, thread and block of a bad memory access)")
 
 
 def perturb_options(args: argparse.Namespace) -> dict:

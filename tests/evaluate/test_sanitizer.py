@@ -238,3 +238,27 @@ def test_the_command_line_refuses_what_the_tool_cannot_do(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["eval", str(SEED), "--sanitize", "leakcheck"])
     assert exc.value.code == 2 and "invalid choice: 'leakcheck'" in capsys.readouterr().err
+
+
+def test_a_candidate_that_failed_on_the_gpu_is_pointed_at_the_tool(monkeypatch, capsys):
+    """`cuco eval` on a wrong answer or a crash says how to look closer: the same command under
+    memcheck (with the same ranks); not after compiling only, nor when the tool already ran."""
+    from cuco_tui.evaluate import cascade
+
+    answers = iter([(Status.INCORRECT, Level.VERIFY), (Status.RUNTIME_ERROR, Level.VERIFY),
+                    (Status.COMPILE_ERROR, Level.COMPILE), (Status.INCORRECT, Level.VERIFY)])
+
+    def evaluate(path, workload, options, progress=None):
+        status, level = next(answers)
+        return CascadeResult(str(path), workload.name, status, level, "wrong output at verify #1")
+
+    monkeypatch.setattr(cascade, "evaluate", evaluate)
+    assert main(["eval", str(SEED), "--share-gpu", "--world", "4"]) == 1
+    assert (f"hint: cuco eval {SEED} --workload gemm_allgather --share-gpu --world 4 --sanitize memcheck "
+            "(compute-sanitizer names the line") in capsys.readouterr().err
+    assert main(["eval", str(SEED), "--share-gpu"]) == 1
+    assert f"{SEED} --workload gemm_allgather --share-gpu --sanitize memcheck (" in capsys.readouterr().err
+    assert main(["eval", str(SEED)]) == 1
+    assert "--sanitize" not in capsys.readouterr().err
+    assert main(["eval", str(SEED), "--sanitize", "initcheck"]) == 1
+    assert "hint:" not in capsys.readouterr().err
