@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
@@ -54,6 +55,7 @@ class Leaderboard(Vertical):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._shapes: list[str] = []
+        self._widths: list[int] = []
         self._rows: dict[str, tuple[str, ...]] = {}  # candidate -> the cells on screen, in board order
 
     def compose(self) -> ComposeResult:
@@ -86,11 +88,17 @@ class Leaderboard(Vertical):
         if rows == self._rows and shapes == self._shapes:
             return
         keep = self.highlighted if table.cursor_row > 0 else None
-        if shapes != self._shapes or not table.columns:
+        # Widths given, not measured by the table: a DataTable measures a new row's cells on a later
+        # refresh, and a board shown twice in a frame (rows cleared in between) kept the labels'
+        # widths (an 80x24 dashboard showed "c0" for c0000).
+        names = (*FIXED, *shapes)
+        widths = [max([cell_len(name)] + [cell_len(cells[i]) for cells in rows.values()])
+                  for i, name in enumerate(names)]
+        if shapes != self._shapes or widths != self._widths or not table.columns:
             table.clear(columns=True)
-            for name in (*FIXED, *shapes):
-                table.add_column(name, key=name)
-            self._shapes = list(shapes)
+            for name, width in zip(names, widths):
+                table.add_column(name, key=name, width=width)
+            self._shapes, self._widths = list(shapes), widths
         else:
             table.clear()
         for cid, cells in rows.items():
