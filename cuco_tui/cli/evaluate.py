@@ -14,6 +14,7 @@ from rich.text import Text
 from cuco_tui.cli.common import (SHARE_GPU_HELP, gpu_list, render_result, share_gpu_asked, share_gpu_hint,
                                  stderr_console, stdout_console, workload_named)
 from cuco_tui.core.errors import UsageError
+from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.evaluate.sanitizer import TOOLS
 from cuco_tui.workload.manifest import list_workloads, load_workload
 
@@ -46,10 +47,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if result.status.ok else 1
 
 
-def sanitize_hint(args: argparse.Namespace, workload: str, result) -> str:
+def sanitize_hint(args: argparse.Namespace, workload: str, result: CascadeResult) -> str:
     """For a candidate that ran and gave a wrong answer or crashed: the same run under memcheck."""
-    from cuco_tui.core.result import Level, Status
-
     if args.sanitize or result.level < Level.VERIFY or result.status not in (Status.INCORRECT, Status.RUNTIME_ERROR):
         return ""
     where = (f" --gpus {args.gpus}" if args.gpus else "") + (" --share-gpu" if args.share_gpu else "") + \

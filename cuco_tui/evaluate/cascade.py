@@ -179,8 +179,20 @@ def perturb_entry(options: EvalOptions, world: int, shared: bool, toolchain: Too
 
 
 def run_deadline(plan: dict[str, Any]) -> float:
-    """The launcher's backstop for the whole run; each launch has its own, tighter limit."""
-    return 180.0 + 120.0 * len(plan["shapes"])
+    """The launcher's backstop for the whole run; each launch has its own, tighter limit. Widened
+    by the plan's `time_scale` as the ranks' own limits are (a run under compute-sanitizer)."""
+    return (180.0 + 120.0 * len(plan["shapes"])) * float(plan.get("time_scale", 1.0))
+
+
+def static_level(source: str, name: str, workload: Workload) -> tuple[list[Diagnostic], str]:
+    """L0: (the static checks' diagnostics, the reason they reject the candidate, or "")."""
+    parsed = CandidateSource(source, name)  # one parse, read by every check
+    diags = check_static(parsed, workload.seed.read_text(), name)
+    diags += check_sync(parsed, name)
+    if not is_rejected(diags):
+        return diags, ""
+    first = next(d for d in diags if d.severity == "error")
+    return diags, f"rejected by static checks: {first.message}"
 
 
 def evaluate(
@@ -209,13 +221,9 @@ def evaluate(
 
     # L0: static checks, before anything touches a compiler or a GPU.
     say(Progress(Level.STATIC, "static checks"))
-    parsed = CandidateSource(source, candidate.name)  # one parse, read by every check
-    diags = check_static(parsed, workload.seed.read_text(), candidate.name)
-    diags += check_sync(parsed, candidate.name)
-    if is_rejected(diags):
-        first = next(d for d in diags if d.severity == "error")
-        return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC, diagnostics=diags,
-                             reason=f"rejected by static checks: {first.message}")
+    diags, rejected = static_level(source, candidate.name, workload)
+    if rejected:
+        return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC, diagnostics=diags, reason=rejected)
 
     # L1: compile.
     say(Progress(Level.COMPILE, "compiling with nvcc"))
@@ -283,8 +291,7 @@ def evaluate(
             level = Level.VERIFY if e.get("level") == "verify" else Level.BENCHMARK
             say(Progress(level, f"{e.get('level')} {e.get('shape')}"))
 
-    deadline = run_deadline(plan) * (sanitizer.DEADLINE_FACTOR if worker else 1)
-    group = run_group(plan, gpus, rundir, deadline, on_event=on_event, worker_argv=worker)
+    group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event, worker_argv=worker)
     result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus}, source=source)
     if options.sanitize:
         result = sanitizer.with_report(result, sanitizer.read_reports(options.sanitize, rundir, len(gpus)),

@@ -25,8 +25,7 @@ if TYPE_CHECKING:  # cascade imports this module
     from cuco_tui.evaluate.cascade import EvalOptions
 
 TOOLS = ("memcheck", "initcheck", "synccheck", "racecheck")
-SLOWDOWN = 20.0  # how much wider each step's limit is under the tool
-DEADLINE_FACTOR = 5.0  # ... and the whole run's backstop
+SLOWDOWN = 20.0  # how much wider every limit is under the tool (the plan's time_scale)
 PADDING = 256  # bytes memcheck puts after every allocation: an overrun lands there, not in the next buffer
 PRINT_LIMIT = 50  # findings per rank the tool reports in full
 _PREFIX = "========="
@@ -65,7 +64,7 @@ def options_for(options: EvalOptions) -> EvalOptions:
 
 def plan_entries(tool: str) -> dict:
     """What the ranks' plan says under the tool: which tool (the workers turn CuPy's pool off), and
-    how much wider every step's limit is (the ranks' watchdogs and the launcher's grace)."""
+    how much wider every limit is (the ranks' watchdogs, the launcher's grace and backstop)."""
     return {"sanitize": tool, "time_scale": SLOWDOWN}
 
 

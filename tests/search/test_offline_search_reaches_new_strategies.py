@@ -3,9 +3,8 @@ AG+GEMM) and arrival_pipeline of moe_dispatch_combine, on a CPU.
 
 What is real: the SearchEngine (islands, explore -> exploit, parent selection, novelty filter,
 commits), the OfflineAgent (strategies no evaluation has seen first, then by score; one-knob
-diffs, crossovers, rendering of the workload's templates), the cascade's L0 (each candidate file
-parsed, `check_static` against the workload's seed, `check_sync`; a rejection is returned as the
-cascade returns it) and, for the candidates of the new strategies, the design classifier.
+diffs, crossovers, rendering of the workload's templates), the cascade's L0 (`static_level`: the
+static and sync checks; a rejection is returned as the cascade returns it) and, for the candidates of the new strategies, the design classifier.
 
 What stands in for nvcc and the GPU (`L0ThenModel`): after L0, a candidate is either "compiled
 only" (Status.NO_GPU, as the cascade answers on a machine without GPUs), or "measured" with a
@@ -37,14 +36,11 @@ from cuco_tui.core.records import CandidateRecord
 from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.design.classify import classify
 from cuco_tui.design.space import Capabilities
-from cuco_tui.evaluate.cascade import Progress
-from cuco_tui.evaluate.static_checks import check_static, is_rejected
-from cuco_tui.evaluate.sync_checks import check_sync
+from cuco_tui.evaluate.cascade import Progress, static_level
 from cuco_tui.executors import GpuGroup, GpuPool
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.engine import SearchEngine
 from cuco_tui.search.events import EventBus
-from cuco_tui.source.model import CandidateSource
 from cuco_tui.workload.manifest import load_workload
 
 SEED = 0  # the agent's and the config's
@@ -110,7 +106,7 @@ class Recording:
 
 
 class L0ThenModel:
-    """The cascade's L0, exactly as evaluate() runs it; then, for what passes, either "compiled
+    """The cascade's L0 (static_level, as evaluate() runs it); then, for what passes, either "compiled
     only, no GPU" or a measurement from `modelled_speedup`."""
 
     def __init__(self, case: NewStrategy, agent: Recording | None, measured: bool) -> None:
@@ -124,13 +120,10 @@ class L0ThenModel:
         source = path.read_text()
         base = {"candidate": str(path), "workload": workload.name, "world": 2, "gpus": list(options.gpus or ())}
         say(Progress(Level.STATIC, "static checks"))
-        parsed = CandidateSource(source, path.name)
-        diags = check_static(parsed, workload.seed.read_text(), path.name)
-        diags += check_sync(parsed, path.name)
-        if is_rejected(diags):
-            first = next(d for d in diags if d.severity == "error")
+        diags, rejected = static_level(source, path.name, workload)
+        if rejected:
             return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC, diagnostics=diags,
-                                 reason=f"rejected by static checks: {first.message}")
+                                 reason=rejected)
         say(Progress(Level.COMPILE, "compiling with nvcc (not here: a stand-in)"))
         if not self.measured:
             return CascadeResult(**base, status=Status.NO_GPU, level=Level.COMPILE, diagnostics=diags,

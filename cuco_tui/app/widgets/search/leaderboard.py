@@ -54,8 +54,7 @@ class Leaderboard(Vertical):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._shapes: list[str] = []
-        self._widths: list[int] = []
+        self._columns: list[tuple[str, int]] = []  # (label, width) on screen
         self._rows: dict[str, tuple[str, ...]] = {}  # candidate -> the cells on screen, in board order
 
     def compose(self) -> ComposeResult:
@@ -85,20 +84,19 @@ class Leaderboard(Vertical):
         candidate, one at the top stays there (on the best)."""
         table = self.query_one(DataTable)
         rows = {e.candidate: row(e, shapes, bounds, work) for e in board}
-        if rows == self._rows and shapes == self._shapes:
-            return
-        keep = self.highlighted if table.cursor_row > 0 else None
         # Widths given, not measured by the table: a DataTable measures a new row's cells on a later
         # refresh, and a board shown twice in a frame (rows cleared in between) kept the labels'
         # widths (an 80x24 dashboard showed "c0" for c0000).
-        names = (*FIXED, *shapes)
-        widths = [max([cell_len(name)] + [cell_len(cells[i]) for cells in rows.values()])
-                  for i, name in enumerate(names)]
-        if shapes != self._shapes or widths != self._widths or not table.columns:
+        columns = [(name, max([cell_len(name)] + [cell_len(cells[i]) for cells in rows.values()]))
+                   for i, name in enumerate((*FIXED, *shapes))]
+        if rows == self._rows and columns == self._columns:
+            return
+        keep = self.highlighted if table.cursor_row > 0 else None
+        if columns != self._columns or not table.columns:
             table.clear(columns=True)
-            for name, width in zip(names, widths):
+            for name, width in columns:
                 table.add_column(name, key=name, width=width)
-            self._shapes, self._widths = list(shapes), widths
+            self._columns = columns
         else:
             table.clear()
         for cid, cells in rows.items():
