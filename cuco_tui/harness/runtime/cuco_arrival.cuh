@@ -107,6 +107,14 @@ __device__ inline void wait_rows(const Arrival& a, int64_t row0, int64_t row1, u
 
 // ---------------------------------------------------------------- host side
 
+// How a rank's shard goes out to its peers. Ring: to r+1, r+2, ... one peer after another (one
+// copy stream; each peer's chunks land at full link speed, one peer at a time). All: to every
+// peer at once, chunk by chunk (a copy stream per peer, or a store kernel that writes chunk c to
+// every peer before chunk c+1): at W > 2 the first chunks of every peer land early, the small
+// copies' fixed costs overlap across the copy engines, and no peer waits for the others to be
+// served. At W = 2 the two are the same.
+enum class Fanout { Ring = 0, All = 1 };
+
 // How G's rows are cut into flagged chunks, and where this rank's own rows come from.
 struct RowLayout {
   int64_t M = 0, N = 0, K = 0;  // N: this rank's columns (B is [K, N])
@@ -115,6 +123,7 @@ struct RowLayout {
   int64_t chunk_rows = 0;
   int chunks = 0;          // per rank
   bool own_from_x = false;
+  Fanout fanout = Fanout::Ring;  // the order the chunks arrive in (arrival_rows)
 
   int flag_count() const { return world * chunks; }
   int flag_index(int p, int c) const { return p * chunks + c; }
@@ -125,8 +134,9 @@ struct RowLayout {
 // `chunks_wanted` pieces per shard, each a multiple of 64 rows (16-byte rows of K bf16 are
 // always aligned then); fewer when the shard is too short for that many.
 inline RowLayout make_row_layout(int64_t M, int64_t N, int64_t K, int world, int rank, int chunks_wanted,
-                                 int block_m) {
+                                 int block_m, Fanout fanout = Fanout::Ring) {
   RowLayout l;
+  l.fanout = fanout;
   l.M = M; l.N = N; l.K = K; l.world = world; l.rank = rank;
   l.rows_per_rank = M / world;
   const int64_t per = (l.rows_per_rank + chunks_wanted - 1) / std::max(chunks_wanted, 1);
@@ -146,12 +156,18 @@ enum class TileOrder { Auto = 0, Arrival = 1, Square = 2 };
 
 // The processing order of cluster rows: each cluster row (CM*BM rows of G) is ready when the
 // last peer chunk it touches has landed; the rank's own rows are ready at once. Stable sort by
-// readiness, so ties keep the natural row order.
+// readiness, so ties keep the natural row order. Ring fanout: every chunk of the first sender,
+// then the next sender's; All: chunk 0 of every sender, then chunk 1 of every sender, ...
 inline std::vector<int> arrival_rows(const RowLayout& l, int rows_per_cluster_row, int cluster_rows) {
   std::vector<int> position(l.flag_count(), -1);
   int pos = 0;
-  for (int step = 1; step < l.world; ++step)
-    for (int c = 0; c < l.chunks; ++c) position[l.flag_index(sender_at(l.rank, l.world, step), c)] = pos++;
+  if (l.fanout == Fanout::All) {
+    for (int c = 0; c < l.chunks; ++c)
+      for (int step = 1; step < l.world; ++step) position[l.flag_index(sender_at(l.rank, l.world, step), c)] = pos++;
+  } else {
+    for (int step = 1; step < l.world; ++step)
+      for (int c = 0; c < l.chunks; ++c) position[l.flag_index(sender_at(l.rank, l.world, step), c)] = pos++;
+  }
   std::vector<int> ready(cluster_rows, -1);
   for (int cr = 0; cr < cluster_rows; ++cr) {
     const int64_t r0 = (int64_t)cr * rows_per_cluster_row;
@@ -235,6 +251,7 @@ struct PushPlan {
   uint4* dst[kMaxPeers];                   // receiver's G + this rank's shard offset
   unsigned long long* flags[kMaxPeers];    // receiver's flags + flag_index(this rank, 0)
   int steps;
+  int chunk_major;                         // 1 (Fanout::All): chunk c to every receiver before chunk c+1
 };
 
 #ifdef __CUDACC__
@@ -245,9 +262,12 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads) push_chunks(PushPlan plan, const uint4* __restrict__ src,
                                                          int64_t chunk_vecs, int64_t shard_vecs, int chunks) {
   const int64_t stride = (int64_t)gridDim.x * kThreads;
-  for (int s = 0; s < plan.steps; ++s) {
+  const int pieces = plan.steps * chunks;
+  for (int piece = 0; piece < pieces; ++piece) {
+    const int s = plan.chunk_major ? piece % plan.steps : piece / chunks;
+    const int c = plan.chunk_major ? piece / plan.steps : piece % chunks;
     uint4* __restrict__ dst = plan.dst[s];
-    for (int c = 0; c < chunks; ++c) {
+    {
       const int64_t lo = (int64_t)c * chunk_vecs;
       const int64_t hi = min(lo + chunk_vecs, shard_vecs);
       int64_t i = lo + (int64_t)blockIdx.x * kThreads + threadIdx.x;

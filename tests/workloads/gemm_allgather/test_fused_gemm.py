@@ -49,8 +49,8 @@ def every_point() -> list[dict]:
 
 def test_every_point_renders_and_passes_l0():
     points = every_point()
-    # 5 chunk counts x (copy engine + 3 store-kernel sizes) x 2 tiles x 2 clusters x 3 orders
-    assert len(points) == 5 * 4 * 2 * 2 * 3
+    # 5 chunk counts x (copy engine + 3 store-kernel sizes) x 2 tiles x 2 clusters x 3 orders x 2 fanouts
+    assert len(points) == 5 * 4 * 2 * 2 * 3 * 2
     sources = set()
     for knobs in points:
         src = BOOK.render(FUSED, knobs)
@@ -257,8 +257,8 @@ CONFIG_BUILDS = [
     {"tile": "128x256", "cluster": "1x2", "mover": "sm_store", "mover_blocks": 8, "chunks": 1,
      "tile_order": "arrival"},
     {"tile": "256x128", "cluster": "2x1", "mover": "sm_store", "mover_blocks": 32, "chunks": 16,
-     "tile_order": "square"},
-    {"tile": "256x128", "cluster": "1x2", "chunks": 2, "tile_order": "arrival"},
+     "tile_order": "square", "fanout": "all"},
+    {"tile": "256x128", "cluster": "1x2", "chunks": 2, "tile_order": "arrival", "fanout": "all"},
 ]
 can_compile = pytest.mark.skipif(not TOOLCHAIN.can_compile or TOOLCHAIN.cutlass is None,
                                  reason="needs nvcc, NCCL, cuBLAS and the CUTLASS headers (pip install nvidia-cutlass)")
@@ -267,7 +267,7 @@ can_compile = pytest.mark.skipif(not TOOLCHAIN.can_compile or TOOLCHAIN.cutlass 
 def test_the_builds_cover_every_kernel_configuration():
     configs = {(b["tile"], b["cluster"]) for b in CONFIG_BUILDS}
     assert configs == set(itertools.product(FUSED.knobs["tile"], FUSED.knobs["cluster"]))
-    for key in ("mover", "tile_order"):
+    for key in ("mover", "tile_order", "fanout"):
         assert {b.get(key, FUSED.default_knobs()[key]) for b in CONFIG_BUILDS} == set(FUSED.knobs[key])
 
 
@@ -279,8 +279,8 @@ namespace tg = cuco::tile_gemm;
 // Walks the schedule of one case: every cluster tile exactly once, own rows first, and the
 // rows in arrival order; prints the row order.
 static int check(int64_t M, int64_t N, int W, int rank, int chunks, int bm, int bn, int cmul, int cnul,
-                 tg::TileOrder order, int clusters) {
-  const tg::RowLayout l = tg::make_row_layout(M, N, 64, W, rank, chunks, bm);
+                 tg::TileOrder order, int clusters, tg::Fanout fanout = tg::Fanout::Ring) {
+  const tg::RowLayout l = tg::make_row_layout(M, N, 64, W, rank, chunks, bm, fanout);
   const int cm = (int)((M + bm * cmul - 1) / (bm * cmul)), cn = (int)((N + bn * cnul - 1) / (bn * cnul));
   std::vector<int> rows = tg::arrival_rows(l, bm * cmul, cm);
   const int band = tg::band_rows(order, clusters, cm, bm * cmul, bn * cnul, N * 64 * 2 * 1000, 50 << 20);
@@ -319,9 +319,12 @@ int main() {
           for (int rank : {0, W - 1})
             for (auto cfg : {std::array<int, 4>{128, 256, 2, 1}, std::array<int, 4>{256, 128, 1, 2}})
               for (auto o : orders)
-                bad |= check(M, N, W, rank, chunks, cfg[0], cfg[1], cfg[2], cfg[3], o, 66) ? 1 : 0;
+                for (auto f : {tg::Fanout::Ring, tg::Fanout::All})
+                  bad |= check(M, N, W, rank, chunks, cfg[0], cfg[1], cfg[2], cfg[3], o, 66, f) ? 1 : 0;
   printf("case ");
   bad |= check(1536, 512, 4, 1, 1, 128, 256, 1, 1, tg::TileOrder::Arrival, 66);
+  printf("case-all ");
+  bad |= check(1536, 512, 4, 1, 3, 128, 256, 1, 1, tg::TileOrder::Arrival, 66, tg::Fanout::All);
   printf("%s\n", bad ? "FAILED" : "ALL OK");
   return bad;
 }
@@ -349,6 +352,10 @@ def test_the_schedule_covers_every_tile_once_in_arrival_order(tmp_path):
     # shards as the ring delivers them: rank 0's, rank 3's, rank 2's.
     case = next(line for line in run.stdout.splitlines() if line.startswith("case "))
     assert case == "case order 3 4 5 0 1 2 9 10 11 6 7 8 band 1"
+    # The same with 3 chunks per shard sent to every peer at once: chunk 0 of ranks 0, 3, 2, then
+    # chunk 1 of each, then chunk 2.
+    case = next(line for line in run.stdout.splitlines() if line.startswith("case-all "))
+    assert case == "case-all order 3 4 5 0 9 6 1 10 7 2 11 8 band 1"
 
 
 @pytest.mark.slow

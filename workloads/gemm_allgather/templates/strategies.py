@@ -32,7 +32,9 @@ def _fused_tile(k: dict) -> DesignPoint:
         sync="per_chunk" if k["chunks"] > 1 else "per_peer",
         issuer="host" if ce else "multi_cta",
         chunk=chunk(k["chunks"]),
-        streams="2",
+        # fanout=all with the copy engines: a copy stream per peer (W - 1 of them) beside the
+        # harness's and the join stream: "4" is the dimension's "4 or more".
+        streams="4" if ce and k.get("fanout") == "all" else "2",
         comm_sms="0" if ce else comm_sms(k["mover_blocks"]),
     )
 
@@ -83,7 +85,8 @@ STRATEGIES = [
                     "order and wait per row chunk on flags that the mover (copy engines + stream-ordered flag writes, "
                     "or a store kernel on reserved SMs) posts in peer memory",
         knobs={"chunks": (4, 2, 8, 16, 1), "mover": ("copy_engine", "sm_store"), "mover_blocks": (16, 8, 32),
-               "tile": ("128x256", "256x128"), "cluster": ("2x1", "1x2"), "tile_order": ("auto", "arrival", "square")},
+               "tile": ("128x256", "256x128"), "cluster": ("2x1", "1x2"), "tile_order": ("auto", "arrival", "square"),
+               "fanout": ("ring", "all")},
         design=_fused_tile,
         normalize=_fused_tile_normalize,
     ),
