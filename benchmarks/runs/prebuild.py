@@ -42,9 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("workloads", nargs="*", help="default: every workload")
     ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--files", nargs="+", metavar="CU", help="compile these candidate files (instead of workloads)")
     args = ap.parse_args(argv)
-    names = args.workloads or list_workloads()
-    srcs: dict[str, str] = {}
+    names = [] if args.files and not args.workloads else args.workloads or list_workloads()
+    srcs: dict[str, str] = {f"file/{Path(f).stem}": Path(f).read_text() for f in args.files or []}
     for n in names:
         srcs.update(sources(n))
     # Identical renders (a knob the template ignores) compile once.
