@@ -226,25 +226,6 @@ class FlagWriter {
   Fn fn_ = nullptr;
 };
 
-// True when every peer's buffer lives on another GPU than `device` (the rank's own): the copies
-// into them are then peer copies, which the copy engines serve without an SM, so a persistent
-// kernel that holds every SM may be launched before them (its own rows start at once, and the
-// host's time to enqueue the copies and flag writes is no longer spent before the GEMM starts).
-// False when a peer shares this GPU (--share-gpu) or a pointer cannot be read: a same-device copy
-// may be served on the SMs, so it must be enqueued before such a kernel.
-inline bool peers_elsewhere(const PeerBuffers& b, int device) {
-  for (int p = 0; p < b.world; ++p) {
-    if (p == b.rank) continue;
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, b.peers[p]) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    if (a.type != cudaMemoryTypeDevice || a.device == device) return false;
-  }
-  return true;
-}
-
 // A copy on the copy engines. A plain cudaMemcpyAsync between two buffers of one GPU (ranks
 // sharing a GPU, or a rank's own rows) may run as a copy kernel on the SMs, which a persistent
 // GEMM spinning on every SM would starve for good; cudaMemcpyBatchAsync with
