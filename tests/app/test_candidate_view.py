@@ -10,6 +10,7 @@ import io
 import json
 import threading
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,11 @@ from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.app.widgets.candidate import sections
 from cuco_tui.app.widgets.candidate.deadlock import parse_report
 from cuco_tui.app.widgets.candidate.model import CandidateView
+from cuco_tui.app.widgets.lineage.candidate_details import facts_text
 from cuco_tui.app.widgets.search import editor
 from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
 from cuco_tui.app.widgets.text_prompt import TextPrompt
+from cuco_tui.core.bounds import Bounds, ShapeBound, Work
 from cuco_tui.design.space import Capabilities
 from cuco_tui.core.result import (
     CascadeResult,
@@ -45,7 +48,8 @@ from cuco_tui.core.records import CandidateRecord
 from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.engine import SteeringError
 from cuco_tui.search.events import AwaitingReview, CandidateCommitted
-from candidate_session import BROKEN, _record, _result, build_session, open_candidate, section_text
+from candidate_session import BROKEN, _record, _result, _timing, build_session, open_candidate, section_text
+from dashboard_helpers import H200
 from dashboard_helpers import make_app as make_dashboard_app
 from pilot_helpers import screen_lines, wait_until
 from engine_helpers import W
@@ -283,13 +287,67 @@ async def test_timings_per_shape_and_per_rank(tmp_path):
         assert "diff" not in " ".join(screen.tabs.ids)  # a seed has no parent
         text = section_text(screen, "timings")
         shape = next(line.split() for line in text.splitlines() if line.strip().startswith("square-8k"))
-        # then one rank's TFLOP/s and GB/s (gemm_allgather's counts at world 2), and no bound: none measured
-        assert shape == ["square-8k", "1.200", "1.180-1.220", "1.000", "0.980-1.020", "4.0", "30", "1.20x",
-                         "550", "67", "-", "-"]
-        assert "geometric mean speedup 1.13x" in text and "no bound: the session measured none" in text
+        # the speedup and % of the bound first, then one rank's TFLOP/s and GB/s (gemm_allgather's counts
+        # at world 2); no bound: the session keeps none
+        assert shape == ["square-8k", "1.20x", "-", "1.000", "0.980-1.020", "1.200", "1.180-1.220", "4.0",
+                         "550", "67", "-", "30"]
+        assert "geometric mean speedup 1.13x over 2 shape(s)" in text
         ranks = [line.split() for line in text.splitlines() if "-" in line and line.split()[:1] in (["mlp-up"], ["1"])]
         assert ["mlp-up", "0", "2.600", "2.580-2.620", "2.560-2.660", "30"] in ranks
         assert ["1", "2.850*", "2.830-2.870", "2.810-2.910", "30"] in ranks  # the slowest rank, marked
+    repo.close()
+
+
+def test_no_bound_is_explained_by_what_the_session_had():
+    """Issue 36, item 13: a session timed on 2 x H200 before bounds were recorded said "no bound:
+    the session measured none (it needs a GPU)". A GPU is blamed only where none timed it."""
+    with_gpus = CascadeResult.from_dict(_result("c0000", Status.MEASURED, Level.BENCHMARK, "measured",
+                                                timings=[_timing("square-8k", 1.2, 1.0, (1.0, 0.9))]))
+    record = CandidateRecord(id="c0000", generation=0, island=0, kind="seed", parents=(), source=SEED, design={},
+                             rationale="", agent="offline", status="measured", result=with_gpus.to_dict())
+    view = CandidateView("old-h200x2", record, with_gpus, (), ())
+    said = view.no_bound()
+    assert said.startswith("no bound recorded: this session was timed on GPUs") and "needs a GPU" not in said
+    assert said in rendered(sections.timings(view).parts)
+    no_gpu = replace(with_gpus, gpus=[])
+    assert "it needs a GPU" in CandidateView("cpu", record, no_gpu, (), ()).no_bound()
+    other = Bounds("gemm_allgather", 2, (0, 1), (ShapeBound("mlp-up", 1.0, 0.6, work=Work(1, 1)),), H200)
+    assert CandidateView("s", record, with_gpus, (), (), bounds=other).no_bound() == (
+        "no bound for square-8k: the session's bounds do not cover it")
+    bounds = Bounds("gemm_allgather", 2, (0, 1), (ShapeBound("square-8k", 1.0, 0.6, work=Work(1, 1)),), H200)
+    assert CandidateView("s", record, with_gpus, (), (), bounds=bounds).no_bound() == ""
+
+
+def test_the_overview_says_what_its_speedup_and_time_are(tmp_path):
+    """Issue 36, item 19: "speedup 1.15x · 5.692 ms", the time the sum of the shapes' medians, unlabelled."""
+    repo = build_session(tmp_path / "demo")
+    two = facts_text(repo.record("c0000")).plain
+    assert "speedup 1.13x (geomean of 2 shapes) · 3.850 ms (sum of their medians)" in two
+    one = CascadeResult.from_dict(_result("c0009", Status.MEASURED, Level.BENCHMARK, "measured",
+                                          timings=[_timing("square-8k", 1.2, 1.0, (1.0, 0.9))]))
+    record = replace(repo.record("c0000"), result=one.to_dict(), speedup=1.2, latency_ms=1.0)
+    assert "speedup 1.20x (1 shape) · 1.000 ms (median)" in facts_text(record).plain
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_speedup_and_pct_of_bound_are_in_view_at_80_columns(tmp_path):
+    """Issue 36, item 17: at 80x24 the Timings table stopped after "IQR %"; each shape's speedup
+    and % of the bound now come first."""
+    repo = build_session(tmp_path / "demo")
+    repo.set_bounds(Bounds("gemm_allgather", 2, (0, 1), (ShapeBound("square-8k", 1.0, 0.6, work=Work(1, 1)),
+                                                          ShapeBound("mlp-up", 2.0, 1.5, work=Work(1, 1))), H200))
+    app = CucoApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0000")
+        assert screen.tabs.active == "timings"
+        await pilot.pause()
+        lines = screen_lines(app)
+        header = next(line for line in lines if line.strip().startswith("shape"))
+        assert "speedup" in header and "% bound" in header
+        row = next(line.split() for line in lines if line.strip().startswith("square-8k"))
+        assert row[1:3] == ["1.20x", "72%"]  # 1.2 of a bound at 1.667x
+        assert " ".join(" ".join(lines).split()).count("% of the bound") == 1  # the mean, in the summary line
     repo.close()
 
 

@@ -14,7 +14,7 @@ from textual.content import Content
 
 from cuco_tui.app.widgets.candidate.deadlock import deadlock_parts, parse_report
 from cuco_tui.app.widgets.candidate.model import CandidateView
-from cuco_tui.app.widgets.candidate.timings import timings_renderable
+from cuco_tui.app.widgets.candidate.timings import timings_parts
 from cuco_tui.app.widgets.lineage.candidate_details import facts_text
 from cuco_tui.app.widgets.result_view import LEVEL_NAMES, LOG_LINES, SEVERITY_STYLE
 from cuco_tui.app.widgets.result_view import _verification_table as verification_table
@@ -176,7 +176,8 @@ def timings(view: CandidateView) -> Section | None:
     r = view.result
     if r is None or not r.timings:
         return None
-    return Section("timings", "Timings", (timings_renderable(r.timings, r.speedup, view.figures()),), wide=True)
+    return Section("timings", "Timings", timings_parts(r.timings, r.speedup, view.figures(), view.no_bound()),
+                   wide=True)
 
 
 def sections(view: CandidateView) -> list[Section]:
