@@ -14,6 +14,7 @@ from textual.content import Content
 
 from cuco_tui.app.widgets.candidate.deadlock import deadlock_parts, parse_report
 from cuco_tui.app.widgets.candidate.model import CandidateView
+from cuco_tui.app.widgets.diff_text import diff_content
 from cuco_tui.app.widgets.candidate.timings import timings_parts
 from cuco_tui.app.widgets.lineage.candidate_details import facts_text
 from cuco_tui.app.widgets.result_view import LEVEL_NAMES, LOG_LINES, SEVERITY_STYLE
@@ -113,7 +114,7 @@ def diffs(view: CandidateView) -> list[Section]:
         elif not d.diff:
             body = Text(f"{view.id} has the same candidate.cu as {d.parent}.")
         else:
-            body = _syntax(d.diff, "diff")
+            body = diff_content(d.diff)  # wraps; what changed within a line is marked
         out.append(Section(f"diff-{d.parent}", f"Diff {d.parent}", (body,), wide=True))
     return out
 
