@@ -30,6 +30,8 @@ from cuco_tui.app.widgets.candidate.deadlock import parse_report
 from cuco_tui.app.widgets.candidate.model import CandidateView
 from cuco_tui.app.widgets.lineage.candidate_details import facts_text
 from cuco_tui.app.widgets.search import editor
+from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
+from cuco_tui.app.widgets.search.leaderboard import Leaderboard
 from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
 from cuco_tui.app.widgets.text_prompt import TextPrompt
 from cuco_tui.core.bounds import Bounds, ShapeBound, Work
@@ -552,9 +554,7 @@ async def test_dashboard_opens_the_best_candidate_with_the_engine_attached(tmp_p
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
                                 and app.screen.query_one(ProposalQueue).ids and app.screen.state.best_id)
         dashboard = app.screen
-        await pilot.press("o")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
-        await pilot.press("enter")  # empty: the best
+        await pilot.press("o")  # at once: the highlighted row, the best
         assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
         screen = app.screen
         assert screen.candidate_id == "c0000" and screen.search is dashboard.search
@@ -566,6 +566,11 @@ async def test_dashboard_opens_the_best_candidate_with_the_engine_attached(tmp_p
         assert await wait_until(pilot, lambda: "c0002" in dashboard.state.sources)
         await pilot.press("u")
         assert await wait_until(pilot, lambda: dashboard.search.preferred_parent == "c0000", 5)
+        await pilot.press("l")  # its session's lineage, on this candidate
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready, 10)
+        assert app.screen.repo is screen.repo and app.screen.query_one(CandidateTable).highlighted_id == "c0000"
+        await pilot.press("escape")
+        assert await wait_until(pilot, lambda: app.screen is screen, 5)
         await pilot.press("escape")
         assert app.screen is dashboard
         await stop_search(app, pilot)
@@ -602,17 +607,22 @@ async def test_the_lineage_of_the_running_session_opens_candidates_with_the_sear
 
 
 @pytest.mark.asyncio
-async def test_dashboard_open_asks_for_an_id_and_refuses_unknown_ones(tmp_path):
+async def test_dashboard_slash_goes_to_an_id_and_refuses_unknown_ones(tmp_path):
     app = make_dashboard_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
                                 and app.screen.query_one(ProposalQueue).ids)
-        await pilot.press("o")
+        await pilot.press("slash")
         assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
         await pilot.press(*"c0042", "enter")
         assert await wait_until(pilot, lambda: any("no committed candidate 'c0042'" in n.message
                                                    for n in app._notifications), 5)
         assert isinstance(app.screen, DashboardScreen)
+        await pilot.press("slash")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press("0", "enter")  # the seed, typed short
+        assert await wait_until(pilot, lambda: any("c0000 highlighted" in n.message for n in app._notifications), 5)
+        assert app.screen.query_one(Leaderboard).highlighted == "c0000"
         await stop_search(app, pilot)
 
 

@@ -23,6 +23,7 @@ from cuco_tui.app.widgets.diff_text import ADDED, CHANGED, REMOVED
 from cuco_tui.app.widgets.search.in_flight import InFlightTable
 from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
 from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
+from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.text_prompt import TextPrompt
 from cuco_tui.evaluate.cascade import Progress
 from cuco_tui.core.result import Level
@@ -170,6 +171,8 @@ async def test_s_opens_the_dashboard_from_the_evaluate_screen(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         assert not isinstance(app.screen, DashboardScreen)
         await pilot.press("s")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, Confirm), 5)  # asks first
+        await pilot.press("y")
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), 5)
         assert await wait_until(pilot, lambda: bool(queue(app).ids))
         await pilot.press("escape")  # esc never drops the engineer out of the search

@@ -186,9 +186,7 @@ async def test_the_leaderboard_ranks_and_enter_opens_the_highlighted(tmp_path):
         assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
         assert app.screen.candidate_id == ids[1]
         await pilot.press("escape")
-        await pilot.press("o")  # the prompt's default is the highlighted row
-        await pilot.pause(0.3)
-        await pilot.press("enter")
+        await pilot.press("o")  # the highlighted row, at once
         assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
         assert app.screen.candidate_id == ids[1]
 

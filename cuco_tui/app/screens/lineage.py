@@ -27,7 +27,7 @@ from cuco_tui.app.screens.compare import CompareScreen
 from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, export_candidate
 from cuco_tui.app.widgets.lineage.candidate_details import CandidateDetails
 from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
-from cuco_tui.app.widgets.lineage.rows import LineageFilter, LineageRow, lineage_rows
+from cuco_tui.app.widgets.lineage.rows import LineageFilter, LineageRow, candidate_id_of, lineage_rows
 from cuco_tui.core.records import CandidateRecord
 from cuco_tui.lineage import SessionError, SessionRepo
 
@@ -60,11 +60,15 @@ class LineageScreen(Screen):
     COMMANDS = {LineageCommands}
 
     def __init__(self, repo: SessionRepo, owns_repo: bool = False, search: LiveSearch | None = None,
-                 export_root: Path = DEFAULT_ROOT) -> None:
+                 export_root: Path = DEFAULT_ROOT, *, select: str | None = None, first: bool = False) -> None:
         """`owns_repo`: close the repository when the screen goes away. `search`: the search
         the app runs, if any; candidates opened from here get it when it runs this session.
-        `export_root`: where export writes <session>-<id>/."""
+        `export_root`: where export writes <session>-<id>/. `select`: the candidate to select
+        once shown. `first`: the lineage `cuco-tui open` opened, the app's first screen, whose
+        esc goes to the session browser (beneath it lies only the workload's evaluate screen)."""
         super().__init__()
+        self.select = select
+        self.first = first
         self.repo = repo
         self.export_root = Path(export_root)
         self._owns_repo = owns_repo
@@ -82,7 +86,7 @@ class LineageScreen(Screen):
         with Horizontal(id="lineage-body"):
             yield CandidateTable(id="lineage-table")
             yield CandidateDetails(id="lineage-details")
-        yield Input(placeholder="candidate id, e.g. c0042 (enter: go, escape: cancel)", id="lineage-jump")
+        yield Input(placeholder="candidate id, e.g. c0042 or 42 (enter: go, escape: cancel)", id="lineage-jump")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -91,6 +95,8 @@ class LineageScreen(Screen):
         self._read_machine()  # after the summaries: both take the repository's lock
         self._apply_filter()
         self.query_one(CandidateTable).focus()
+        if self.select is not None:
+            self.jump_to(self.select)
         self.call_after_refresh(self._mark_ready)
 
     @work(thread=True, exclusive=True, group="lineage-machine", exit_on_error=False)
@@ -164,10 +170,15 @@ class LineageScreen(Screen):
         event.input.remove_class("-open")
         self.jump_to(event.value.strip())
 
-    def jump_to(self, candidate_id: str) -> bool:
-        """Select the candidate, clearing the filters when they hide it."""
+    def jump_to(self, typed: str) -> bool:
+        """Select the candidate (`typed` as a person types it: c0030, c30, 0030 or 30), clearing
+        the filters when they hide it."""
         table = self.query_one(CandidateTable)
         table.focus()
+        candidate_id = candidate_id_of(typed)
+        if candidate_id is None:
+            self.notify(f"{typed!r} is not a candidate id (e.g. c0030, or 30)", severity="warning")
+            return False
         if not table.select(candidate_id):
             if not any(r.id == candidate_id for r in self.rows):
                 self.notify(f"no candidate {candidate_id!r} in this session", severity="warning")
@@ -257,12 +268,15 @@ class LineageScreen(Screen):
         names = ", ".join(p.name for p in done.files)
         self.app.call_from_thread(self.notify, f"wrote {names} to {done.folder.resolve()}", title="export")
 
-    def action_back(self) -> None:
-        """Escape: close the id box when open, else leave the screen."""
+    async def action_back(self) -> None:
+        """Escape: close the id box when open, else leave the screen (the first lineage of
+        `cuco-tui open`: to the session browser, not the workload's evaluate screen under it)."""
         box = self.query_one("#lineage-jump", Input)
         if box.has_class("-open"):
             box.remove_class("-open")
             self.query_one(CandidateTable).focus()
+        elif self.first:
+            await self.run_action("app.browse")
         elif len(self.app.screen_stack) > 1:
             self.app.pop_screen()
 
