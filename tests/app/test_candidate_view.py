@@ -350,6 +350,10 @@ async def test_speedup_and_pct_of_bound_are_in_view_at_80_columns(tmp_path):
         row = next(line.split() for line in lines if line.strip().startswith("square-8k"))
         assert row[1:3] == ["1.20x", "72%"]  # 1.2 of a bound at 1.667x
         assert " ".join(" ".join(lines).split()).count("% of the bound") == 1  # the mean, in the summary line
+        shown = " ".join(lines)  # and every key of the screen, on a second line where one is not enough
+        for key in ("r Re-benchmark", "u Use as parent", "w Export", "] Next tab", "[ Prev tab", "esc Back", "q Quit",
+                    "s Search", "l Lineage", "b Browse", "^p palette"):
+            assert key in shown, key
     repo.close()
 
 

@@ -9,12 +9,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from cuco_tui.app.commands import CompareCommands
 from cuco_tui.app.widgets.candidate.model import CandidateView, load_candidate
 from cuco_tui.app.widgets.diff_text import diff_content
 from cuco_tui.app.widgets.lineage.compare import compare_table
+from cuco_tui.app.widgets.key_bar import KeyBar
 from cuco_tui.lineage import SessionError, SessionRepo
 
 
@@ -40,7 +41,7 @@ class CompareScreen(Screen):
         with VerticalScroll(id="compare-body"):
             yield Static(f"reading {self.a_id} and {self.b_id}…", id="compare-table", classes="compare-part")
             yield Static("", id="compare-diff", classes="compare-part")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.title = f"compare {self.a_id} → {self.b_id}"

@@ -29,7 +29,7 @@ from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.events import Resize
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from cuco_tui.app.commands import SearchCommands
 from cuco_tui.app.live_search import LiveSearch
@@ -47,6 +47,7 @@ from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
 from cuco_tui.app.widgets.search.state_panel import StatePanel
 from cuco_tui.app.widgets.telemetry.panel import TelemetryPanel
 from cuco_tui.app.widgets.text_prompt import TextPrompt
+from cuco_tui.app.widgets.key_bar import KeyBar
 from cuco_tui.core.records import id_number
 from cuco_tui.lineage import SessionError
 from cuco_tui.search.config import REVIEW_MODES
@@ -104,7 +105,7 @@ class DashboardScreen(Screen):
                 yield Static(NO_GPU_CHART, id="chart-line")
                 yield SpeedupChart(id="speedup-chart")
                 yield TelemetryPanel(id="telemetry")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         launch = self.search.launch

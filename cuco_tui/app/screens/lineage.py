@@ -1,8 +1,9 @@
 """The lineage screen: a session's candidates as a DAG (table with a graph column, colored by
 status), filters by island / status / backend, jump to an id, one candidate's details, two
 marked candidates compared side by side (the compare screen), export, and Enter (or o) to open
-a candidate in full (the candidate screen). The header names the machine the session was
-recorded on (GPUs, driver, CUDA, NCCL).
+a candidate in full (the candidate screen). A line under the header names the machine the
+session was recorded on (GPUs, driver, CUDA, NCCL). Below 140 columns the details go under
+the table, so that every column of the table is in view at 80.
 
 Opening reads only the index's summaries (one SQLite query); the machine, a candidate's full
 record and any diff are read from git in thread workers, so the event loop never waits on git."""
@@ -17,8 +18,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
+from textual.events import Resize
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Header, Input, Static
 
 from cuco_tui.app.commands import LineageCommands
 from cuco_tui.app.live_search import LiveSearch
@@ -28,8 +30,12 @@ from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, 
 from cuco_tui.app.widgets.lineage.candidate_details import CandidateDetails
 from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
 from cuco_tui.app.widgets.lineage.rows import LineageFilter, LineageRow, candidate_id_of, lineage_rows
+from cuco_tui.app.widgets.key_bar import KeyBar
 from cuco_tui.core.records import CandidateRecord
 from cuco_tui.lineage import SessionError, SessionRepo
+
+
+STACKED_BELOW = 140  # columns: below this the details are under the table, both full width
 
 
 def _cycle(values: list, current):
@@ -40,8 +46,14 @@ def _cycle(values: list, current):
 
 class LineageScreen(Screen):
     DEFAULT_CSS = """
-    LineageScreen #lineage-bar { height: 1; padding: 0 1; background: $boost; }
+    LineageScreen #lineage-machine { height: auto; padding: 0 1; color: $text-muted; background: $boost; }
+    LineageScreen #lineage-bar { height: auto; padding: 0 1; background: $boost; }
     LineageScreen #lineage-body { height: 1fr; }
+    LineageScreen.-stacked #lineage-body { layout: vertical; }
+    LineageScreen.-stacked CandidateTable { width: 1fr; height: 1fr; }
+    LineageScreen.-stacked CandidateDetails {
+        width: 1fr; height: 1fr; border-left: none; border-top: solid $primary-darken-2;
+    }
     LineageScreen #lineage-jump { dock: bottom; display: none; }
     LineageScreen #lineage-jump.-open { display: block; }
     """
@@ -82,15 +94,17 @@ class LineageScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
+        yield Static("reading the machine it was recorded on…", id="lineage-machine")
         yield Static("", id="lineage-bar")
         with Horizontal(id="lineage-body"):
             yield CandidateTable(id="lineage-table")
             yield CandidateDetails(id="lineage-details")
         yield Input(placeholder="candidate id, e.g. c0042 or 42 (enter: go, escape: cancel)", id="lineage-jump")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.title = f"lineage · {self.repo.path.name}"
+        self._fit(self.size.width)
         self.rows = lineage_rows(self.repo.summaries())
         self._read_machine()  # after the summaries: both take the repository's lock
         self._apply_filter()
@@ -112,8 +126,22 @@ class LineageScreen(Screen):
         self.app.call_from_thread(self._show_machine, text)
 
     def _show_machine(self, text: str) -> None:
-        self.sub_title = text
+        try:
+            self.query_one("#lineage-machine", Static).update(text)  # a line of its own: it wraps, never cut
+        except NoMatches:
+            return  # the screen was taken down while the machine was read
         self._machine_shown = True
+
+    @property
+    def machine_line(self) -> str:
+        return str(self.query_one("#lineage-machine", Static).content)
+
+    def on_resize(self, event: Resize) -> None:
+        self._fit(event.size.width)
+
+    def _fit(self, width: int) -> None:
+        # Narrower than the table's columns and the details side by side: the details go below.
+        self.set_class(width < STACKED_BELOW, "-stacked")
 
     def _mark_ready(self) -> None:
         self._drawn = True  # the rows are laid out and the first screenful drawn

@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from cuco_tui.app.widgets.candidate.timings import TABLE_STYLE
 from cuco_tui.harness.deadlock import Wait
 
 _RANK = re.compile(r"^  rank (\d+): (.*)$")
@@ -117,8 +117,8 @@ def waits_table(view: DeadlockView, source_lines: list[str]) -> Table:
     """One row per group of waiting blocks; the source column only when the report does not
     quote the lines itself (reports made before it did)."""
     quoted = {w.site for r in view.ranks for w in r.waits} <= view.quoted_sites
-    table = Table(title="Waits at the time of the hang (per rank, blocks grouped by what they wait for)",
-                  title_justify="left", box=box.SIMPLE_HEAD, expand=False)
+    table = Table(title="Waits at the time of the hang (blocks grouped by what they wait for)",
+                  title_justify="left", **TABLE_STYLE)
     # Most telling first: a narrow pane shows who waits where, for what, and what it last saw.
     columns = [("rank", "right"), ("at", "left"), ("waits for", "left"), ("from", "left"), ("expected", "right"),
                ("last seen", "right"), ("blocks", "right")] + ([] if quoted else [("source", "left")])

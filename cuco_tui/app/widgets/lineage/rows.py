@@ -49,6 +49,13 @@ class LineageRow:
     def backend(self) -> str:
         return str(self.summary.design.get("backend", ""))
 
+    def graph_width(self) -> int:
+        """len(self.graph()), without building it."""
+        if self.depth == 0:
+            return 1
+        drawn = min(self.depth, MAX_DRAWN_DEPTH)
+        return drawn + 1 + (len(f"+{self.depth - drawn}") if self.depth > drawn else 0)
+
     def graph(self) -> str:
         """The graph column: indentation by depth, a branch mark, a node; `+n` past the cap."""
         if self.depth == 0:

@@ -58,7 +58,7 @@ class Leaderboard(Vertical):
         self._rows: dict[str, tuple[str, ...]] = {}  # candidate -> the cells on screen, in board order
 
     def compose(self) -> ComposeResult:
-        yield Label("Leaderboard (o or enter opens)", id="leaderboard-title", classes="panel-title")
+        yield Label("Leaderboard", id="leaderboard-title", classes="panel-title")
         table: DataTable = DataTable(id="leaderboard-table", cursor_type="row", zebra_stripes=False)
         yield table
 
@@ -111,7 +111,7 @@ class Leaderboard(Vertical):
         self._rows = rows
         measured = sum(1 for e in board if e.measured)
         self.query_one("#leaderboard-title", Label).update(
-            f"Leaderboard · {len(board)} committed, {measured} measured (o or enter opens)")
+            f"Leaderboard · {measured} measured of {len(board)}")  # short: the narrow column shows it whole
         if keep in rows:
             table.move_cursor(row=list(rows).index(keep), animate=False)
 
