@@ -115,12 +115,13 @@ def test_the_question_names_the_workload_the_generations_and_the_gpus(tmp_path):
     h200s = GpuInventory(tuple(GpuInfo(i, "NVIDIA H200", 143771) for i in range(2)))
     question, detail = start_question(app.search_launch, h200s)
     assert question == "Start a new search of gemm_allgather?"
-    assert detail.startswith("10 generations of gemm_allgather, in a new session under sessions/, on every GPU of "
-                             "this machine at once: 2 x NVIDIA H200 (GPUs 0,1), proposed by the offline agent.")
+    assert detail == ("10 generations of gemm_allgather, in a new session under sessions/. It runs on every GPU of "
+                      "this machine at once: 2 x NVIDIA H200 (GPUs 0,1). The offline agent proposes. Nothing starts "
+                      "unless you say yes.")
     _, detail = start_question(app.search_launch, GpuInventory((), problem="no NVIDIA driver"))
-    assert "with no GPU on this machine (no NVIDIA driver): every candidate is compiled only" in detail
+    assert "No GPU on this machine (no NVIDIA driver): every candidate is compiled only, nothing is timed." in detail
     _, detail = start_question(CucoApp(gpus=[1]).search_launch, h200s)
-    assert "on GPUs 1 (1 x NVIDIA H200)" in detail
+    assert "It runs on GPUs 1 (1 x NVIDIA H200)." in detail
 
 
 @pytest.mark.asyncio

@@ -11,21 +11,21 @@ from cuco_tui.harness.gpus import GpuInventory
 
 
 def where_it_runs(launch: SearchLaunch, inventory: GpuInventory) -> str:
-    """The GPUs the search would take, as it would take them."""
+    """The GPUs the search would take, as it would take them: a sentence."""
     if any(name == "gpu_pool" for name, _ in launch.engine_options):
-        return "on the executor given on the command line"
+        return "It runs on the executor given on the command line."
     named = list(launch.config.gpus)
     found = {g.index: g for g in inventory.gpus}
     if named:
         names = Counter(found[i].name for i in named if i in found)
         kinds = ", ".join(f"{n} x {name}" for name, n in names.items())
-        return f"on GPUs {','.join(map(str, named))}" + (f" ({kinds})" if kinds else "")
+        return f"It runs on GPUs {','.join(map(str, named))}" + (f" ({kinds})." if kinds else ".")
     if not inventory.gpus:
         why = f" ({inventory.problem})" if inventory.problem else ""
-        return f"with no GPU on this machine{why}: every candidate is compiled only, nothing is timed"
+        return f"No GPU on this machine{why}: every candidate is compiled only, nothing is timed."
     names = Counter(g.name for g in inventory.gpus)
     kinds = ", ".join(f"{n} x {name}" for name, n in names.items())
-    return f"on every GPU of this machine at once: {kinds} (GPUs {','.join(str(g.index) for g in inventory.gpus)})"
+    return f"It runs on every GPU of this machine at once: {kinds} (GPUs {','.join(str(g.index) for g in inventory.gpus)})."
 
 
 def start_question(launch: SearchLaunch, inventory: GpuInventory) -> tuple[str, str]:
@@ -33,11 +33,10 @@ def start_question(launch: SearchLaunch, inventory: GpuInventory) -> tuple[str, 
     config = launch.config
     if launch.resume is not None:
         question = f"Resume the search of session {launch.resume.name}?"
-        what = f"Continues session {launch.resume.name} up to its generations"
+        what = f"Session {launch.resume.name} goes on to its last generation."
     else:
         question = f"Start a new search of {launch.workload.name}?"
         session = f"in {launch.session}" if launch.session is not None else "in a new session under sessions/"
-        what = f"{config.generations} generations of {launch.workload.name}, {session}"
-    detail = (f"{what}, {where_it_runs(launch, inventory)}, proposed by the {launch.agent_kind} agent. "
-              "Nothing starts unless you say yes.")
-    return question, detail
+        what = f"{config.generations} generations of {launch.workload.name}, {session}."
+    return question, (f"{what} {where_it_runs(launch, inventory)} The {launch.agent_kind} agent proposes. "
+                      "Nothing starts unless you say yes.")
