@@ -26,3 +26,8 @@ def underlines_placed(screen) -> bool:
         if (underline.highlight_start, underline.highlight_end) != (start, end):
             return False
     return True
+
+
+def screen_lines(app) -> list[str]:
+    """What the terminal shows now, one string per line (the screen's compositor, as drawn)."""
+    return [strip.text.rstrip() for strip in app.screen._compositor.render_strips()]

@@ -1,10 +1,12 @@
 """The cuco-tui application: opens a workload on the evaluate screen; `s` opens the search
-dashboard (or `start_search=True` opens it at once).
+dashboard (or `start_search=True` opens it at once); `open_session` opens a session's lineage.
 
 One key, one meaning on every screen (README, "Keys"): q quits (gracefully: a running search is
-stopped first, and asks when proposals wait), b browses sessions, l opens a lineage, s the
-search, o opens the thing under the cursor, esc goes back (never out of the search), ^p lists
-every action. The palette's system commands are these, with Quit the same graceful path."""
+stopped first, and asks when proposals wait), b browses sessions, l shows the lineage of what is
+on screen, s the search (asking first when the command line did not start one), o opens the
+thing under the cursor, / goes to a candidate id, esc goes back (never out of the search; from
+the lineage `cuco-tui open` opened, to the session browser), ^p lists every action. The
+palette's system commands are these, with Quit the same graceful path."""
 
 from __future__ import annotations
 
@@ -17,10 +19,13 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from cuco_tui.app.live_search import LiveSearch
+from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.evaluate import EvaluateFn, EvaluateScreen
 from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.app.search_launch import SearchLaunch
+from cuco_tui.app.widgets.confirm import Confirm
+from cuco_tui.app.widgets.search.start_question import start_question
 from cuco_tui.core.result import CascadeResult
 from cuco_tui.lineage import SessionError, list_sessions, open_session_or_bundle
 from cuco_tui.search.config import SearchConfig
@@ -104,19 +109,42 @@ class CucoApp(App):
         # Made from search_launch once the app runs, started by the dashboard when it first opens;
         # the lineage screens get it so that candidates of its session can be steered.
         self.live_search: LiveSearch | None = None
+        self._search_asked = False  # the engineer said yes to starting it (or the command line did)
 
     def on_mount(self) -> None:
         self.live_search = LiveSearch(self.search_launch)
         if self.start_search:
+            self._search_asked = True  # the command line asked for it
             self.action_search()
         elif self.open_session is not None:
-            self._open_lineage(self.open_session)
+            self._open_lineage(self.open_session, first=True)
 
     def action_lineage(self) -> None:
-        """The lineage of this app's search once it started, else of the most recent session
-        under sessions/, else of an example bundle."""
+        """The lineage of what is on screen: a candidate's session (back to its lineage when one
+        lies under it), this app's search once it started, else the most recent session under
+        sessions/, else an example bundle. On a lineage, it says which."""
+        screen = self.screen
+        if isinstance(screen, LineageScreen):
+            self.notify(f"this is the lineage of {screen.repo.path.name}; b browses the other sessions")
+            return
+        if isinstance(screen, CandidateScreen):
+            self._lineage_of(screen)
+            return
         live = self.live_search
         self._open_lineage(live.session if live is not None and live.started else None)
+
+    def _lineage_of(self, candidate: CandidateScreen) -> None:
+        """The candidate's session's lineage, the candidate selected: the one under it if any."""
+        below = [s for s in self.screen_stack if isinstance(s, LineageScreen) and s.repo is candidate.repo]
+        if below:
+            while self.screen is not below[-1]:
+                self.pop_screen()
+            below[-1].jump_to(candidate.candidate_id)
+            return
+        live = self.live_search
+        search = live if live is not None and live.works_on(candidate.repo.path) else None
+        # The candidate screen's own handle: it outlives this lineage, which lies above it.
+        self.push_screen(LineageScreen(candidate.repo, search=search, select=candidate.candidate_id))
 
     async def action_quit(self) -> None:
         """`q` while the search runs: the dashboard stops it and quits when what runs is
@@ -160,9 +188,10 @@ class CucoApp(App):
         self.push_screen(BrowseScreen(self.sessions_root), chosen)
 
     @work(thread=True, exclusive=True, group="open-lineage")
-    def _open_lineage(self, path: Path | None) -> None:
+    def _open_lineage(self, path: Path | None, first: bool = False) -> None:
         """In a thread (sessions are git repositories): find the session when `path` is None,
-        open it (a bundle: import it first), then push the lineage screen."""
+        open it (a bundle: import it first), then push the lineage screen (`first`: the one
+        `cuco-tui open` asked for, whose esc goes to the session browser)."""
         if path is None:
             path = latest_session(self.sessions_root)
             if path is None:
@@ -174,7 +203,8 @@ class CucoApp(App):
         except SessionError as e:
             self.call_from_thread(self.notify, str(e), severity="error")
             return
-        self.call_from_thread(self.push_screen, LineageScreen(repo, owns_repo=True, search=self.live_search))
+        self.call_from_thread(self.push_screen, LineageScreen(repo, owns_repo=True, search=self.live_search,
+                                                              first=first))
 
     @property
     def dashboard(self) -> DashboardScreen | None:
@@ -186,20 +216,34 @@ class CucoApp(App):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "search" and isinstance(self.screen, DashboardScreen):
             return False  # already there: hidden from the footer
-        if action == "lineage" and not isinstance(self.screen, (EvaluateScreen, DashboardScreen)):
-            return False  # the lineage and candidate screens are modes of their own
-        if action == "browse" and not isinstance(self.screen, (EvaluateScreen, DashboardScreen)):
-            return False  # the lineage and candidate screens are modes of their own
         return True
 
     def action_search(self) -> None:
-        """Open the search dashboard; the first time, this starts the search."""
+        """Open the search dashboard; the first time, this starts the search, after asking when
+        the command line did not ask for one (workload, generations, GPUs: no to leave it)."""
         if self.live_search is None:  # not mounted yet: no search to open
+            return
+        if self.dashboard is None and not self._search_asked:
+            self._ask_to_search()
             return
         if self.dashboard is None:
             self.install_screen(DashboardScreen(self.live_search), "dashboard")
         if self.screen is not self.dashboard:
             self.push_screen("dashboard")
+
+    @work(thread=True, exclusive=True, group="ask-search")
+    def _ask_to_search(self) -> None:
+        """Read the GPUs (NVML, so off the event loop), then ask."""
+        from cuco_tui.harness.gpus import inventory
+
+        question, detail = start_question(self.search_launch, inventory())
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._search_asked = True
+                self.action_search()
+
+        self.call_from_thread(self.push_screen, Confirm(question, detail, yes="Start", no="Not now"), answered)
 
     def get_default_screen(self) -> EvaluateScreen:
         return EvaluateScreen(self.workload, self.gpus, self.evaluate_fn)

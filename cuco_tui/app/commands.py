@@ -21,7 +21,8 @@ SEARCH_COMMANDS = (
     ("Search: cycle the review mode (auto, review, risky)", "cycle_review_mode"),
     ("Search: give the agent a hint", "hint"),
     ("Search: set the budget in dollars", "budget"),
-    ("Search: open a committed candidate (by id; empty: the highlighted one)", "open_candidate"),
+    ("Search: open the highlighted candidate (else the best)", "open_candidate"),
+    ("Search: go to a candidate id on the leaderboard", "jump"),
     ("Search: stop (asks first; waiting proposals are kept as unreviewed)", "stop"),
 )
 

@@ -6,13 +6,16 @@ agent and fake evaluators, as tests/search/test_search_engine.py does (tests/eng
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from textual.command import CommandPalette
+from textual.content import Content
 from textual.widgets import OptionList, Static
 
 from cuco_tui.agents.offline import OfflineAgent
@@ -22,13 +25,20 @@ from cuco_tui.app.screens.browse import BrowseScreen
 from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.screens.dashboard import DashboardScreen, parse_budget
 from cuco_tui.app.screens.lineage import LineageScreen
+from cuco_tui.app.widgets.candidate import sections
 from cuco_tui.app.widgets.candidate.deadlock import parse_report
+from cuco_tui.app.widgets.candidate.model import CandidateView
+from cuco_tui.app.widgets.lineage.candidate_details import facts_text
 from cuco_tui.app.widgets.search import editor
+from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
+from cuco_tui.app.widgets.search.leaderboard import Leaderboard
 from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
 from cuco_tui.app.widgets.text_prompt import TextPrompt
+from cuco_tui.core.bounds import Bounds, ShapeBound, Work
 from cuco_tui.design.space import Capabilities
 from cuco_tui.core.result import (
     CascadeResult,
+    Diagnostic,
     Level,
     ShapeTiming,
     Spread,
@@ -36,12 +46,14 @@ from cuco_tui.core.result import (
 )
 from cuco_tui.harness.deadlock import analyze
 from cuco_tui.harness.launcher import RankOutcome
+from cuco_tui.core.records import CandidateRecord
 from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.engine import SteeringError
 from cuco_tui.search.events import AwaitingReview, CandidateCommitted
-from candidate_session import BROKEN, build_session, open_candidate, section_text
+from candidate_session import BROKEN, _record, _result, _timing, build_session, open_candidate, section_text
+from dashboard_helpers import H200
 from dashboard_helpers import make_app as make_dashboard_app
-from pilot_helpers import wait_until
+from pilot_helpers import screen_lines, wait_until
 from engine_helpers import W
 from engine_helpers import make as make_engine
 
@@ -203,6 +215,36 @@ async def test_compile_error_shows_the_offending_line_with_a_caret(tmp_path):
     repo.close()
 
 
+LONG_NOTE = ("2 ranks shared GPU 0: a correctness check only. NCCL treats the ranks as separate hosts and moves "
+             "their data through host sockets, so nothing was timed: a candidate that relies on device-initiated "
+             "communication fails here and needs one GPU per rank.")
+
+
+@pytest.mark.asyncio
+async def test_long_diagnostics_wrap_at_80_columns(tmp_path):
+    """Issue 36, item 17: a long diagnostic was cut at the pane's edge; its message wraps, while
+    the source line under it keeps its caret in place."""
+    repo = build_session(tmp_path / "demo")
+    repo.commit_candidate(_record("c0005", ("c0000",), SEED, _result(
+        "c0005", Status.RUNTIME_ERROR, Level.VERIFY, "rank 0: illegal address",
+        diagnostics=[Diagnostic(level=2, severity="note", message=LONG_NOTE, code="shared-gpu"),
+                     Diagnostic(level=2, severity="error", rank=0, message="cudaErrorIllegalAddress: an illegal "
+                                "memory access was encountered (during candidate launch (check 1))",
+                                file="c0005.cu", line=36, column=3, code="runtime")])))
+    app = CucoApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0005")
+        assert screen.tabs.active == "errors"
+        await pilot.pause()
+        shown = " ".join(" ".join(line.split()) for line in screen_lines(app))
+        assert "needs one GPU per rank." in shown  # the note's last words, on screen
+        assert "(during candidate launch (check 1))" in shown
+        lines = screen_lines(app)
+        source = next(i for i, line in enumerate(lines) if line.strip() == SEED.splitlines()[35].strip())
+        assert lines[source + 1].strip() == "^" and lines[source + 1].index("^") == lines[source].index("c")
+    repo.close()
+
+
 @pytest.mark.asyncio
 async def test_an_l0_finding_gets_its_source_line_from_the_candidate(tmp_path):
     repo = build_session(tmp_path / "demo")
@@ -228,9 +270,9 @@ async def test_deadlocked_candidate_shows_where_each_rank_waits(tmp_path):
         text = section_text(screen, "deadlock")
         assert "Deadlock: a cycle of waits." in text
         rows = [line.split() for line in text.splitlines() if line.strip().startswith(("0 ", "1 "))]
-        # rank, blocks, line, waits for, from, expected, last seen, source
-        assert rows[0][:9] == ["0", "2", "47", "flag", "3", "rank", "1", "1", "0"]
-        assert rows[1][:9] == ["1", "2", "47", "flag", "3", "rank", "0", "1", "0"]
+        # rank, at (line), waits for, from, expected, last seen, blocks, source
+        assert rows[0][:9] == ["0", "47", "flag", "3", "rank", "1", "1", "0", "2"]
+        assert rows[1][:9] == ["1", "47", "flag", "3", "rank", "0", "1", "0", "2"]
         assert all("peer_wait<<<2," in " ".join(r) for r in rows)  # the waiting line of source
         logs = section_text(screen, "logs")
         assert "logs/rank0.stderr.txt" in logs and "logs/rank1.stderr.txt" in logs
@@ -247,13 +289,71 @@ async def test_timings_per_shape_and_per_rank(tmp_path):
         assert "diff" not in " ".join(screen.tabs.ids)  # a seed has no parent
         text = section_text(screen, "timings")
         shape = next(line.split() for line in text.splitlines() if line.strip().startswith("square-8k"))
-        # then one rank's TFLOP/s and GB/s (gemm_allgather's counts at world 2), and no bound: none measured
-        assert shape == ["square-8k", "1.200", "1.180-1.220", "1.000", "0.980-1.020", "4.0", "30", "1.20x",
-                         "550", "67", "-", "-"]
-        assert "geometric mean speedup 1.13x" in text and "no bound: the session measured none" in text
+        # the speedup and % of the bound first, then one rank's TFLOP/s and GB/s (gemm_allgather's counts
+        # at world 2); no bound: the session keeps none
+        assert shape == ["square-8k", "1.20x", "-", "1.000", "0.980-1.020", "1.200", "1.180-1.220", "4.0",
+                         "550", "67", "-", "30"]
+        assert "geometric mean speedup 1.13x over 2 shape(s)" in text
         ranks = [line.split() for line in text.splitlines() if "-" in line and line.split()[:1] in (["mlp-up"], ["1"])]
         assert ["mlp-up", "0", "2.600", "2.580-2.620", "2.560-2.660", "30"] in ranks
         assert ["1", "2.850*", "2.830-2.870", "2.810-2.910", "30"] in ranks  # the slowest rank, marked
+    repo.close()
+
+
+def test_no_bound_is_explained_by_what_the_session_had():
+    """Issue 36, item 13: a session timed on 2 x H200 before bounds were recorded said "no bound:
+    the session measured none (it needs a GPU)". A GPU is blamed only where none timed it."""
+    with_gpus = CascadeResult.from_dict(_result("c0000", Status.MEASURED, Level.BENCHMARK, "measured",
+                                                timings=[_timing("square-8k", 1.2, 1.0, (1.0, 0.9))]))
+    record = CandidateRecord(id="c0000", generation=0, island=0, kind="seed", parents=(), source=SEED, design={},
+                             rationale="", agent="offline", status="measured", result=with_gpus.to_dict())
+    view = CandidateView("old-h200x2", record, with_gpus, (), ())
+    said = view.no_bound()
+    assert said.startswith("no bound recorded: this session was timed on GPUs") and "needs a GPU" not in said
+    assert said in rendered(sections.timings(view).parts)
+    no_gpu = replace(with_gpus, gpus=[])
+    assert "it needs a GPU" in CandidateView("cpu", record, no_gpu, (), ()).no_bound()
+    other = Bounds("gemm_allgather", 2, (0, 1), (ShapeBound("mlp-up", 1.0, 0.6, work=Work(1, 1)),), H200)
+    assert CandidateView("s", record, with_gpus, (), (), bounds=other).no_bound() == (
+        "no bound for square-8k: the session's bounds do not cover it")
+    bounds = Bounds("gemm_allgather", 2, (0, 1), (ShapeBound("square-8k", 1.0, 0.6, work=Work(1, 1)),), H200)
+    assert CandidateView("s", record, with_gpus, (), (), bounds=bounds).no_bound() == ""
+
+
+def test_the_overview_says_what_its_speedup_and_time_are(tmp_path):
+    """Issue 36, item 19: "speedup 1.15x · 5.692 ms", the time the sum of the shapes' medians, unlabelled."""
+    repo = build_session(tmp_path / "demo")
+    two = facts_text(repo.record("c0000")).plain
+    assert "speedup 1.13x (geomean of 2 shapes) · 3.850 ms (sum of their medians)" in two
+    one = CascadeResult.from_dict(_result("c0009", Status.MEASURED, Level.BENCHMARK, "measured",
+                                          timings=[_timing("square-8k", 1.2, 1.0, (1.0, 0.9))]))
+    record = replace(repo.record("c0000"), result=one.to_dict(), speedup=1.2, latency_ms=1.0)
+    assert "speedup 1.20x (1 shape) · 1.000 ms (median)" in facts_text(record).plain
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_speedup_and_pct_of_bound_are_in_view_at_80_columns(tmp_path):
+    """Issue 36, item 17: at 80x24 the Timings table stopped after "IQR %"; each shape's speedup
+    and % of the bound now come first."""
+    repo = build_session(tmp_path / "demo")
+    repo.set_bounds(Bounds("gemm_allgather", 2, (0, 1), (ShapeBound("square-8k", 1.0, 0.6, work=Work(1, 1)),
+                                                          ShapeBound("mlp-up", 2.0, 1.5, work=Work(1, 1))), H200))
+    app = CucoApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0000")
+        assert screen.tabs.active == "timings"
+        await pilot.pause()
+        lines = screen_lines(app)
+        header = next(line for line in lines if line.strip().startswith("shape"))
+        assert "speedup" in header and "% bound" in header
+        row = next(line.split() for line in lines if line.strip().startswith("square-8k"))
+        assert row[1:3] == ["1.20x", "72%"]  # 1.2 of a bound at 1.667x
+        assert " ".join(" ".join(lines).split()).count("% of the bound") == 1  # the mean, in the summary line
+        shown = " ".join(lines)  # and every key of the screen, on a second line where one is not enough
+        for key in ("r Re-benchmark", "u Use as parent", "w Export", "] Next tab", "[ Prev tab", "esc Back", "q Quit",
+                    "s Search", "l Lineage", "b Browse", "^p palette"):
+            assert key in shown, key
     repo.close()
 
 
@@ -338,15 +438,20 @@ async def test_enter_in_the_lineage_opens_the_candidate(tmp_path):
         assert app.screen is lineage
 
 
+def slot(site, kind, peer, ident, expected=1, observed=0, i=0, label=""):
+    """One block's entry in a rank's wait trace, as the watchdog dumps it."""
+    return {"slot": i, "state": "waiting", "site": site, "kind": kind, "peer": peer, "id": ident,
+            "expected": expected, "observed": observed, "completed": 0, **({"label": label} if label else {})}
+
+
+def hung_rank(rank, trace, what="candidate launch (check 1)", event="timeout"):
+    return RankOutcome(rank, rank, 0, 124, [{"event": event, "rank": rank, "what": what, "trace": trace}])
+
+
 def test_deadlock_reports_parse_back_into_deadlock_py_waits():
     """The table reads what harness/deadlock.py writes: every wait it renders comes back whole."""
-    def slot(site, kind, peer, ident, expected=1, observed=0, i=0):
-        return {"slot": i, "state": "waiting", "site": site, "kind": kind, "peer": peer, "id": ident,
-                "expected": expected, "observed": observed, "completed": 0}
 
-    def out(rank, trace, what="candidate launch (check 1)", event="timeout"):
-        return RankOutcome(rank, rank, 0, 124, [{"event": event, "rank": rank, "what": what, "trace": trace}])
-
+    out = hung_rank
     done = RankOutcome(1, 1, 0, 0, [{"event": "done", "rank": 1}])
     cases = [  # a cycle, a missing signal, a short barrier, no traced wait
         [out(0, [slot(50, "signal", 1, 2, 4, 3), slot(51, "flag", 1, 9, 2, 1, i=1)]),
@@ -355,17 +460,67 @@ def test_deadlock_reports_parse_back_into_deadlock_py_waits():
         [out(0, [slot(88, "barrier", -1, b, i=b) for b in range(4)]),
          out(1, [], what="harness barrier", event="aborted")],
         [out(0, []), out(1, [])],
+        # named waits (a cuco::WaitSite): at the launch's file:line, the handshake by its name
+        [out(0, [slot(46, "flag", 1, 7, label="neighbour go")]), out(1, [slot(46, "flag", 0, 7, label="neighbour go")])],
+        [out(0, [slot(61, "signal", 1, 5, 4, 3, label="chunk ready; then go")]), done],
+        [out(0, [slot(88, "barrier", -1, b, i=b, label="all here") for b in range(2)]),
+         out(1, [], what="harness barrier", event="aborted")],
     ]
     for outcomes in cases:
-        d = analyze(outcomes)
-        view = parse_report(d.render())
-        assert view.summary == d.summary
-        for parsed, truth in zip(view.ranks, d.ranks, strict=True):
-            assert parsed.rank == truth.rank
-            expect = [w for w in truth.waits if w.kind != "barrier"]
-            assert [w for w in parsed.waits if w.kind != "barrier"] == expect
-            barriers = [(w.site, w.id, w.blocks) for w in truth.waits if w.kind == "barrier"]
-            assert [(w.site, w.id, w.blocks) for w in parsed.waits if w.kind == "barrier"] == barriers
+        for file, source in (("", ""), ("c0004.cu", SEED)):
+            d = analyze(outcomes, file=file, source=source)
+            view = parse_report(d.render())
+            assert view.summary == d.summary
+            for parsed, truth in zip(view.ranks, d.ranks, strict=True):
+                assert parsed.rank == truth.rank
+                assert [w.describe() for w in parsed.waits] == [w.describe() for w in truth.waits]
+                assert [(w.site, w.kind, w.label) for w in parsed.waits] == [(w.site, w.kind, w.label) for w in truth.waits]
+            assert len(view.notes) == len(d.details) - len(d.ranks)  # the quoted lines: not a rank's words
+
+
+def test_a_deadlock_of_named_waits_gives_one_account():
+    """Issue 36, item 14: a cycle of named waits (the failures bundle's c0004) was shown as "No
+    traced wait was recorded on any rank" above the very waits; its quoted source line as rank 1's."""
+    source = SEED.replace("  return 0;\n}\n\nstatic int candidate_teardown",
+                          '  wait_for_neighbour<<<1, 32, 0, stream>>>(c->flag, (ctx->rank + 1) % W, '
+                          'cuco::trace_of(ctx), CUCO_WAIT_SITE("neighbour go"));\n'
+                          "  return 0;\n}\n\nstatic int candidate_teardown", 1)
+    site = next(i for i, line in enumerate(source.splitlines(), 1) if "wait_for_neighbour" in line)
+    report = analyze([hung_rank(0, [slot(site, "flag", 1, 7, label="neighbour go")]),
+                      hung_rank(1, [slot(site, "flag", 0, 7, label="neighbour go")])],
+                     file="c0004.cu", source=source).render()
+    result = CascadeResult(candidate="/scratch/c0004.cu", workload="gemm_allgather", status=Status.DEADLOCK,
+                           level=Level.VERIFY, reason="rank 0: hung", world=2, gpus=[0, 1], deadlock_report=report)
+    record = CandidateRecord(id="c0004", generation=2, island=0, kind="crossover", parents=("c0000",),
+                             source=source, design={}, rationale="", agent="offline", status="deadlock",
+                             result=result.to_dict())
+    view = CandidateView("demo", record, result, (), ())
+    text = rendered(sections.deadlock(view).parts)
+    assert "No traced wait" not in text
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith(("0 ", "1 "))]
+    # rank, at, waits for, from, expected, last seen, blocks
+    assert rows == [["0", f"c0004.cu:{site}", "'neighbour", "go'", "(flag", "7)", "rank", "1", "1", "0", "1"],
+                    ["1", f"c0004.cu:{site}", "'neighbour", "go'", "(flag", "7)", "rank", "0", "1", "0", "1"]]
+    assert "rank 1: waits:" not in text and "rank 0: waits:" not in text  # said once, in the table
+    assert f"c0004.cu:{site}: wait_for_neighbour<<<1, 32, 0, stream>>>" in text  # the quote, on its own
+    assert site in sections._marked_lines(view)  # and marked in the Source tab
+    # A wait in words this version cannot read is shown as written, never as "no traced wait".
+    from cuco_tui.app.widgets.candidate.deadlock import deadlock_parts
+
+    future = rendered(deadlock_parts("Deadlock: x.\n  rank 0: waits: 1 warp at a new kind of wait", []))
+    assert "No traced wait" not in future and "rank 0: waits: 1 warp at a new kind of wait" in future
+
+
+def rendered(parts) -> str:
+    """A section's parts as plain text, each at its natural width."""
+    from rich.console import Console
+
+    console = Console(width=300, record=True, color_system=None, file=io.StringIO())
+    for part in parts:
+        part = getattr(part, "part", part)
+        part = getattr(part, "content", part)
+        console.print(part.plain if isinstance(part, Content) else part)
+    return console.export_text()
 
 
 def test_budget_answers():
@@ -403,9 +558,7 @@ async def test_dashboard_opens_the_best_candidate_with_the_engine_attached(tmp_p
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
                                 and app.screen.query_one(ProposalQueue).ids and app.screen.state.best_id)
         dashboard = app.screen
-        await pilot.press("o")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
-        await pilot.press("enter")  # empty: the best
+        await pilot.press("o")  # at once: the highlighted row, the best
         assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
         screen = app.screen
         assert screen.candidate_id == "c0000" and screen.search is dashboard.search
@@ -417,6 +570,11 @@ async def test_dashboard_opens_the_best_candidate_with_the_engine_attached(tmp_p
         assert await wait_until(pilot, lambda: "c0002" in dashboard.state.sources)
         await pilot.press("u")
         assert await wait_until(pilot, lambda: dashboard.search.preferred_parent == "c0000", 5)
+        await pilot.press("l")  # its session's lineage, on this candidate
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready, 10)
+        assert app.screen.repo is screen.repo and app.screen.query_one(CandidateTable).highlighted_id == "c0000"
+        await pilot.press("escape")
+        assert await wait_until(pilot, lambda: app.screen is screen, 5)
         await pilot.press("escape")
         assert app.screen is dashboard
         await stop_search(app, pilot)
@@ -453,17 +611,22 @@ async def test_the_lineage_of_the_running_session_opens_candidates_with_the_sear
 
 
 @pytest.mark.asyncio
-async def test_dashboard_open_asks_for_an_id_and_refuses_unknown_ones(tmp_path):
+async def test_dashboard_slash_goes_to_an_id_and_refuses_unknown_ones(tmp_path):
     app = make_dashboard_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
                                 and app.screen.query_one(ProposalQueue).ids)
-        await pilot.press("o")
+        await pilot.press("slash")
         assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
         await pilot.press(*"c0042", "enter")
         assert await wait_until(pilot, lambda: any("no committed candidate 'c0042'" in n.message
                                                    for n in app._notifications), 5)
         assert isinstance(app.screen, DashboardScreen)
+        await pilot.press("slash")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
+        await pilot.press("0", "enter")  # the seed, typed short
+        assert await wait_until(pilot, lambda: any("c0000 highlighted" in n.message for n in app._notifications), 5)
+        assert app.screen.query_one(Leaderboard).highlighted == "c0000"
         await stop_search(app, pilot)
 
 

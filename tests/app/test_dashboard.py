@@ -4,18 +4,26 @@ wait is bounded."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from rich.syntax import Syntax
+from textual.app import App
 from textual.command import CommandPalette
+from textual.content import Content
+from textual.geometry import Region
 from textual.widgets import DataTable, Static
 
+from cuco_tui.app.app import CucoApp
 from cuco_tui.app.screens.dashboard import DashboardScreen
+from cuco_tui.app.search_state import PendingProposal
+from cuco_tui.app.widgets.diff_text import ADDED, CHANGED, REMOVED
 from cuco_tui.app.widgets.search.in_flight import InFlightTable
+from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
 from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
+from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.text_prompt import TextPrompt
 from cuco_tui.evaluate.cascade import Progress
 from cuco_tui.core.result import Level
@@ -37,8 +45,49 @@ def _no_gpu_telemetry(monkeypatch):
     monkeypatch.setenv("CUCO_NO_GPU", "1")
 
 
+DESIGN = ("// cuco-design: backend=nccl_lsa placement=before sync=global issuer=multi_cta streams=1 "
+          "comm_sms=64 chunk={}")
+KNOB_DIFF = ("--- c0003/candidate.cu\n+++ c0004/candidate.cu\n@@ -5,3 +5,3 @@\n #include \"cuco_runtime.cuh\"\n"
+             f"-{DESIGN.format(8)}\n+{DESIGN.format(2)}\n // EVOLVE-BLOCK-START\n")
+
+
+class QueueApp(App):
+    """The proposal queue alone, as wide as the dashboard's right column at 80x24 (46 cells)."""
+
+    CSS_PATH = Path(sys.modules[CucoApp.__module__].__file__).with_name(CucoApp.CSS_PATH)
+    CSS = "ProposalQueue { width: 46; } #proposal-detail { height: 1fr; }"
+
+    def compose(self):
+        yield ProposalQueue()
+
+
+@pytest.mark.asyncio
+async def test_a_change_past_the_panes_edge_is_in_view_and_marked():
+    """Issue 36, item 16: the review pane cut the diff at its width, and the only change (chunk=8 to
+    2 at the end of the design line) was past the cut: the - and + lines looked the same. The lines
+    wrap, and the changed characters are marked."""
+    app = QueueApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        proposals = app.query_one(ProposalQueue)
+        await proposals.show((PendingProposal("c0004", "diff", ("c0003",), "smaller chunks", diff=KNOB_DIFF),))
+        assert await wait_until(pilot, lambda: proposals.shown == "c0004")
+        await pilot.pause()
+        static = proposals.query_one("#proposal-diff", Static)
+        assert static.size.width <= 46
+        strips = static.render_lines(Region(0, 0, static.size.width, static.size.height))
+        lines = [strip.text.rstrip() for strip in strips]
+        old = next(i for i, line in enumerate(lines) if line.startswith("-// cuco-design"))
+        new = next(i for i, line in enumerate(lines) if line.startswith("+// cuco-design"))
+        assert "".join(lines[old:new]).endswith("chunk=8")  # wrapped onto the next line, not cut
+        assert "".join(lines[new:]).replace(" // EVOLVE-BLOCK-START", "").endswith("chunk=2")
+        marked = ["".join(seg.text for seg in strip if seg.style is not None and seg.style.reverse)
+                  for strip in strips]
+        assert [m for m in marked if m] == ["8", "2"]  # the change, and only it, marked
+
+
 @pytest.mark.asyncio
 async def test_review_accept_then_reject_with_a_reason(tmp_path):
+
     app = make_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen) and queue(app).ids)
@@ -48,9 +97,9 @@ async def test_review_accept_then_reject_with_a_reason(tmp_path):
         assert text(app, "#state-run") == "running"
         assert await wait_until(pilot, lambda: queue(app).shown == first, 5)
         diff = screen.query_one("#proposal-diff", Static).content
-        assert isinstance(diff, Syntax) and diff.lexer.name == "Diff"  # highlighted
-        assert diff.code.startswith("--- c0000/candidate.cu\n+++ c0001/candidate.cu\n@@ ")
-        assert diff.code == queue(app).proposal(first).diff
+        assert isinstance(diff, Content) and any(span.style == ADDED for span in diff.spans)  # coloured
+        assert diff.plain.startswith("--- c0000/candidate.cu\n+++ c0001/candidate.cu\n@@ ")
+        assert diff.plain == queue(app).proposal(first).diff.rstrip("\n")
         head = text(app, "#proposal-head")
         assert "rationale" in head and "backend=" in head
 
@@ -122,6 +171,8 @@ async def test_s_opens_the_dashboard_from_the_evaluate_screen(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         assert not isinstance(app.screen, DashboardScreen)
         await pilot.press("s")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, Confirm), 5)  # asks first
+        await pilot.press("y")
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), 5)
         assert await wait_until(pilot, lambda: bool(queue(app).ids))
         await pilot.press("escape")  # esc never drops the engineer out of the search

@@ -85,3 +85,18 @@ def test_every_key_is_in_the_palette():
 def test_the_footer_of_the_dashboard_starts_with_quit_open_stop_browse():
     shown = [b.description for b in DashboardScreen.BINDINGS if b.show]
     assert shown[:4] == ["Quit", "Open", "Stop", "Browse"]
+
+
+def test_the_key_bar_puts_every_key_on_as_many_lines_as_it_needs():
+    """Issue 36, item 17: Textual's one-line footer cut the keys that did not fit (half the
+    dashboard's at 80 columns, the lineage's last ones at 120)."""
+    from cuco_tui.app.widgets.key_bar import GAP, KeyEntry, pack
+
+    keys = [KeyEntry(k, k, f"Action {k}", True) for k in "qoxbynea"]  # 8 entries of 10 cells
+    for width in (10, 24, 35, 80, 200):
+        lines = pack(keys, width)
+        assert [e for line in lines for e in line] == keys  # all of them, in order
+        assert all(sum(e.width for e in line) + GAP * (len(line) - 1) <= width for line in lines)
+    assert len(pack(keys, 80)) == 2 and len(pack(keys, 200)) == 1
+    assert pack([KeyEntry("x", "x", "a description wider than the bar", True)], 10) == [[keys[0].__class__(
+        "x", "x", "a description wider than the bar", True)]]  # one too wide still shows, alone

@@ -17,6 +17,7 @@ from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
 from cuco_tui.app.widgets.lineage.rows import LineageFilter
 from cuco_tui.lineage import SessionRepo, import_bundle
 from cuco_tui.core.records import CandidateRecord
+from pilot_helpers import screen_lines
 from pilot_helpers import wait_until as _wait_until
 from repo_paths import DATA, REPO
 
@@ -40,6 +41,30 @@ def no_gpu(monkeypatch, tmp_path):
 
 def rendered(widget: Static) -> str:
     return str(widget.render())
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+async def test_speedup_backend_and_parents_are_in_view_and_every_key(tmp_path, size):
+    """Issue 36, item 17: at 80x24 the table stopped after the status; at 120x40 the parents
+    column showed "p" and "c", and the footer and the header were cut."""
+    import_bundle(BUNDLE, tmp_path / "example").close()
+    app = CucoApp(open_session=tmp_path / "example")
+    async with app.run_test(size=size) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
+        app.screen.jump_to("c0002")  # a crossover: two parents
+        await pilot.pause()
+        lines = screen_lines(app)
+        header = next(line for line in lines if line.startswith("graph"))
+        assert header.split()[:6] == ["graph", "id", "status", "speedup", "backend", "parents"]
+        row = next(line.split() for line in lines if " c0002 " in line)
+        record = app.screen.repo.record("c0002")
+        assert row[2:6] == [record.status, f"{record.speedup:.2f}x", record.design["backend"], ",".join(record.parents)]
+        shown = " ".join(lines)
+        for key in ("q Quit", "o Open", "esc Back", "c Compare", "/ Go to id", "w Export", "i Island", "f Status",
+                    "d Backend", "0 No filter", "s Search", "l Lineage", "b Browse", "^p palette"):
+            assert key in shown, key
+        assert "machine not recorded (a session made before cuco recorded it)" in shown
 
 
 @pytest.mark.asyncio

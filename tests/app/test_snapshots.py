@@ -1,8 +1,9 @@
-"""What the eye checks, at the two sizes a new user tries (80x24 and 160x48): the dashboard,
-the candidate screen and the lineage screen (pytest-textual-snapshot). Fixed seeds, a fake
+"""What the eye checks, at the sizes a new user tries (80x24, 120x40 and 160x48): the dashboard,
+the candidate screen and the lineage screen (pytest-textual-snapshot); at 80x24 the speedups,
+% of bound and every key in view, at 120x40 nothing cut. Fixed seeds, a fake
 evaluator, hand-made records or a fixed recorded bundle, GPUs hidden: the same picture on every
 machine. The 80x24 dashboard is a machine without GPUs (compile only: chart and GPUs one line
-each); the 160x48 one has a GPU group and its bounds (the chart's bound line, % of bound)."""
+each); the larger ones have a GPU group and its bounds (the chart's bound line, % of bound)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from pilot_helpers import underlines_placed, wait_until
 from candidate_session import BUNDLE, build_session, open_candidate
 from dashboard_helpers import H200, fake_bounds, make_app, no_gpu_app, queue, with_engine
 
-SIZES = [(80, 24), (160, 48)]
-SIZE_IDS = ["80x24", "160x48"]
+SIZES = [(80, 24), (120, 40), (160, 48)]
+SIZE_IDS = ["80x24", "120x40", "160x48"]
 
 
 @pytest.fixture(autouse=True)

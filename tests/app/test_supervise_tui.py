@@ -11,7 +11,6 @@ from dataclasses import replace
 import pytest
 from textual.command import CommandPalette
 from textual.widgets import DataTable, Static
-from textual.widgets._footer import FooterKey
 
 from cuco_tui.app.app import CucoApp
 from cuco_tui.app.screens.browse import BrowseScreen
@@ -21,6 +20,7 @@ from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.app.widgets.candidate.model import load_candidate
 from cuco_tui.app.widgets.confirm import Confirm
+from cuco_tui.app.widgets.key_bar import KeyBar
 from cuco_tui.app.widgets.lineage.compare import compare_rows
 from cuco_tui.app.widgets.measure import natural_width
 from cuco_tui.app.widgets.search.leaderboard import FIXED, Leaderboard
@@ -33,7 +33,7 @@ from cuco_tui.lineage import SessionRepo, import_bundle
 from cuco_tui.search.config import SearchConfig
 from candidate_session import BUNDLE, build_session, section_text
 from dashboard_helpers import H200, fake_bounds, fake_evaluate, make_app, no_gpu_app, queue, stop, text, with_engine
-from pilot_helpers import wait_until
+from pilot_helpers import screen_lines, wait_until
 from engine_helpers import timing
 
 SIZE = (120, 40)
@@ -186,9 +186,7 @@ async def test_the_leaderboard_ranks_and_enter_opens_the_highlighted(tmp_path):
         assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
         assert app.screen.candidate_id == ids[1]
         await pilot.press("escape")
-        await pilot.press("o")  # the prompt's default is the highlighted row
-        await pilot.pause(0.3)
-        await pilot.press("enter")
+        await pilot.press("o")  # the highlighted row, at once
         assert await wait_until(pilot, lambda: isinstance(app.screen, CandidateScreen) and app.screen.ready)
         assert app.screen.candidate_id == ids[1]
 
@@ -222,7 +220,7 @@ async def test_the_candidate_view_shows_pct_of_bound_when_the_session_has_bounds
         assert await wait_until(pilot, lambda: screen.ready)
         rows = section_text(screen, "timings")
         shape = next(line.split() for line in rows.splitlines() if line.strip().startswith("square-8k"))
-        assert shape[-4:] == ["550", "67", "1.67x", "72%"]  # 1.20x of a 1.67x bound
+        assert shape[1:3] == ["1.20x", "72%"] and shape[-4:] == ["550", "67", "1.67x", "30"]  # of a 1.67x bound
     repo.close()
 
 
@@ -298,10 +296,13 @@ async def test_at_80x24_the_essentials_fit(tmp_path):
         await pilot.pause(0.5)
         assert screen.query_one("#no-gpu-banner").region.height <= 2
         diff = screen.query_one("#proposal-diff", Static)
-        assert diff.region.y + 3 < SMALL[1] - 1  # at least three lines of the diff above the footer
-        keys = {k.key: k for k in app.screen.query(FooterKey)}
-        for key in ("q", "o", "x", "b"):
-            assert keys[key].region.right <= SMALL[0], key  # Quit, Open, Stop, Browse shown whole
+        bar = screen.query_one(KeyBar)
+        assert diff.region.y + 3 <= bar.region.y  # at least three lines of the diff above the keys
+        assert bar.region.height == 2  # every key, on two lines (one cut half of them)
+        shown = " ".join(screen_lines(app)[bar.region.y:])
+        for key in ("q Quit", "o Open", "x Stop", "b Browse", "y Accept", "n Reject", "e Edit", "a All", "p Pause",
+                    "m Review", "h Hint", "$ Budget", "l Lineage", "/ Go to id", "^p palette"):
+            assert key in shown, key
         assert screen.query_one("#chart-line").region.height == 1 and not screen.query_one(SpeedupChart).display
         assert await wait_until(pilot, lambda: screen.query_one(TelemetryPanel).has_class("-none"), 10)
         await pilot.pause(0.2)
@@ -359,7 +360,8 @@ async def test_the_lineage_names_the_machine_it_was_recorded_on(tmp_path):
     app = CucoApp(open_session=tmp_path / "s")
     async with app.run_test(size=SIZE) as pilot:
         assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
-        assert app.screen.sub_title == "recorded on 2 x NVIDIA H200 · driver 570.86.15 · CUDA 13.0.48 · NCCL 2.28.9"
+        # A line of its own under the header (the header's one line cut it at 120 columns)
+        assert app.screen.machine_line == "recorded on 2 x NVIDIA H200 · driver 570.86.15 · CUDA 13.0.48 · NCCL 2.28.9"
 
 
 @pytest.mark.asyncio

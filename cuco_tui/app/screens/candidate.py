@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static, Tabs
+from textual.widgets import Header, Static, Tabs
 
 from cuco_tui.app.commands import CandidateCommands
 from cuco_tui.app.live_search import LiveSearch
@@ -28,6 +28,7 @@ from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, 
 from cuco_tui.app.widgets.candidate.model import CandidateView, load_candidate
 from cuco_tui.app.widgets.candidate.tabs import CandidateTabs
 from cuco_tui.app.widgets.lineage.rows import status_style
+from cuco_tui.app.widgets.key_bar import KeyBar
 from cuco_tui.lineage import SessionError, SessionRepo
 
 LIVE_ACTIONS = {"rebenchmark": "re-benchmark", "make_parent": "use as parent"}
@@ -71,7 +72,7 @@ class CandidateScreen(Screen):
         yield Static(f"{self.candidate_id}", id="candidate-head")
         with Vertical(id="candidate-body"):
             yield Static(f"reading {self.candidate_id} from the session…", id="candidate-loading")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.title = f"{self.candidate_id} · {self.repo.path.name}"

@@ -4,17 +4,18 @@ Both are read from the session in a thread worker (git), as the candidate screen
 
 from __future__ import annotations
 
-from rich.syntax import Syntax
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from cuco_tui.app.commands import CompareCommands
 from cuco_tui.app.widgets.candidate.model import CandidateView, load_candidate
+from cuco_tui.app.widgets.diff_text import diff_content
 from cuco_tui.app.widgets.lineage.compare import compare_table
+from cuco_tui.app.widgets.key_bar import KeyBar
 from cuco_tui.lineage import SessionError, SessionRepo
 
 
@@ -22,6 +23,7 @@ class CompareScreen(Screen):
     DEFAULT_CSS = """
     CompareScreen #compare-body { height: 1fr; padding: 0 1; }
     CompareScreen .compare-part { height: auto; width: auto; margin-bottom: 1; }
+    CompareScreen #compare-diff { width: 1fr; }
     """
     BINDINGS = [Binding("escape", "back", "Back")]
     COMMANDS = {CompareCommands}
@@ -39,7 +41,7 @@ class CompareScreen(Screen):
         with VerticalScroll(id="compare-body"):
             yield Static(f"reading {self.a_id} and {self.b_id}…", id="compare-table", classes="compare-part")
             yield Static("", id="compare-diff", classes="compare-part")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.title = f"compare {self.a_id} → {self.b_id}"
@@ -60,8 +62,7 @@ class CompareScreen(Screen):
         self.query_one("#compare-table", Static).update(compare_table(a, b))
         body = self.query_one("#compare-diff", Static)
         if diff:
-            body.update(Syntax(diff, "diff", theme="ansi_dark", line_numbers=False, word_wrap=False,
-                               background_color="default"))
+            body.update(diff_content(diff))
         else:
             body.update(f"{self.a_id} and {self.b_id} have the same candidate.cu")
 

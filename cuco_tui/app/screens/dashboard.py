@@ -6,7 +6,8 @@ its own thread. Keys steer the search through LiveSearch's controls (pause, resu
 and edit, hints, review mode, budget), each called from a short thread worker: the engine's lock
 may be held across a git commit, and the event loop never waits on git. Enter on a leaderboard
 row, or `o`, opens a committed candidate in the candidate screen, on its own handle to the
-session, with the live search attached (re-benchmark, make parent).
+session, with the live search attached (re-benchmark, make parent); `/` moves the leaderboard
+onto a candidate id.
 
 Stopping asks first (`x`, and `q` while proposals wait): proposals still waiting are recorded as
 unreviewed and come back on resume. Esc does nothing here: the dashboard is the search, not a
@@ -28,7 +29,7 @@ from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.events import Resize
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from cuco_tui.app.commands import SearchCommands
 from cuco_tui.app.live_search import LiveSearch
@@ -37,6 +38,7 @@ from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.search_state import DashboardState, apply
 from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.gpu_banner import GpuBanner
+from cuco_tui.app.widgets.lineage.rows import candidate_id_of
 from cuco_tui.app.widgets.search.editor import EditError, edit_source
 from cuco_tui.app.widgets.search.in_flight import InFlightTable
 from cuco_tui.app.widgets.search.leaderboard import Leaderboard
@@ -45,6 +47,7 @@ from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
 from cuco_tui.app.widgets.search.state_panel import StatePanel
 from cuco_tui.app.widgets.telemetry.panel import TelemetryPanel
 from cuco_tui.app.widgets.text_prompt import TextPrompt
+from cuco_tui.app.widgets.key_bar import KeyBar
 from cuco_tui.core.records import id_number
 from cuco_tui.lineage import SessionError
 from cuco_tui.search.config import REVIEW_MODES
@@ -73,6 +76,7 @@ class DashboardScreen(Screen):
         Binding("h", "hint", "Hint"),
         Binding("dollar_sign", "budget", "Budget", key_display="$"),
         Binding("l", "app.lineage", "Lineage"),
+        Binding("slash", "jump", "Go to id", key_display="/"),
     ]
     COMMANDS = {SearchCommands}
 
@@ -101,7 +105,7 @@ class DashboardScreen(Screen):
                 yield Static(NO_GPU_CHART, id="chart-line")
                 yield SpeedupChart(id="speedup-chart")
                 yield TelemetryPanel(id="telemetry")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         launch = self.search.launch
@@ -342,8 +346,8 @@ class DashboardScreen(Screen):
                                         "e.g. 5, +2 for two more, none to lift the cap"), answered)
 
     def action_open_candidate(self) -> None:
-        """A committed candidate in the candidate screen; an empty answer opens the one the
-        leaderboard highlights (else the best, else the last committed)."""
+        """The candidate the leaderboard highlights (else the best, else the last committed) in
+        the candidate screen, at once: `o` opens, on every screen; `/` goes to an id first."""
         if not self.search.started:
             self.notify("the search is still starting", severity="warning")
             return
@@ -351,15 +355,22 @@ class DashboardScreen(Screen):
         if not committed:
             self.notify("no candidate is committed yet", severity="warning")
             return
-        best, highlighted = self.state.best_id, self.query_one(Leaderboard).highlighted
-        default = highlighted or best or max(committed, key=id_number)
-        what = ("the highlighted" if highlighted else "the best" if best else "the last committed")
+        chosen = self.query_one(Leaderboard).highlighted or self.state.best_id or max(committed, key=id_number)
+        self.go_to_candidate(chosen)
 
+    def action_jump(self) -> None:
+        """Ask for a candidate id (c0030, c30, 0030 or 30) and move the leaderboard onto it."""
         def answered(text: str | None) -> None:
-            if text is not None:
-                self.go_to_candidate(text.strip() or default)
+            if text is None or not text.strip():
+                return
+            cid = candidate_id_of(text)
+            if cid is None or cid not in self.query_one(Leaderboard).candidates:
+                self.notify(f"no committed candidate {text.strip()!r} in this search", severity="warning")
+                return
+            self.query_one(Leaderboard).select(cid)
+            self.notify(f"{cid} highlighted on the leaderboard: o or enter opens it")
 
-        self.app.push_screen(TextPrompt(f"Open which candidate? (empty: {what}, {default})", "e.g. c0007"), answered)
+        self.app.push_screen(TextPrompt("Go to which candidate?", "e.g. c0007 or 7"), answered)
 
     def on_leaderboard_chosen(self, message: Leaderboard.Chosen) -> None:
         self.go_to_candidate(message.candidate)

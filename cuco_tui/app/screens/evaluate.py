@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Header, Label, TextArea
+from textual.widgets import Header, Label, TextArea
 from textual.worker import get_current_worker
 
 from cuco_tui.app.commands import EvaluateCommands
@@ -32,6 +32,7 @@ from cuco_tui.app.messages import (
 from cuco_tui.app.widgets.candidate_list import CandidateList
 from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.app.widgets.result_view import ResultView, Shown
+from cuco_tui.app.widgets.key_bar import KeyBar
 from cuco_tui.core.result import CascadeResult
 from cuco_tui.core.workload import Workload
 
@@ -79,7 +80,7 @@ class EvaluateScreen(Screen):
         with Horizontal(id="evaluate-body"):
             yield CandidateList(self._paths, self._workload.root, id="candidates")
             yield ResultView(id="result")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.sub_title = f"{self._workload.title} ({self._workload.name})"
@@ -209,7 +210,7 @@ class SourceScreen(ModalScreen[None]):
                 break
         yield Label(f"{self._label}  (read-only; esc closes)", id="source-title", classes="panel-title")
         yield area
-        yield Footer()
+        yield KeyBar()
 
     def action_close(self) -> None:
         self.dismiss(None)

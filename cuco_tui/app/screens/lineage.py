@@ -1,8 +1,9 @@
 """The lineage screen: a session's candidates as a DAG (table with a graph column, colored by
 status), filters by island / status / backend, jump to an id, one candidate's details, two
 marked candidates compared side by side (the compare screen), export, and Enter (or o) to open
-a candidate in full (the candidate screen). The header names the machine the session was
-recorded on (GPUs, driver, CUDA, NCCL).
+a candidate in full (the candidate screen). A line under the header names the machine the
+session was recorded on (GPUs, driver, CUDA, NCCL). Below 140 columns the details go under
+the table, so that every column of the table is in view at 80.
 
 Opening reads only the index's summaries (one SQLite query); the machine, a candidate's full
 record and any diff are read from git in thread workers, so the event loop never waits on git."""
@@ -17,8 +18,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
+from textual.events import Resize
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Header, Input, Static
 
 from cuco_tui.app.commands import LineageCommands
 from cuco_tui.app.live_search import LiveSearch
@@ -27,9 +29,13 @@ from cuco_tui.app.screens.compare import CompareScreen
 from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, export_candidate
 from cuco_tui.app.widgets.lineage.candidate_details import CandidateDetails
 from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
-from cuco_tui.app.widgets.lineage.rows import LineageFilter, LineageRow, lineage_rows
+from cuco_tui.app.widgets.lineage.rows import LineageFilter, LineageRow, candidate_id_of, lineage_rows
+from cuco_tui.app.widgets.key_bar import KeyBar
 from cuco_tui.core.records import CandidateRecord
 from cuco_tui.lineage import SessionError, SessionRepo
+
+
+STACKED_BELOW = 140  # columns: below this the details are under the table, both full width
 
 
 def _cycle(values: list, current):
@@ -40,8 +46,14 @@ def _cycle(values: list, current):
 
 class LineageScreen(Screen):
     DEFAULT_CSS = """
-    LineageScreen #lineage-bar { height: 1; padding: 0 1; background: $boost; }
+    LineageScreen #lineage-machine { height: auto; padding: 0 1; color: $text-muted; background: $boost; }
+    LineageScreen #lineage-bar { height: auto; padding: 0 1; background: $boost; }
     LineageScreen #lineage-body { height: 1fr; }
+    LineageScreen.-stacked #lineage-body { layout: vertical; }
+    LineageScreen.-stacked CandidateTable { width: 1fr; height: 1fr; }
+    LineageScreen.-stacked CandidateDetails {
+        width: 1fr; height: 1fr; border-left: none; border-top: solid $primary-darken-2;
+    }
     LineageScreen #lineage-jump { dock: bottom; display: none; }
     LineageScreen #lineage-jump.-open { display: block; }
     """
@@ -60,11 +72,15 @@ class LineageScreen(Screen):
     COMMANDS = {LineageCommands}
 
     def __init__(self, repo: SessionRepo, owns_repo: bool = False, search: LiveSearch | None = None,
-                 export_root: Path = DEFAULT_ROOT) -> None:
+                 export_root: Path = DEFAULT_ROOT, *, select: str | None = None, first: bool = False) -> None:
         """`owns_repo`: close the repository when the screen goes away. `search`: the search
         the app runs, if any; candidates opened from here get it when it runs this session.
-        `export_root`: where export writes <session>-<id>/."""
+        `export_root`: where export writes <session>-<id>/. `select`: the candidate to select
+        once shown. `first`: the lineage `cuco-tui open` opened, the app's first screen, whose
+        esc goes to the session browser (beneath it lies only the workload's evaluate screen)."""
         super().__init__()
+        self.select = select
+        self.first = first
         self.repo = repo
         self.export_root = Path(export_root)
         self._owns_repo = owns_repo
@@ -78,19 +94,23 @@ class LineageScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
+        yield Static("reading the machine it was recorded on…", id="lineage-machine")
         yield Static("", id="lineage-bar")
         with Horizontal(id="lineage-body"):
             yield CandidateTable(id="lineage-table")
             yield CandidateDetails(id="lineage-details")
-        yield Input(placeholder="candidate id, e.g. c0042 (enter: go, escape: cancel)", id="lineage-jump")
-        yield Footer()
+        yield Input(placeholder="candidate id, e.g. c0042 or 42 (enter: go, escape: cancel)", id="lineage-jump")
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.title = f"lineage · {self.repo.path.name}"
+        self._fit(self.size.width)
         self.rows = lineage_rows(self.repo.summaries())
         self._read_machine()  # after the summaries: both take the repository's lock
         self._apply_filter()
         self.query_one(CandidateTable).focus()
+        if self.select is not None:
+            self.jump_to(self.select)
         self.call_after_refresh(self._mark_ready)
 
     @work(thread=True, exclusive=True, group="lineage-machine", exit_on_error=False)
@@ -106,8 +126,22 @@ class LineageScreen(Screen):
         self.app.call_from_thread(self._show_machine, text)
 
     def _show_machine(self, text: str) -> None:
-        self.sub_title = text
+        try:
+            self.query_one("#lineage-machine", Static).update(text)  # a line of its own: it wraps, never cut
+        except NoMatches:
+            return  # the screen was taken down while the machine was read
         self._machine_shown = True
+
+    @property
+    def machine_line(self) -> str:
+        return str(self.query_one("#lineage-machine", Static).content)
+
+    def on_resize(self, event: Resize) -> None:
+        self._fit(event.size.width)
+
+    def _fit(self, width: int) -> None:
+        # Narrower than the table's columns and the details side by side: the details go below.
+        self.set_class(width < STACKED_BELOW, "-stacked")
 
     def _mark_ready(self) -> None:
         self._drawn = True  # the rows are laid out and the first screenful drawn
@@ -164,10 +198,15 @@ class LineageScreen(Screen):
         event.input.remove_class("-open")
         self.jump_to(event.value.strip())
 
-    def jump_to(self, candidate_id: str) -> bool:
-        """Select the candidate, clearing the filters when they hide it."""
+    def jump_to(self, typed: str) -> bool:
+        """Select the candidate (`typed` as a person types it: c0030, c30, 0030 or 30), clearing
+        the filters when they hide it."""
         table = self.query_one(CandidateTable)
         table.focus()
+        candidate_id = candidate_id_of(typed)
+        if candidate_id is None:
+            self.notify(f"{typed!r} is not a candidate id (e.g. c0030, or 30)", severity="warning")
+            return False
         if not table.select(candidate_id):
             if not any(r.id == candidate_id for r in self.rows):
                 self.notify(f"no candidate {candidate_id!r} in this session", severity="warning")
@@ -257,12 +296,15 @@ class LineageScreen(Screen):
         names = ", ".join(p.name for p in done.files)
         self.app.call_from_thread(self.notify, f"wrote {names} to {done.folder.resolve()}", title="export")
 
-    def action_back(self) -> None:
-        """Escape: close the id box when open, else leave the screen."""
+    async def action_back(self) -> None:
+        """Escape: close the id box when open, else leave the screen (the first lineage of
+        `cuco-tui open`: to the session browser, not the workload's evaluate screen under it)."""
         box = self.query_one("#lineage-jump", Input)
         if box.has_class("-open"):
             box.remove_class("-open")
             self.query_one(CandidateTable).focus()
+        elif self.first:
+            await self.run_action("app.browse")
         elif len(self.app.screen_stack) > 1:
             self.app.pop_screen()
 

@@ -46,6 +46,21 @@ class CandidateView:
         """Per measured shape: time, speedup, TFLOP/s, GB/s and % of the bound where known."""
         return all_figures(self.result.timings, self.bounds, self.work) if self.result is not None else ()
 
+    def no_bound(self) -> str:
+        """Why the timings have no % of the bound, in a few words ("" when every shape has one).
+        A candidate with timings was timed on GPUs, so a session without bounds did not fail for
+        want of a GPU: it was recorded before cuco kept bounds, or measuring them failed."""
+        shown = self.figures()
+        missing = [f.shape for f in shown if f.pct_of_bound is None]
+        if not missing:
+            return ""
+        if self.bounds is not None:
+            return f"no bound for {', '.join(missing)}: the session's bounds do not cover {'it' if len(missing) == 1 else 'them'}"
+        if self.result is not None and self.result.gpus:
+            return ("no bound recorded: this session was timed on GPUs but keeps no bounds (it was recorded before "
+                    "cuco kept them, or measuring them failed)")
+        return "no bound: the session measured none (it needs a GPU)"
+
     @property
     def id(self) -> str:
         return self.record.id

@@ -12,12 +12,12 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.content import Content
 
-from cuco_tui.app.widgets.candidate.deadlock import deadlock_renderable, parse_report
+from cuco_tui.app.widgets.candidate.deadlock import deadlock_parts, parse_report
 from cuco_tui.app.widgets.candidate.model import CandidateView
-from cuco_tui.app.widgets.candidate.timings import timings_renderable
+from cuco_tui.app.widgets.diff_text import diff_content
+from cuco_tui.app.widgets.candidate.timings import timings_parts
 from cuco_tui.app.widgets.lineage.candidate_details import facts_text
-from cuco_tui.app.widgets.result_view import LEVEL_NAMES, LOG_LINES
-from cuco_tui.app.widgets.result_view import _diagnostics as diagnostics_content
+from cuco_tui.app.widgets.result_view import LEVEL_NAMES, LOG_LINES, SEVERITY_STYLE
 from cuco_tui.app.widgets.result_view import _verification_table as verification_table
 from cuco_tui.core.result import Status
 
@@ -25,11 +25,26 @@ THEME = "ansi_dark"  # the terminal's own colors, as the dashboard's and the lin
 
 
 @dataclass(frozen=True)
+class Verbatim:
+    """Text whose lines are kept whole (a log, a source line under its caret): a narrow pane
+    scrolls it sideways. Any other Text or Content part wraps at the pane's width."""
+
+    content: Content
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A part followed by the next with no blank line between (a message, then its source line)."""
+
+    part: Any
+
+
+@dataclass(frozen=True)
 class Section:
     id: str  # the tab's id: "overview", "source", "diff-c0003", "errors", ...
     title: str
-    parts: tuple[Any, ...]  # Content or rich renderables, one Static each
-    wide: bool = False  # code: scrolls sideways instead of wrapping
+    parts: tuple[Any, ...]  # Content, Text, Verbatim or rich renderables, one Static each
+    wide: bool = False  # its tables and code keep their width and scroll sideways; prose wraps
 
 
 def _syntax(code: str, lexer: str, **kwargs: Any) -> Syntax:
@@ -99,7 +114,7 @@ def diffs(view: CandidateView) -> list[Section]:
         elif not d.diff:
             body = Text(f"{view.id} has the same candidate.cu as {d.parent}.")
         else:
-            body = _syntax(d.diff, "diff")
+            body = diff_content(d.diff)  # wraps; what changed within a line is marked
         out.append(Section(f"diff-{d.parent}", f"Diff {d.parent}", (body,), wide=True))
     return out
 
@@ -113,10 +128,17 @@ def errors(view: CandidateView) -> Section | None:
     located = any(d.line for d in diags)
     parts: list[Any] = []
     if diags:
-        parts.append(diagnostics_content(diags))
+        parts.append(Joined(Content.styled(f"Diagnostics ({len(diags)})", "bold")))
+        for d in diags:
+            # The message wraps; the source line and its caret stay whole, one above the other.
+            head, _, rest = d.render().partition("\n")
+            message = Content.styled(head, SEVERITY_STYLE.get(d.severity, ""))
+            parts.append(Joined(message) if rest else message)
+            if rest:
+                parts.append(Verbatim(Content(rest)))
     if view.compile_failed and log and not located:
         tail = "\n".join(log.splitlines()[-LOG_LINES:])
-        parts.append(Content.assemble(("nvcc output (last lines)\n", "bold"), tail))
+        parts.append(Verbatim(Content.assemble(("nvcc output (last lines)\n", "bold"), tail)))
     if not parts:
         return None
     title = "Compiler errors" if view.compile_failed else "Diagnostics"
@@ -126,7 +148,7 @@ def errors(view: CandidateView) -> Section | None:
 def logs(view: CandidateView) -> Section | None:
     if not view.logs:
         return None
-    parts = [Content.assemble((f"{log.path}\n", "bold"), log.text.rstrip("\n") + "\n") for log in view.logs]
+    parts = [Verbatim(Content.assemble((f"{log.path}\n", "bold"), log.text.rstrip("\n") + "\n")) for log in view.logs]
     return Section("logs", "Run log", tuple(parts), wide=True)
 
 
@@ -134,7 +156,7 @@ def deadlock(view: CandidateView) -> Section | None:
     r = view.result
     if r is None or not r.deadlock_report.strip():
         return None
-    return Section("deadlock", "Deadlock", (deadlock_renderable(r.deadlock_report, view.source_lines),), wide=True)
+    return Section("deadlock", "Deadlock", deadlock_parts(r.deadlock_report, view.source_lines), wide=True)
 
 
 def verification(view: CandidateView) -> Section | None:
@@ -155,7 +177,8 @@ def timings(view: CandidateView) -> Section | None:
     r = view.result
     if r is None or not r.timings:
         return None
-    return Section("timings", "Timings", (timings_renderable(r.timings, r.speedup, view.figures()),), wide=True)
+    return Section("timings", "Timings", timings_parts(r.timings, r.speedup, view.figures(), view.no_bound()),
+                   wide=True)
 
 
 def sections(view: CandidateView) -> list[Section]:

@@ -1,17 +1,20 @@
 """The candidate's sections as tabs: one pane per section with content, each a scroll view of
-Statics (code and tables scroll sideways rather than wrapping or squeezing: a wide part is as
-wide as its content, measured once)."""
+Statics. Prose (a message, a summary, a note) wraps at the pane's width; code, tables and logs
+scroll sideways rather than wrapping or squeezing (a wide part is as wide as its content,
+measured once)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import ScrollableContainer, Vertical
+from textual.content import Content
 from textual.widgets import Static, TabbedContent, TabPane
 
 from cuco_tui.app.widgets.candidate.model import CandidateView
-from cuco_tui.app.widgets.candidate.sections import Section, first_section, sections
+from cuco_tui.app.widgets.candidate.sections import Joined, Section, Verbatim, first_section, sections
 from cuco_tui.app.widgets.measure import natural_width
 
 
@@ -20,7 +23,16 @@ def pane_id(section_id: str) -> str:
 
 
 def part(renderable: Any, wide: bool) -> Static:
-    static = Static(renderable, classes="candidate-part -wide" if wide else "candidate-part")
+    """One Static: prose wraps; in a wide section, tables and code keep their width; Verbatim
+    text keeps its lines whole; a Joined part has no blank line under it."""
+    classes = "candidate-part"
+    if isinstance(renderable, Joined):
+        renderable, classes = renderable.part, classes + " -joined"
+    if isinstance(renderable, Verbatim):
+        return Static(renderable.content, classes=classes + " -wide")
+    if isinstance(renderable, (Text, Content, str)):
+        return Static(renderable, classes=classes)
+    static = Static(renderable, classes=classes + " -wide" if wide else classes)
     width = natural_width(renderable) if wide else None
     if width is not None:
         static.styles.width = width
@@ -35,6 +47,7 @@ class CandidateTabs(Vertical):
     CandidateTabs .candidate-section { height: 1fr; padding: 0 1; }
     CandidateTabs .candidate-part { height: auto; margin-bottom: 1; }
     CandidateTabs .candidate-part.-wide { width: auto; }
+    CandidateTabs .candidate-part.-joined { margin-bottom: 0; }
     """
 
     def __init__(self, view: CandidateView, *, id: str | None = None) -> None:

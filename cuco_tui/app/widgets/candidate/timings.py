@@ -6,7 +6,6 @@ rank's own median and spread, as ShapeTiming stores them."""
 from __future__ import annotations
 
 from rich import box
-from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -22,26 +21,40 @@ def _iqr(s: Spread) -> str:
     return f"{s.p25:.3f}-{s.p75:.3f}"
 
 
-def shape_table(timings: list[ShapeTiming], geomean: float | None,
-                figures: tuple[ShapeFigures, ...] = ()) -> Table:
+def summary_text(geomean: float | None, figures: tuple[ShapeFigures, ...] = (), no_bound: str = "") -> Text:
+    """The line above the tables (it wraps): the geometric mean speedup, the mean % of the bound,
+    or why there is none."""
     pct = mean_pct_of_bound(figures)
-    caption = f"geometric mean speedup {geomean:.2f}x" if geomean is not None else None
-    if caption and pct is not None:
-        caption += f", {pct:.0f}% of the bound"
-    if figures and all(f.pct_of_bound is None for f in figures):
-        caption = (caption + "; " if caption else "") + "no bound: the session measured none (it needs a GPU)"
+    text = Text()
+    if geomean is not None:
+        text.append(f"geometric mean speedup {geomean:.2f}x over {len(figures) or 'the'} shape(s)", style="bold")
+    if pct is not None:
+        text.append(f", {pct:.0f}% of the bound")
+    elif no_bound:
+        text.append(("; " if text else "") + no_bound, style="dim")
+    return text
+
+
+# Two spaces between columns, none at the edges: every column fits a pane of 120 columns.
+TABLE_STYLE = dict(box=box.SIMPLE_HEAD, expand=False, show_edge=False, pad_edge=False, collapse_padding=True)
+# Most telling first: a pane of 80 columns shows the shape, its speedup, % of the bound and the
+# candidate's time; the spreads, rates and sample count follow (the pane scrolls sideways).
+SHAPE_COLUMNS = ("shape", "speedup", "% bound", "candidate", "cand p25-p75", "reference", "ref p25-p75", "IQR %",
+                 "TFLOP/s", "GB/s", "bound", "n")
+
+
+def shape_table(timings: list[ShapeTiming], figures: tuple[ShapeFigures, ...] = ()) -> Table:
     table = Table(title="Per shape (ms): per repetition the slowest rank's time; median and p25-p75",
-                  title_justify="left", caption=caption, caption_justify="left", box=box.SIMPLE_HEAD, expand=False)
-    for name in ("shape", "reference", "ref p25-p75", "candidate", "cand p25-p75", "IQR %", "n", "speedup",
-                 "TFLOP/s", "GB/s", "bound", "% bound"):
+                  title_justify="left", **TABLE_STYLE)
+    for name in SHAPE_COLUMNS:
         table.add_column(name, justify="left" if name == "shape" else "right", no_wrap=True)
     by_shape = {f.shape: f for f in figures}
     for t in timings:
         tone = "green" if t.speedup >= 1.0 else "red"
-        f = by_shape.get(t.shape)
-        table.add_row(t.shape, _ms(t.reference.median), _iqr(t.reference), _ms(t.candidate.median), _iqr(t.candidate),
-                      f"{t.spread_pct:.1f}", str(t.candidate.n), Text(f"{t.speedup:.2f}x", style=f"bold {tone}"),
-                      *figure_cells(f))
+        tflops, gbps, bound, pct = figure_cells(by_shape.get(t.shape))
+        table.add_row(t.shape, Text(f"{t.speedup:.2f}x", style=f"bold {tone}"), Text(pct, style="bold"),
+                      _ms(t.candidate.median), _iqr(t.candidate), _ms(t.reference.median), _iqr(t.reference),
+                      f"{t.spread_pct:.1f}", tflops, gbps, bound, str(t.candidate.n))
     return table
 
 
@@ -57,8 +70,7 @@ def rank_table(timings: list[ShapeTiming]) -> Table | None:
     """Each rank's candidate time per shape; None when the result holds no per-rank spreads."""
     if not any(t.per_rank for t in timings):
         return None
-    table = Table(title="Per rank (ms): * the slowest rank",
-                  title_justify="left", box=box.SIMPLE_HEAD, expand=False)
+    table = Table(title="Per rank (ms): * the slowest rank", title_justify="left", **TABLE_STYLE)
     for name in ("shape", "rank", "median", "p25-p75", "min-max", "n"):
         table.add_column(name, justify="left" if name == "shape" else "right", no_wrap=True)
     for t in timings:
@@ -70,9 +82,9 @@ def rank_table(timings: list[ShapeTiming]) -> Table | None:
     return table
 
 
-def timings_renderable(timings: list[ShapeTiming], geomean: float | None,
-                       figures: tuple[ShapeFigures, ...] = ()) -> Group:
-    parts: list = [shape_table(timings, geomean, figures)]
+def timings_parts(timings: list[ShapeTiming], geomean: float | None, figures: tuple[ShapeFigures, ...] = (),
+                  no_bound: str = "") -> tuple[Text | Table, ...]:
+    """The Timings tab: the summary line, the per-shape table, the per-rank table (or why none)."""
     ranks = rank_table(timings)
-    parts.append(ranks if ranks is not None else Text("Per-rank timings are not stored in this result.", style="dim"))
-    return Group(*parts)
+    return (summary_text(geomean, figures, no_bound), shape_table(timings, figures),
+            ranks if ranks is not None else Text("Per-rank timings are not stored in this result.", style="dim"))

@@ -53,16 +53,25 @@ class CandidateDetails(Vertical):
                   result, "" if result else "no evaluation result recorded"))
 
 
+def measured_shapes(record: CandidateRecord) -> int:
+    """How many bench shapes the record's result timed (0 when it holds none)."""
+    timings = (record.result or {}).get("timings")
+    return len(timings) if isinstance(timings, list) else 0
+
+
 def facts_text(record: CandidateRecord) -> Text:
     text = Text()
     text.append(f"{record.id}", style="bold")
     text.append(f"  {record.kind} · island {record.island} · generation {record.generation}\n")
     text.append("status ")
     text.append(record.status, style=status_style(record.status))
+    shapes = measured_shapes(record)
     if record.speedup is not None:
         text.append(f" · speedup {record.speedup:.2f}x", style="bold")
+        text.append(f" (geomean of {shapes} shapes)" if shapes > 1 else " (1 shape)" if shapes else "")
     if record.latency_ms is not None:
         text.append(f" · {record.latency_ms:.3f} ms")
+        text.append(" (sum of their medians)" if shapes > 1 else " (median)" if shapes else "")
     text.append(f"\nparents {', '.join(record.parents) or '(seed)'} · agent {record.agent}")
     if record.review:
         text.append(f" · review {record.review}")

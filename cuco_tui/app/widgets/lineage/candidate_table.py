@@ -18,7 +18,9 @@ from textual.strip import Strip
 
 from cuco_tui.app.widgets.lineage.rows import LineageRow, status_style
 
-COLUMNS = ("graph", "id", "kind", "island", "status", "speedup", "backend", "parents")
+# Most telling first: a table narrower than its columns (80 columns with compile errors) cuts the
+# kind and the island (shown in the details) before the status, speedup, backend or parents.
+COLUMNS = ("graph", "id", "status", "speedup", "backend", "parents", "kind", "island")
 RIGHT_ALIGNED = {"island", "speedup"}
 HEADER_STYLE = Style(bold=True, underline=True)
 ID_STYLE = Style(bold=True)
@@ -30,7 +32,7 @@ GAP = 2
 def _cells(row: LineageRow) -> tuple[str, ...]:
     s = row.summary
     speedup = f"{s.speedup:.2f}x" if s.speedup is not None else ""
-    return (row.graph(), s.id, s.kind, str(s.island), s.status, speedup, row.backend, ",".join(s.parents))
+    return (row.graph(), s.id, s.status, speedup, row.backend, ",".join(s.parents), s.kind, str(s.island))
 
 
 class CandidateTable(ScrollView, can_focus=True):
@@ -73,15 +75,15 @@ class CandidateTable(ScrollView, can_focus=True):
         self._positions = {row.id: i for i, row in enumerate(rows)}
         self._cache.clear()
         widths = [len(c) for c in COLUMNS]
-        for row in rows:  # the widths from plain lengths; the graph column from the depth cap
+        for row in rows:  # the widths from plain lengths, each column as wide as its widest cell
             s = row.summary
-            widths[0] = max(widths[0], min(row.depth, 14) + 4)
+            widths[0] = max(widths[0], row.graph_width())
             widths[1] = max(widths[1], len(s.id))
-            widths[2] = max(widths[2], len(s.kind))
-            widths[4] = max(widths[4], len(s.status))
-            widths[6] = max(widths[6], len(row.backend))
-            widths[7] = max(widths[7], 6 * len(s.parents))
-        widths[5] = max(widths[5], 7)
+            widths[2] = max(widths[2], len(s.status))
+            widths[4] = max(widths[4], len(row.backend))
+            widths[5] = max(widths[5], sum(len(p) for p in s.parents) + len(s.parents) - 1)
+            widths[6] = max(widths[6], len(s.kind))
+        widths[3] = max(widths[3], 7)
         self._widths = widths
         self.virtual_size = Size(sum(widths) + GAP * len(widths), len(rows) + 1)
         self.cursor = 0

@@ -4,8 +4,10 @@ Pure data, no Textual: built from index summaries, never from full records."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from cuco_tui.core.records import candidate_id
 from cuco_tui.lineage import CandidateSummary
 
 STATUS_STYLE = {
@@ -18,6 +20,16 @@ STATUS_STYLE = {
 }
 FAILURE_STYLE = "red"  # compile_error, deadlock, crash, timeout, ...
 MAX_DRAWN_DEPTH = 12
+
+
+_TYPED_ID = re.compile(r"[cC]?(\d+)")
+
+
+def candidate_id_of(typed: str) -> str | None:
+    """The candidate id a person means: "c0030", "c30", "0030" and "30" are all c0030; None
+    for text that names no candidate."""
+    m = _TYPED_ID.fullmatch(typed.strip())
+    return candidate_id(int(m.group(1))) if m else None
 
 
 def status_style(status: str) -> str:
@@ -36,6 +48,13 @@ class LineageRow:
     @property
     def backend(self) -> str:
         return str(self.summary.design.get("backend", ""))
+
+    def graph_width(self) -> int:
+        """len(self.graph()), without building it."""
+        if self.depth == 0:
+            return 1
+        drawn = min(self.depth, MAX_DRAWN_DEPTH)
+        return drawn + 1 + (len(f"+{self.depth - drawn}") if self.depth > drawn else 0)
 
     def graph(self) -> str:
         """The graph column: indentation by depth, a branch mark, a node; `+n` past the cap."""

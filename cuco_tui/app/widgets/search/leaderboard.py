@@ -58,7 +58,7 @@ class Leaderboard(Vertical):
         self._rows: dict[str, tuple[str, ...]] = {}  # candidate -> the cells on screen, in board order
 
     def compose(self) -> ComposeResult:
-        yield Label("Leaderboard (enter opens)", id="leaderboard-title", classes="panel-title")
+        yield Label("Leaderboard", id="leaderboard-title", classes="panel-title")
         table: DataTable = DataTable(id="leaderboard-table", cursor_type="row", zebra_stripes=False)
         yield table
 
@@ -74,6 +74,13 @@ class Leaderboard(Vertical):
             return None
         ids = list(self._rows)
         return ids[min(table.cursor_row, len(ids) - 1)]
+
+    def select(self, candidate: str) -> bool:
+        """Move the cursor onto the candidate's row; False when it has none."""
+        if candidate not in self._rows:
+            return False
+        self.query_one(DataTable).move_cursor(row=list(self._rows).index(candidate), animate=False)
+        return True
 
     def cells(self, candidate: str) -> tuple[str, ...] | None:
         return self._rows.get(candidate)
@@ -104,7 +111,7 @@ class Leaderboard(Vertical):
         self._rows = rows
         measured = sum(1 for e in board if e.measured)
         self.query_one("#leaderboard-title", Label).update(
-            f"Leaderboard · {len(board)} committed, {measured} measured (enter opens)")
+            f"Leaderboard · {measured} measured of {len(board)}")  # short: the narrow column shows it whole
         if keep in rows:
             table.move_cursor(row=list(rows).index(keep), animate=False)
 

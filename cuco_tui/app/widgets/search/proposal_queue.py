@@ -1,11 +1,11 @@
 """The proposals waiting for the engineer: a list on top, the selected one below with its
-rationale, design coordinates and unified diff against its parent. The dashboard hands it the
+rationale, design coordinates and unified diff against its parent (its lines wrap, and what
+changed within a line is marked, so a change at the end of a long line is seen at any width). The dashboard hands it the
 proposals of its state (show); the queue keeps the rows, the selection and the details.
 `compact` (a small terminal) shortens the details to a few lines, so the diff stays in view."""
 
 from __future__ import annotations
 
-from rich.syntax import Syntax
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
@@ -13,6 +13,7 @@ from textual.reactive import reactive
 from textual.widgets import Label, ListItem, ListView, Static
 
 from cuco_tui.app.search_state import PendingProposal
+from cuco_tui.app.widgets.diff_text import diff_content
 
 
 class ProposalRow(ListItem):
@@ -109,7 +110,7 @@ class ProposalQueue(Vertical):
             return
         head.update(render_compact_head(p) if self.compact else render_head(p))
         if p.diff:
-            diff.update(Syntax(p.diff, "diff", theme="ansi_dark", word_wrap=False, background_color="default"))
+            diff.update(diff_content(p.diff))  # wrapped, the changed characters marked
         else:
             diff.update(Content.styled("(the same code as its parent)", "$text-muted"))
 
