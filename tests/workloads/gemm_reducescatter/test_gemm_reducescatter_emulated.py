@@ -33,8 +33,9 @@ CANDIDATES = {  # name: (strategy, knobs); None: the seed
     "seed": (None, None),
     "chunked_rs_4": ("host_chunked", {"chunks": 4, "collective": "reduce_scatter"}),
     "chunked_reduce_2": ("host_chunked", {"chunks": 2, "collective": "reduce"}),
-    "ce_push_1": ("ce_push", {"chunks": 1, "reduce_blocks": 64}),
-    "ce_push_4": ("ce_push", {"chunks": 4, "reduce_blocks": 128}),
+    "ce_push_1": ("ce_push", {"chunks": 1, "reduce_blocks": 64, "movers": "one"}),
+    "ce_push_4": ("ce_push", {"chunks": 4, "reduce_blocks": 128, "movers": "one"}),
+    "ce_push_2_per_peer": ("ce_push", {"chunks": 2, "reduce_blocks": 64, "movers": "per_peer"}),
 }
 # Broken on purpose (from ce_push_1), with the kinds of perturbation that
 # must expose them. The emulator runs a kernel's CTAs one after another, a fiber per thread, so the

@@ -19,7 +19,8 @@ def _ce_push(k: dict) -> DesignPoint:
         sync="per_chunk" if k["chunks"] > 1 else "per_peer",
         issuer="host",
         chunk=chunk(k["chunks"]),
-        streams="2",
+        # A copy stream per peer: W streams in all, "4" standing for 4 or more (2 at W = 2).
+        streams="4" if k["movers"] == "per_peer" else "2",
         comm_sms="0",
     )
 
@@ -46,8 +47,8 @@ STRATEGIES = [
         description="per owner, next peer first and own rows last, a cuBLAS GEMM of the owner's rows, pushed by the "
                     "copy engines into the owner's staging slot for this rank (CUDA-IPC, two slots by launch parity) "
                     "with a stream-ordered flag per chunk; the owner sums the W partials in one kernel that waits "
-                    "on the flags",
-        knobs={"chunks": (1, 2, 4), "reduce_blocks": (128, 64, 256)},
+                    "on the flags; the copies on one stream or on a stream per peer (run at once)",
+        knobs={"chunks": (1, 2, 4), "reduce_blocks": (128, 64, 256), "movers": ("one", "per_peer")},
         design=_ce_push,
     ),
 ]
