@@ -23,7 +23,8 @@ from cuco_tui.core.workload import Workload
 
 
 # Names of reference parts that move data rather than compute (the rest are compute).
-COMM_PARTS = frozenset({"allgather", "allreduce", "transfer", "alltoall", "dispatch", "combine", "comm"})
+COMM_PARTS = frozenset({"allgather", "allreduce", "reducescatter", "transfer", "alltoall", "dispatch", "combine",
+                        "comm"})
 
 
 class BaselineError(RuntimeError):
