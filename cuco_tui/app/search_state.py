@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 from cuco_tui.core.bounds import Bounds, Work
 from cuco_tui.core.records import CandidateRecord, id_number
-from cuco_tui.core.result import CascadeResult, ShapeTiming
+from cuco_tui.core.result import UNTIMED_OK, CascadeResult, ShapeTiming
 from cuco_tui.search import events as ev
 
 SOURCE = "candidate.cu"
@@ -66,6 +66,7 @@ class BoardEntry:
 
     @property
     def measured(self) -> bool:
+        """Timed, so it has a speed to rank by (a verified candidate was checked, never timed)."""
         return self.status == "measured" and self.speedup is not None
 
 
@@ -94,9 +95,16 @@ def shown_status(record: CandidateRecord) -> str:
 
 
 def board_key(entry: BoardEntry) -> tuple[int, float, int]:
-    """Best first: measured by speedup, then compiled-only (no_gpu), then the rest; newest first."""
-    tier = 0 if entry.measured else 1 if entry.status == "no_gpu" else 2
-    return (tier, -(entry.speedup or 0.0), -id_number(entry.candidate))
+    """Best first: measured by speedup, then verified (nothing timed), then compiled only
+    (no_gpu), then the rest; newest first. Only a measured entry's speed counts."""
+    if entry.measured:
+        tier = 0
+    elif entry.status in UNTIMED_OK:
+        tier = 1 + UNTIMED_OK.index(entry.status)
+    else:
+        tier = 1 + len(UNTIMED_OK)
+    speed = entry.speedup if entry.measured and entry.speedup is not None else 0.0
+    return (tier, -speed, -id_number(entry.candidate))
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -241,6 +249,8 @@ def _stage_finished(s: DashboardState, e: ev.StageFinished) -> DashboardState:
 
 def _committed(s: DashboardState, e: ev.CandidateCommitted) -> DashboardState:
     r = e.record
+    if r.placeholder:  # an older engine's note that the agent ran out (a resumed session): no candidate
+        return s
     status = shown_status(r)
     statuses = dict(s.statuses)
     statuses[status] = statuses.get(status, 0) + 1
