@@ -128,6 +128,7 @@ class DashboardState:
     spent: float = 0.0
     budget: float | None = None
     hints: int = 0
+    hints_unread: str = ""  # why the agent reads no hints (one line), "" when it reads them
     proposals: tuple[PendingProposal, ...] = ()  # awaiting review, in the order they came
     evaluations: tuple[Evaluation, ...] = ()  # in flight, in the order they started
     points: tuple[tuple[int, float], ...] = ()  # (candidate number, speedup) of the measured, in commit order
@@ -176,7 +177,8 @@ class DashboardState:
 def _started(s: DashboardState, e: ev.SearchStarted) -> DashboardState:
     return replace(s, executor=e.executor, run="running", islands=e.islands, generations=e.generations, review_mode=e.review_mode,
                    budget=e.budget_usd, session=e.session, workload=e.workload, agent=e.agent,
-                   resumed_at=e.start_generation if e.resumed else None, can_measure=e.can_measure)
+                   resumed_at=e.start_generation if e.resumed else None, can_measure=e.can_measure,
+                   hints_unread=e.hints_unread)
 
 
 def _generation(s: DashboardState, e: ev.GenerationStarted) -> DashboardState:

@@ -41,6 +41,7 @@ class SearchStarted(Event):
     review_mode: str
     budget_usd: float | None
     executor: str = ""  # where evaluations run when not on this machine's GPU groups ("Slurm (...)")
+    hints_unread: str = ""  # "" when the agent reads hints, else why a hint would change nothing (one line)
 
 
 @dataclass(frozen=True, kw_only=True)

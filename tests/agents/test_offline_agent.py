@@ -213,3 +213,9 @@ def test_a_verified_candidate_is_no_failure_to_the_agent():
     child = agent.propose(_req("diff", [verified]))
     assert "The parent failed" not in child.rationale and "(verified)" in child.rationale
 
+
+def test_the_offline_agent_says_it_reads_no_hints():
+    from cuco_tui.agents.base import hints_unread
+
+    assert OfflineAgent.uses_hints is False
+    assert hints_unread(OfflineAgent(W)).startswith("the offline agent does not read hints")

@@ -97,16 +97,16 @@ async def test_pause_holds_new_proposals_and_resume_lets_them_come(tmp_path):
 
 
 @pytest.mark.asyncio
-async def test_review_mode_cycles_and_hint_reaches_the_engine(tmp_path):
+async def test_review_mode_cycles_and_the_hint_key_says_the_offline_agent_reads_none(tmp_path):
     app = make_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen) and queue(app).ids)
         screen = dashboard(app)
-        await pilot.press("h")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
-        await pilot.press(*"try chunked overlap", "enter")
-        assert await wait_until(pilot, lambda: screen.search.hints == ("try chunked overlap",), 5)
-        assert await wait_until(pilot, lambda: "hints      1" in text(app, "#state-facts"), 5)
+        assert "hints      not read by this agent" in text(app, "#state-facts")
+        await pilot.press("h")  # no prompt for a hint nobody reads: one line says so
+        assert await wait_until(pilot, lambda: any("offline agent does not read hints" in str(n.message)
+                                                   for n in app._notifications), 5)
+        assert not isinstance(app.screen, TextPrompt) and screen.search.hints == ()
         await pilot.press("m")  # review -> risky
         assert await wait_until(pilot, lambda: screen.search.review_mode == "risky", 5)
         await pilot.press("m")  # risky -> auto: what waits is accepted, the rest runs unattended

@@ -424,3 +424,8 @@ def test_an_exhausted_agents_placeholders_in_a_resumed_session_are_no_candidates
     assert [b.candidate for b in s.board] == ["c0000", "c0001"]
     assert dict(s.statuses) == {"measured": 1, "rejected": 1}
 
+
+def test_the_agent_that_reads_no_hints_is_known_from_the_start():
+    assert apply(DashboardState(), started()).hints_unread == ""
+    said = "the offline agent does not read hints"
+    assert apply(DashboardState(), started(hints_unread=said)).hints_unread == said

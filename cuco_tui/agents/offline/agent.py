@@ -57,6 +57,8 @@ def _key(name: str, knobs: Knobs) -> str:
 
 
 class OfflineAgent:
+    uses_hints = False  # no model reads text here: decisions come from templates and results
+
     def __init__(self, workload: Workload, caps: Capabilities = Capabilities(), seed: int = 0) -> None:
         self.name = "offline"
         self.workload = workload

@@ -312,6 +312,9 @@ class DashboardScreen(Screen):
         search = self._ready()
         if search is None:
             return
+        if self.state.hints_unread:  # said in one line, not prompted for and counted in vain
+            self.notify(self.state.hints_unread, title="hint", severity="warning")
+            return
 
         def hinted(text: str | None) -> None:
             if text and text.strip():
