@@ -16,6 +16,10 @@ from cuco_tui.core.result import UNTIMED_OK, CascadeResult, ShapeTiming
 from cuco_tui.search import events as ev
 
 SOURCE = "candidate.cu"
+# The steps of a compile ahead (BuildQueued, BuildStarted), as the in-flight table names them.
+BUILD_WAITING = "build queued"
+BUILDING = "compiling"
+BUILT = "built, waits its turn"  # for a GPU group (or a job slot) to evaluate it on
 
 
 def unified_diff(parent_id: str, parent_source: str, child_id: str, child_source: str) -> str:
@@ -51,6 +55,9 @@ class Evaluation:
     job_state: str = ""  # "pending" | "running" | "finished" | "lost" (JobChanged.state)
     job_reason: str = ""  # why it pends (Slurm's reason), or why it was lost
     nodes: tuple[str, ...] = ()
+    # When its current stage began (the event's wall-clock `at`; 0: not known): the in-flight
+    # table shows the time since. Not compared: two states showing the same step are equal.
+    since: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,7 @@ class DashboardState:
     hints_unread: str = ""  # why the agent reads no hints (one line), "" when it reads them
     proposals: tuple[PendingProposal, ...] = ()  # awaiting review, in the order they came
     evaluations: tuple[Evaluation, ...] = ()  # in flight, in the order they started
+    builds_queued: int = 0  # compiles ahead waiting for a CPU builder (BuildQueued, BuildStarted)
     points: tuple[tuple[int, float], ...] = ()  # (candidate number, speedup) of the measured, in commit order
     # Committed candidates' code: the diff of a held proposal against its parent, and what `o` opens.
     sources: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
@@ -221,13 +229,37 @@ def _decided(s: DashboardState, e: ev.ReviewDecided) -> DashboardState:
     return replace(s, proposals=_without_proposal(s, e.candidate))
 
 
+def _with_evaluation(s: DashboardState, new: Evaluation) -> DashboardState:
+    """`new` in place of the candidate's evaluation, or after the others when it had none."""
+    if not any(x.candidate == new.candidate for x in s.evaluations):
+        return replace(s, evaluations=(*s.evaluations, new))
+    return replace(s, evaluations=tuple(new if x.candidate == new.candidate else x for x in s.evaluations))
+
+
 def _stage_started(s: DashboardState, e: ev.StageStarted) -> DashboardState:
     now = next((x for x in s.evaluations if x.candidate == e.candidate), None)
     if now is None:
-        return replace(s, evaluations=(*s.evaluations, Evaluation(e.candidate, e.level, tuple(e.gpus), e.message)))
-    # A stage that names no GPUs (a CPU stage after a GPU one) leaves the group shown.
-    new = replace(now, level=e.level, gpus=tuple(e.gpus) or now.gpus, step=e.message)
-    return replace(s, evaluations=tuple(new if x.candidate == e.candidate else x for x in s.evaluations))
+        return _with_evaluation(s, Evaluation(e.candidate, e.level, tuple(e.gpus), e.message, since=e.at))
+    # A stage that names no GPUs (a CPU stage after a GPU one) leaves the group shown; the time
+    # counts from the stage's first step.
+    new = replace(now, level=e.level, gpus=tuple(e.gpus) or now.gpus, step=e.message,
+                  since=now.since if now.level == e.level and now.since else e.at)
+    return _with_evaluation(s, new)
+
+
+def _build(s: DashboardState, candidate: str, step: str, at: float, queued: int) -> DashboardState:
+    now = next((x for x in s.evaluations if x.candidate == candidate), None)
+    new = (Evaluation(candidate, 1, (), step, since=at) if now is None
+           else replace(now, level=1, step=step, since=at))
+    return replace(_with_evaluation(s, new), builds_queued=queued)
+
+
+def _build_queued(s: DashboardState, e: ev.BuildQueued) -> DashboardState:
+    return _build(s, e.candidate, BUILD_WAITING, e.at, e.queued)
+
+
+def _build_started(s: DashboardState, e: ev.BuildStarted) -> DashboardState:
+    return _build(s, e.candidate, BUILDING, e.at, e.queued)
 
 
 def _job_changed(s: DashboardState, e: ev.JobChanged) -> DashboardState:
@@ -244,8 +276,11 @@ def _job_changed(s: DashboardState, e: ev.JobChanged) -> DashboardState:
 
 
 def _stage_finished(s: DashboardState, e: ev.StageFinished) -> DashboardState:
-    if not e.status:  # it goes on to the next stage
-        return s
+    if not e.status:  # it goes on to the next stage; a compile ahead's time stops counting
+        now = next((x for x in s.evaluations if x.candidate == e.candidate), None)
+        if now is None or now.step != BUILDING or e.level != 1:
+            return s
+        return _with_evaluation(s, replace(now, step=BUILT, since=e.at))
     return replace(s, evaluations=_without_evaluation(s, e.candidate))
 
 
@@ -322,6 +357,8 @@ _FOLDS: dict[type[ev.Event], Callable[[DashboardState, Any], DashboardState]] = 
     ev.AwaitingReview: _awaiting,
     ev.ReviewDecided: _decided,
     ev.StageStarted: _stage_started,
+    ev.BuildQueued: _build_queued,
+    ev.BuildStarted: _build_started,
     ev.StageFinished: _stage_finished,
     ev.JobChanged: _job_changed,
     ev.CandidateCommitted: _committed,

@@ -99,6 +99,25 @@ class StageStarted(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class BuildQueued(Event):
+    """A candidate's compile ahead waits for a CPU builder (toolchain.BuildPool). `queued`: the
+    builds waiting now, this one included. A BuildStarted for it follows, at once when a builder
+    is free."""
+
+    candidate: str
+    queued: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildStarted(Event):
+    """A builder took the candidate's compile: it began at `at`. `queued`: the builds still
+    waiting for a builder. It ends with the candidate's StageFinished at level 1 (compile)."""
+
+    candidate: str
+    queued: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class StageFinished(Event):
     candidate: str
     level: int

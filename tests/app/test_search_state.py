@@ -425,6 +425,26 @@ def test_an_exhausted_agents_placeholders_in_a_resumed_session_are_no_candidates
     assert dict(s.statuses) == {"measured": 1, "rejected": 1}
 
 
+def test_a_compile_ahead_shows_its_queue_then_when_it_began_then_that_it_waits_for_gpus():
+    s = replay([ev.BuildQueued(candidate="c0004", queued=1, at=100.0),
+                ev.BuildStarted(candidate="c0004", queued=0, at=101.0),
+                ev.BuildQueued(candidate="c0005", queued=1, at=102.0),
+                ev.BuildQueued(candidate="c0006", queued=2, at=103.0)])
+    assert [(e.candidate, e.level, e.step, e.since) for e in s.evaluations] == [
+        ("c0004", 1, "compiling", 101.0), ("c0005", 1, "build queued", 102.0), ("c0006", 1, "build queued", 103.0)]
+    assert s.builds_queued == 2 and s.in_flight == 3
+    s = replay([ev.StageFinished(candidate="c0004", level=1, seconds=44.0, at=145.0),
+                ev.BuildStarted(candidate="c0005", queued=1, at=145.0)], s)
+    assert [(e.step, e.since) for e in s.evaluations[:2]] == [("built, waits its turn", 145.0), ("compiling", 145.0)]
+    assert s.builds_queued == 1
+    s = replay([ev.StageStarted(candidate="c0004", level=0, message="static checks", at=150.0),
+                ev.StageStarted(candidate="c0004", level=2, gpus=(0, 1), message="verify", at=151.0),
+                ev.StageStarted(candidate="c0004", level=2, gpus=(0, 1), message="verify hot", at=152.0),
+                ev.StageFinished(candidate="c0005", level=1, status="compile_error", at=160.0)], s)
+    assert [(e.candidate, e.step, e.since) for e in s.evaluations] == [
+        ("c0004", "verify hot", 151.0), ("c0006", "build queued", 103.0)]
+
+
 def test_the_agent_that_reads_no_hints_is_known_from_the_start():
     assert apply(DashboardState(), started()).hints_unread == ""
     said = "the offline agent does not read hints"
