@@ -54,6 +54,16 @@ class Proposal:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def hints_unread(agent: object) -> str:
+    """"" when `agent` reads the engineer's hints; else the sentence that says it does not (an
+    agent that does not declare uses_hints is taken to read them, as before the flag existed)."""
+    if getattr(agent, "uses_hints", True):
+        return ""
+    name = getattr(agent, "name", "this")
+    return (f"the {name} agent does not read hints: it proposes from the workload's templates, steered by the "
+            f"results (a model-backed agent, --agent claude, reads them)")
+
+
 class BudgetExhausted(Exception):
     """The agent's dollar budget is spent: the search stops proposing, cleanly."""
 
@@ -65,6 +75,10 @@ class AgentExhausted(Exception):
 
 class Agent(Protocol):
     name: str
+    # Whether propose() reads the engineer's hints (ProposalRequest.hints). An agent that does not
+    # (the offline agent: templates steered by results) says so, and the search refuses a hint for
+    # it in one line (hints_unread) instead of keeping one it will never use.
+    uses_hints: bool
 
     def propose(self, request: ProposalRequest) -> Proposal: ...
 

@@ -74,8 +74,9 @@ class EvaluationFailed(Message):
 
 
 def status_tone(status: Status) -> str:
-    """The CSS class a status is drawn with: `-ok` measured, `-warn` compiled only, `-bad` failed."""
-    if status is Status.MEASURED:
+    """The CSS class a status is drawn with: `-ok` measured or verified (correct, not timed),
+    `-warn` compiled only, `-bad` failed."""
+    if status in (Status.MEASURED, Status.VERIFIED):
         return "-ok"
     if status is Status.NO_GPU:
         return "-warn"

@@ -12,10 +12,14 @@ from typing import Any, Callable, Mapping
 
 from cuco_tui.core.bounds import Bounds, Work
 from cuco_tui.core.records import CandidateRecord, id_number
-from cuco_tui.core.result import CascadeResult, ShapeTiming
+from cuco_tui.core.result import UNTIMED_OK, CascadeResult, ShapeTiming
 from cuco_tui.search import events as ev
 
 SOURCE = "candidate.cu"
+# The steps of a compile ahead (BuildQueued, BuildStarted), as the in-flight table names them.
+BUILD_WAITING = "build queued"
+BUILDING = "compiling"
+BUILT = "built, waits its turn"  # for a GPU group (or a job slot) to evaluate it on
 
 
 def unified_diff(parent_id: str, parent_source: str, child_id: str, child_source: str) -> str:
@@ -51,6 +55,9 @@ class Evaluation:
     job_state: str = ""  # "pending" | "running" | "finished" | "lost" (JobChanged.state)
     job_reason: str = ""  # why it pends (Slurm's reason), or why it was lost
     nodes: tuple[str, ...] = ()
+    # When its current stage began (the event's wall-clock `at`; 0: not known): the in-flight
+    # table shows the time since. Not compared: two states showing the same step are equal.
+    since: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ class BoardEntry:
 
     @property
     def measured(self) -> bool:
+        """Timed, so it has a speed to rank by (a verified candidate was checked, never timed)."""
         return self.status == "measured" and self.speedup is not None
 
 
@@ -94,9 +102,16 @@ def shown_status(record: CandidateRecord) -> str:
 
 
 def board_key(entry: BoardEntry) -> tuple[int, float, int]:
-    """Best first: measured by speedup, then compiled-only (no_gpu), then the rest; newest first."""
-    tier = 0 if entry.measured else 1 if entry.status == "no_gpu" else 2
-    return (tier, -(entry.speedup or 0.0), -id_number(entry.candidate))
+    """Best first: measured by speedup, then verified (nothing timed), then compiled only
+    (no_gpu), then the rest; newest first. Only a measured entry's speed counts."""
+    if entry.measured:
+        tier = 0
+    elif entry.status in UNTIMED_OK:
+        tier = 1 + UNTIMED_OK.index(entry.status)
+    else:
+        tier = 1 + len(UNTIMED_OK)
+    speed = entry.speedup if entry.measured and entry.speedup is not None else 0.0
+    return (tier, -speed, -id_number(entry.candidate))
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -120,8 +135,10 @@ class DashboardState:
     spent: float = 0.0
     budget: float | None = None
     hints: int = 0
+    hints_unread: str = ""  # why the agent reads no hints (one line), "" when it reads them
     proposals: tuple[PendingProposal, ...] = ()  # awaiting review, in the order they came
     evaluations: tuple[Evaluation, ...] = ()  # in flight, in the order they started
+    builds_queued: int = 0  # compiles ahead waiting for a CPU builder (BuildQueued, BuildStarted)
     points: tuple[tuple[int, float], ...] = ()  # (candidate number, speedup) of the measured, in commit order
     # Committed candidates' code: the diff of a held proposal against its parent, and what `o` opens.
     sources: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
@@ -168,7 +185,8 @@ class DashboardState:
 def _started(s: DashboardState, e: ev.SearchStarted) -> DashboardState:
     return replace(s, executor=e.executor, run="running", islands=e.islands, generations=e.generations, review_mode=e.review_mode,
                    budget=e.budget_usd, session=e.session, workload=e.workload, agent=e.agent,
-                   resumed_at=e.start_generation if e.resumed else None, can_measure=e.can_measure)
+                   resumed_at=e.start_generation if e.resumed else None, can_measure=e.can_measure,
+                   hints_unread=e.hints_unread)
 
 
 def _generation(s: DashboardState, e: ev.GenerationStarted) -> DashboardState:
@@ -211,13 +229,37 @@ def _decided(s: DashboardState, e: ev.ReviewDecided) -> DashboardState:
     return replace(s, proposals=_without_proposal(s, e.candidate))
 
 
+def _with_evaluation(s: DashboardState, new: Evaluation) -> DashboardState:
+    """`new` in place of the candidate's evaluation, or after the others when it had none."""
+    if not any(x.candidate == new.candidate for x in s.evaluations):
+        return replace(s, evaluations=(*s.evaluations, new))
+    return replace(s, evaluations=tuple(new if x.candidate == new.candidate else x for x in s.evaluations))
+
+
 def _stage_started(s: DashboardState, e: ev.StageStarted) -> DashboardState:
     now = next((x for x in s.evaluations if x.candidate == e.candidate), None)
     if now is None:
-        return replace(s, evaluations=(*s.evaluations, Evaluation(e.candidate, e.level, tuple(e.gpus), e.message)))
-    # A stage that names no GPUs (a CPU stage after a GPU one) leaves the group shown.
-    new = replace(now, level=e.level, gpus=tuple(e.gpus) or now.gpus, step=e.message)
-    return replace(s, evaluations=tuple(new if x.candidate == e.candidate else x for x in s.evaluations))
+        return _with_evaluation(s, Evaluation(e.candidate, e.level, tuple(e.gpus), e.message, since=e.at))
+    # A stage that names no GPUs (a CPU stage after a GPU one) leaves the group shown; the time
+    # counts from the stage's first step.
+    new = replace(now, level=e.level, gpus=tuple(e.gpus) or now.gpus, step=e.message,
+                  since=now.since if now.level == e.level and now.since else e.at)
+    return _with_evaluation(s, new)
+
+
+def _build(s: DashboardState, candidate: str, step: str, at: float, queued: int) -> DashboardState:
+    now = next((x for x in s.evaluations if x.candidate == candidate), None)
+    new = (Evaluation(candidate, 1, (), step, since=at) if now is None
+           else replace(now, level=1, step=step, since=at))
+    return replace(_with_evaluation(s, new), builds_queued=queued)
+
+
+def _build_queued(s: DashboardState, e: ev.BuildQueued) -> DashboardState:
+    return _build(s, e.candidate, BUILD_WAITING, e.at, e.queued)
+
+
+def _build_started(s: DashboardState, e: ev.BuildStarted) -> DashboardState:
+    return _build(s, e.candidate, BUILDING, e.at, e.queued)
 
 
 def _job_changed(s: DashboardState, e: ev.JobChanged) -> DashboardState:
@@ -234,13 +276,18 @@ def _job_changed(s: DashboardState, e: ev.JobChanged) -> DashboardState:
 
 
 def _stage_finished(s: DashboardState, e: ev.StageFinished) -> DashboardState:
-    if not e.status:  # it goes on to the next stage
-        return s
+    if not e.status:  # it goes on to the next stage; a compile ahead's time stops counting
+        now = next((x for x in s.evaluations if x.candidate == e.candidate), None)
+        if now is None or now.step != BUILDING or e.level != 1:
+            return s
+        return _with_evaluation(s, replace(now, step=BUILT, since=e.at))
     return replace(s, evaluations=_without_evaluation(s, e.candidate))
 
 
 def _committed(s: DashboardState, e: ev.CandidateCommitted) -> DashboardState:
     r = e.record
+    if r.placeholder:  # an older engine's note that the agent ran out (a resumed session): no candidate
+        return s
     status = shown_status(r)
     statuses = dict(s.statuses)
     statuses[status] = statuses.get(status, 0) + 1
@@ -310,6 +357,8 @@ _FOLDS: dict[type[ev.Event], Callable[[DashboardState, Any], DashboardState]] = 
     ev.AwaitingReview: _awaiting,
     ev.ReviewDecided: _decided,
     ev.StageStarted: _stage_started,
+    ev.BuildQueued: _build_queued,
+    ev.BuildStarted: _build_started,
     ev.StageFinished: _stage_finished,
     ev.JobChanged: _job_changed,
     ev.CandidateCommitted: _committed,

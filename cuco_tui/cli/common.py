@@ -29,6 +29,7 @@ SHARE_GPU_HINT = "with fewer GPUs, --share-gpu checks correctness with every ran
 
 STATUS_STYLE = {
     Status.MEASURED: "bold green",
+    Status.VERIFIED: "bold dark_sea_green",  # correct, nothing timed
     Status.NO_GPU: "bold cyan",
     Status.REJECTED: "bold magenta",
     Status.COMPILE_ERROR: "bold red",

@@ -7,10 +7,12 @@ import argparse
 import json
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
+from cuco_tui.cli.build_watch import BuildWatch
 from cuco_tui.cli.common import (
     DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, add_executor_options, config_overrides, gpu_list, make_executor,
     workload_named,
@@ -22,16 +24,25 @@ from cuco_tui.core.errors import UsageError
 
 
 class ProgressPrinter:
-    """Turns engine events into short lines: `[  12.3s] committed c0004 no_gpu ...`."""
+    """Turns engine events into short lines: `[  12.3s] committed c0004 no_gpu ...`; a compile
+    still running says so every 15 s (BuildWatch's timer thread, `watch` to give another)."""
 
-    def __init__(self, stream: TextIO, started: float | None = None) -> None:
+    def __init__(self, stream: TextIO, started: float | None = None,
+                 watch: Callable[[Callable[[str], None]], BuildWatch] = BuildWatch) -> None:
         self.stream = stream
         self.started = started if started is not None else time.monotonic()
         self._said: set[str] = set()  # reasons given once already (every no_gpu commit has the same)
+        self._writing = threading.Lock()  # the engine's threads and the build watch's write lines
+        self.watch = watch(self.say)
 
     def __call__(self, event: Any) -> None:
-        line = self.line(event)
-        if line:
+        self.say(self.line(event))
+        self.watch.observe(event)
+
+    def say(self, line: str) -> None:
+        if not line:
+            return
+        with self._writing:
             self.stream.write(f"[{time.monotonic() - self.started:7.1f}s] {line}\n")
             self.stream.flush()
 
@@ -57,6 +68,8 @@ class ProgressPrinter:
             return f"review {e.candidate}: {e.decision}" + (f" ({e.reason})" if e.reason else "")
         if isinstance(e, ev.StageStarted) and e.level >= 2:
             return f"{e.candidate} L{e.level}: {e.message}"
+        if isinstance(e, ev.BuildStarted):
+            return f"{e.candidate} L1: compiling" + (f" ({e.queued} more queued)" if e.queued else "")
         if isinstance(e, ev.JobChanged):
             return self.job_line(e)
         if isinstance(e, ev.CandidateCommitted):

@@ -123,15 +123,21 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def candidate_table(records) -> str:
-    """Plain aligned text (it reads the same in a terminal, a pipe or a log)."""
+    """Plain aligned text (it reads the same in a terminal, a pipe or a log). An older engine's
+    placeholders for an exhausted agent are no candidates: one line under the table names them."""
     rows = [("id", "gen", "isl", "kind", "parents", "status", "speedup", "backend", "reason")]
-    for r in records:
+    placeholders = [r.id for r in records if r.placeholder]
+    for r in (r for r in records if not r.placeholder):
         reason = "" if r.status in ("measured", "no_gpu") else (r.result or {}).get("reason", "")
         rows.append((r.id, str(r.generation), str(r.island), r.kind, ",".join(r.parents) or "-", r.status,
                      f"{r.speedup:.3f}x" if r.speedup is not None else "-", str((r.design or {}).get("backend", "-")),
                      reason[:80]))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows)
+    table = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows)
+    if placeholders:
+        table += (f"\n\nagent exhausted: {', '.join(placeholders)} are placeholders an older cuco-tui committed when "
+                  f"the agent had proposed every valid combination (no code, nothing evaluated)")
+    return table
 
 
 def _show_candidate(repo, args: argparse.Namespace) -> int:
@@ -157,6 +163,10 @@ def _show_candidate(repo, args: argparse.Namespace) -> int:
     if knobs:
         head.add_row("knobs", knobs)
     console.print(head)
+    if r.placeholder:
+        console.print(Text(f"not a candidate: {r.id} is a placeholder an older cuco-tui committed when the agent had "
+                           f"proposed every valid combination (no code, nothing evaluated)", style="bold"))
+        return 0
     if r.rationale.strip():
         console.print()
         console.print(Text("rationale", style="bold"))

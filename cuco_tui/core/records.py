@@ -8,6 +8,14 @@ from typing import Any
 
 _ID = re.compile(r"^c(\d+)$")
 
+# A record status beside the cascade's (cuco_tui.core.result.Status), "pending" and "unreviewed":
+# a placeholder an older engine committed when the offline agent had nothing new to propose ("no
+# candidate: ... every valid combination ..."). No code was proposed and nothing was evaluated:
+# it is a note that the agent ran out, not a candidate, and no view counts or ranks it as one.
+# The engine no longer writes them (the agent raises AgentExhausted and the search ends).
+EXHAUSTED = "exhausted"
+_EXHAUSTED_REASON = "proposed every valid combination"
+
 
 @dataclass(frozen=True)
 class CandidateRecord:
@@ -38,9 +46,31 @@ class CandidateRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CandidateRecord":
-        d = dict(d)
+        d = _as_read_now(dict(d))
         d["parents"] = tuple(d.get("parents", ()))
         return cls(**d)
+
+    @property
+    def placeholder(self) -> bool:
+        """An exhausted agent's placeholder (EXHAUSTED), not a candidate."""
+        return self.status == EXHAUSTED
+
+
+def _as_read_now(d: dict[str, Any]) -> dict[str, Any]:
+    """A stored record in this version's terms. Recorded before the status "verified" existed, a
+    candidate verified and never timed (ranks sharing one GPU) says "measured" with no speedup
+    and no timings: it reads as verified. An exhausted agent's placeholder, recorded as a
+    rejected candidate, reads as EXHAUSTED."""
+    result = d.get("result")
+    if not isinstance(result, dict):
+        return d
+    if d.get("status") == "measured" and d.get("speedup") is None and not result.get("timings"):
+        d["status"] = "verified"
+        d["result"] = {**result, "status": "verified"}
+    elif (d.get("status") == "rejected" and (d.get("extra") or {}).get("rejected_by") == "agent"
+          and _EXHAUSTED_REASON in str(result.get("reason", ""))):
+        d["status"] = EXHAUSTED
+    return d
 
 
 def candidate_id(n: int) -> str:

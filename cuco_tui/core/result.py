@@ -15,11 +15,26 @@ class Status(str, Enum):
     RUNTIME_ERROR = "runtime_error"  # L2/L3: init error, CUDA error, crashed rank
     DEADLOCK = "deadlock"  # L2/L3: a launch did not finish within its time limit
     INCORRECT = "incorrect"  # L2/L3: output differs from the reference
+    # L2 passed and nothing was timed: its ranks shared one GPU (--share-gpu), or no benchmark was
+    # asked for. Correct as far as it was run, with no speed: never ranked among the measured.
+    VERIFIED = "verified"
     MEASURED = "measured"  # L3 passed: verified on every shape and timed
 
     @property
     def ok(self) -> bool:
-        return self in (Status.MEASURED, Status.NO_GPU)
+        return self in (Status.MEASURED, Status.VERIFIED, Status.NO_GPU)
+
+    @classmethod
+    def read(cls, value: str, timed: bool) -> "Status":
+        """A stored status. Results recorded before VERIFIED existed say "measured" for a
+        candidate that was verified and never timed (`timed` False): they read back as verified."""
+        status = cls(value)
+        return cls.VERIFIED if status is cls.MEASURED and not timed else status
+
+
+# Fine as far as they were run, with nothing known of their speed: ranked after every measured
+# candidate, in this order (a verified one ran correctly on GPUs; a no_gpu one only compiled).
+UNTIMED_OK: tuple[Status, ...] = (Status.VERIFIED, Status.NO_GPU)
 
 
 class Level(int, Enum):
@@ -173,7 +188,7 @@ class CascadeResult:
         return cls(
             candidate=d["candidate"],
             workload=d["workload"],
-            status=Status(d["status"]),
+            status=Status.read(d["status"], timed=bool(timings)),
             level=Level(d["level"]),
             reason=d["reason"],
             diagnostics=[Diagnostic(**x) for x in d.get("diagnostics", [])],

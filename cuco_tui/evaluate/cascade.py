@@ -471,7 +471,8 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
     if not timings:
         gpus = list(base.get("gpus", []))
         why = "every rank on one GPU: nothing timed" if is_shared(gpus) else "benchmark not requested"
-        return CascadeResult(**common, status=Status.MEASURED, level=Level.VERIFY, diagnostics=diags,
+        # Correct as far as it ran, with no speed to rank it by: its own status, not "measured".
+        return CascadeResult(**common, status=Status.VERIFIED, level=Level.VERIFY, diagnostics=diags,
                              reason=f"verified ({why})" + released)
     geo = math.prod(t.speedup for t in timings) ** (1 / len(timings))
     return CascadeResult(**common, status=Status.MEASURED, level=Level.BENCHMARK, diagnostics=diags,

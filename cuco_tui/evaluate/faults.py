@@ -128,7 +128,7 @@ def run_fault_suite(workload: Workload, options: EvalOptions, only: tuple[str, .
         healthy = True
         if result.level >= 2:
             after = evaluate(workload.seed, workload, verify_only)
-            healthy = after.status == Status.MEASURED
+            healthy = after.status in (Status.VERIFIED, Status.MEASURED)
             if not healthy:
                 problems.append(f"the seed failed on the same GPUs right after: {after.reason}")
         verdict = (f" ({note})" if note else "") + ("" if not problems else " PROBLEM: " + "; ".join(problems))

@@ -20,7 +20,7 @@ from cuco_tui.lineage.plumbing import read_blob
 from cuco_tui.core.records import CandidateRecord
 
 INDEX_FILE = "cuco-index.sqlite"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: statuses as this version reads them (verified, exhausted)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

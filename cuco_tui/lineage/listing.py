@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from cuco_tui.core.records import EXHAUSTED
 from cuco_tui.lineage.errors import SessionError
 from cuco_tui.lineage.repo import SessionRepo
 
@@ -18,7 +19,7 @@ class SessionSummary:
     name: str
     path: Path
     workload: str
-    candidates: int
+    candidates: int  # an older engine's placeholders for an exhausted agent are not counted
     best_speedup: float | None  # the highest speedup among measured candidates
     best_id: str | None
     created: float  # unix time
@@ -50,7 +51,7 @@ def summarize(repo: SessionRepo) -> SessionSummary:
         name=repo.path.name,
         path=repo.path,
         workload=str(info.get("workload", "")),
-        candidates=len(repo),
+        candidates=sum(1 for s in summaries if s.status != EXHAUSTED),  # placeholders are no candidates
         best_speedup=best[1] if best else None,
         best_id=best[0] if best else None,
         created=float(info.get("created", 0.0)),

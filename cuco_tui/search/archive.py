@@ -7,26 +7,32 @@ from __future__ import annotations
 from cuco_tui.design.space import DIMENSIONS, DesignPoint
 from cuco_tui.source.regions import design_of
 from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.result import UNTIMED_OK
 
 MEASURED = "measured"
-UNMEASURED_OK = ("no_gpu",)  # compiled (and checked) but not run: nothing known of its speed
+# Verified without timing, or compiled only: a valid parent, ranked after every measured
+# candidate, never the best (it has no fitness).
+UNMEASURED_OK = UNTIMED_OK
+FAILED = 1 + len(UNMEASURED_OK)
 
 
 def tier(record: CandidateRecord) -> int:
-    """0: measured; 1: fine as far as this machine could tell (no GPU); 2: failed."""
+    """0: measured; 1: verified, nothing timed; 2: compiled only (no GPU); 3 (FAILED): the rest."""
     if record.status == MEASURED:
         return 0
     if record.status in UNMEASURED_OK:
-        return 1
-    return 2
+        return 1 + UNMEASURED_OK.index(record.status)
+    return FAILED
 
 
 def is_failure(record: CandidateRecord) -> bool:
-    return tier(record) == 2
+    """A candidate that failed (an exhausted agent's placeholder is no candidate: not a failure)."""
+    return tier(record) == FAILED and not record.placeholder
 
 
 def rank_key(record: CandidateRecord) -> tuple[int, float, int, str]:
-    """Sorts best first: measured by speedup, then unmeasured, then failures; newer first on ties."""
+    """Sorts best first: measured by speedup, then verified, then compiled only, then failures;
+    newer first on ties."""
     speed = record.speedup if record.speedup is not None else 0.0
     return (tier(record), -speed, -record.generation, _neg(record.id))
 

@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Protocol
 
-from cuco_tui.agents.base import Agent, AgentExhausted, BudgetExhausted, ProposalRequest
+from cuco_tui.agents.base import Agent, AgentExhausted, BudgetExhausted, ProposalRequest, hints_unread
 from cuco_tui.core.bounds import Bounds
 from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.core.workload import Workload
@@ -154,7 +154,11 @@ class SearchEngine:
         self._steering.stop()
         self._scheduler.stop()  # an executor of cluster jobs cancels them (local evaluations finish)
     def set_review_mode(self, mode: str) -> None: self._steering.set_review_mode(mode)
-    def add_hint(self, text: str) -> None: self._steering.add_hint(text)
+    def add_hint(self, text: str) -> None:
+        unread = hints_unread(self.agent)  # kept, it would be counted and never used
+        if unread:
+            raise SteeringError(unread)
+        self._steering.add_hint(text)
     def set_budget(self, usd: float | None) -> None: self._steering.set_budget(usd)
     def rebenchmark(self, candidate_id: str) -> str: return self._steering.rebenchmark(candidate_id)
     def prefer_parent(self, candidate_id: str) -> None: self._steering.prefer_parent(candidate_id)
@@ -222,7 +226,7 @@ class SearchEngine:
                 islands=self.config.islands, gpu_groups=tuple(g.gpus for g in executor.groups),
                 can_measure=executor.can_measure,
                 review_mode=self._steering.review_mode, budget_usd=self._steering.budget,
-                executor=self._scheduler.describe_executor()))
+                executor=self._scheduler.describe_executor(), hints_unread=hints_unread(self.agent)))
             if records:
                 with self._cond:
                     best = self._population.best

@@ -41,6 +41,7 @@ class SearchStarted(Event):
     review_mode: str
     budget_usd: float | None
     executor: str = ""  # where evaluations run when not on this machine's GPU groups ("Slurm (...)")
+    hints_unread: str = ""  # "" when the agent reads hints, else why a hint would change nothing (one line)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +96,25 @@ class StageStarted(Event):
     level: int  # cuco_tui.core.result.Level
     gpus: tuple[int, ...] = ()
     message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildQueued(Event):
+    """A candidate's compile ahead waits for a CPU builder (toolchain.BuildPool). `queued`: the
+    builds waiting now, this one included. A BuildStarted for it follows, at once when a builder
+    is free."""
+
+    candidate: str
+    queued: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildStarted(Event):
+    """A builder took the candidate's compile: it began at `at`. `queued`: the builds still
+    waiting for a builder. It ends with the candidate's StageFinished at level 1 (compile)."""
+
+    candidate: str
+    queued: int
 
 
 @dataclass(frozen=True, kw_only=True)

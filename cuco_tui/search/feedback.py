@@ -12,7 +12,7 @@ MAX_FEEDBACK = 6000  # characters: enough for the first errors, short enough for
 
 def render_failure(record: CandidateRecord, limit: int = MAX_FEEDBACK) -> str:
     """The failure of `record` as a person (or a model) should read it; "" if it did not fail."""
-    if not record.result or record.status in ("measured", "no_gpu", "pending"):
+    if not record.result or record.placeholder or record.status in ("measured", "verified", "no_gpu", "pending"):
         return ""
     try:
         result = CascadeResult.from_dict(record.result)

@@ -33,7 +33,9 @@ from cuco_tui.executors.base import (
 )
 from cuco_tui.search import outcomes
 from cuco_tui.search.config import SearchConfig
-from cuco_tui.search.events import EngineError, Event, JobChanged, ProposalReady, StageFinished, StageStarted
+from cuco_tui.search.events import (
+    BuildQueued, BuildStarted, EngineError, Event, JobChanged, ProposalReady, StageFinished, StageStarted,
+)
 from cuco_tui.search.proposing import Drafts
 from cuco_tui.toolchain import BuildPool, BuildResult
 
@@ -146,13 +148,24 @@ class Scheduler:
         path = self.scratch / f"{record.id}.cu"
         path.write_text(record.source)
         build: Future[BuildResult] | None = None
-        if self._builds is not None:
-            self._publish(StageStarted(candidate=record.id, level=int(Level.COMPILE), message="compiling ahead"))
-            build = self._builds.submit(path)
+        if self._builds is not None:  # watchers see it wait for a builder, then compile from a known time
+            build = self._builds.submit(
+                path, queued=lambda n: self._publish(BuildQueued(candidate=record.id, queued=n)),
+                started=lambda n: self._publish(BuildStarted(candidate=record.id, queued=n)))
+            build.add_done_callback(lambda done: self._built(record.id, done))
         assert self._threads is not None
         with self._cond:
             future = self._threads.submit(self._evaluate_and_commit, record, path, build, exclusive)
             self._in_flight[record.id] = future
+
+    def _built(self, candidate: str, build: Future[BuildResult]) -> None:
+        """A compile ahead ended (on its builder's thread): said at once, not when the evaluation's
+        thread gets to it (it may wait for a thread of its own)."""
+        if build.cancelled() or build.exception() is not None:  # shut down, or the evaluation says it crashed
+            return
+        b = build.result()
+        self._publish(StageFinished(candidate=candidate, level=int(Level.COMPILE),
+                                    status="" if b.ok else "compile_error", seconds=0.0 if b.cached else b.seconds))
 
     def confirm_left_over(self, records: list[CandidateRecord]) -> None:
         """On resume: the finalists whose confirmation never ran (the search was killed or
@@ -217,12 +230,8 @@ class Scheduler:
         while this one held its own (None when it needed no GPU), and, when it ran as a job,
         the job and those lost before it."""
         built_ok = True
-        if build is not None:
-            t0 = time.monotonic()
-            b = build.result()
-            built_ok = b.ok
-            self._publish(StageFinished(candidate=record.id, level=int(Level.COMPILE),
-                                        status="" if b.ok else "compile_error", seconds=time.monotonic() - t0))
+        if build is not None:  # its end was published as it came (_built)
+            built_ok = build.result().ok
         assert self._executor is not None
         if not built_ok:  # the cascade will stop at L1 (from the cache): no GPU needed
             return self._run_cascade(record, path, ())[0], None, None

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 from cuco_tui.search.archive import rank_key
 from cuco_tui.core.records import CandidateRecord
 
-STATUS_ORDER = ("measured", "no_gpu", "incorrect", "deadlock", "runtime_error", "compile_error", "rejected", "unreviewed",
+STATUS_ORDER = ("measured", "verified", "no_gpu", "incorrect", "deadlock", "runtime_error", "compile_error", "rejected", "unreviewed",
                 "pending")
 
 
@@ -37,13 +37,17 @@ class SearchSummary:
     best_shapes: tuple[ShapeSpeedup, ...] = ()
     best_rationale: str = ""
     seconds: float = 0.0
+    # Placeholders an older engine committed when the agent had nothing new (EXHAUSTED): not
+    # candidates, so in neither `candidates` nor `by_status`.
+    placeholders: int = 0
 
     @classmethod
     def of(cls, records: Iterable[CandidateRecord], *, session: str = "", workload: str = "", agent: str = "",
            reason: str = "", seconds: float = 0.0, spent_usd: float | None = None) -> "SearchSummary":
         """`spent_usd`: what the engine accounted (every model call, meta-summaries among them);
         None: the records' own costs plus the meta-summary costs they carry."""
-        recs = list(records)
+        every = list(records)
+        recs = [r for r in every if not r.placeholder]
         by_status: dict[str, int] = {}
         for r in recs:
             by_status[r.status] = by_status.get(r.status, 0) + 1
@@ -59,11 +63,11 @@ class SearchSummary:
         ordered |= {s: n for s, n in sorted(by_status.items()) if s not in ordered}
         return cls(
             session=session, workload=workload, agent=agent or _agents(recs), reason=reason,
-            generations=max((r.generation for r in recs), default=0), candidates=len(recs), by_status=ordered,
-            spent_usd=round(spent_usd if spent_usd is not None else sum(record_cost(r) for r in recs), 6),
+            generations=max((r.generation for r in every), default=0), candidates=len(recs), by_status=ordered,
+            spent_usd=round(spent_usd if spent_usd is not None else sum(record_cost(r) for r in every), 6),
             best=best.id if best else None, best_speedup=best.speedup if best else None,
             best_design=dict(best.design) if best else {}, best_shapes=shapes,
-            best_rationale=best.rationale if best else "", seconds=seconds,
+            best_rationale=best.rationale if best else "", seconds=seconds, placeholders=len(every) - len(recs),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,10 +82,14 @@ class SearchSummary:
                  f"searched  {self.candidates} candidates over {self.generations} generations"
                  + (f" in {self.seconds:.0f} s" if self.seconds else ""),
                  "statuses  " + (", ".join(f"{s} {n}" for s, n in self.by_status.items()) or "none"),
+                 (f"agent     ran out of new proposals: {self.placeholders} placeholder record(s) of an older "
+                  f"cuco-tui say so (no code, nothing evaluated; not counted as candidates)"
+                  if self.placeholders else ""),
                  f"spent     ${self.spent_usd:.2f}"]
         if self.best is None:
-            lines.append("best      none measured yet"
-                         + (" (no GPU here: candidates were compiled, not run)" if self.by_status.get("no_gpu") else ""))
+            why = (" (the verified ones were not timed)" if self.by_status.get("verified")
+                   else " (no GPU here: candidates were compiled, not run)" if self.by_status.get("no_gpu") else "")
+            lines.append("best      none measured yet" + why)
         else:
             lines.append(f"best      {self.best}: {self.best_speedup:.3f}x the reference (geometric mean)")
             coords = " ".join(f"{k}={v}" for k, v in self.best_design.items() if k != "knobs")

@@ -198,3 +198,24 @@ def test_summarize_remembers_candidates_that_only_compiled():
     fresh.summarize([SEED_RECORD, _record("c0001", p, status="no_gpu")])
     again = [fresh.propose(_req("full")).source for _ in range(5)]
     assert p.source not in again
+
+
+def test_a_verified_candidate_is_no_failure_to_the_agent():
+    """Verified with its ranks sharing one GPU (nothing timed): neither a speedup nor a failure,
+    so a diff from it does not move away from its setting."""
+    agent = OfflineAgent(W, seed=7)
+    p = agent.propose(_req("full"))
+    while p.design["knobs"]["strategy"] != "peer_pipeline":
+        p = agent.propose(_req("full"))
+    verified = _record("c0009", p, status="verified")
+    summary = agent.summarize([SEED_RECORD, verified])
+    assert "peer_pipeline: 1 compiled or verified, none timed" in summary
+    child = agent.propose(_req("diff", [verified]))
+    assert "The parent failed" not in child.rationale and "(verified)" in child.rationale
+
+
+def test_the_offline_agent_says_it_reads_no_hints():
+    from cuco_tui.agents.base import hints_unread
+
+    assert OfflineAgent.uses_hints is False
+    assert hints_unread(OfflineAgent(W)).startswith("the offline agent does not read hints")

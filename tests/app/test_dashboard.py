@@ -146,16 +146,16 @@ async def test_pause_holds_new_proposals_and_resume_lets_them_come(tmp_path):
 
 
 @pytest.mark.asyncio
-async def test_review_mode_cycles_and_hint_reaches_the_engine(tmp_path):
+async def test_review_mode_cycles_and_the_hint_key_says_the_offline_agent_reads_none(tmp_path):
     app = make_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen) and queue(app).ids)
         screen = dashboard(app)
-        await pilot.press("h")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt), 5)
-        await pilot.press(*"try chunked overlap", "enter")
-        assert await wait_until(pilot, lambda: screen.search.hints == ("try chunked overlap",), 5)
-        assert await wait_until(pilot, lambda: "hints      1" in text(app, "#state-facts"), 5)
+        assert "hints      not read by this agent" in text(app, "#state-facts")
+        await pilot.press("h")  # no prompt for a hint nobody reads: one line says so
+        assert await wait_until(pilot, lambda: any("offline agent does not read hints" in str(n.message)
+                                                   for n in app._notifications), 5)
+        assert not isinstance(app.screen, TextPrompt) and screen.search.hints == ()
         await pilot.press("m")  # review -> risky
         assert await wait_until(pilot, lambda: screen.search.review_mode == "risky", 5)
         await pilot.press("m")  # risky -> auto: what waits is accepted, the rest runs unattended
@@ -238,3 +238,39 @@ async def test_a_search_that_cannot_start_says_why(tmp_path):
         await pilot.press("p")  # nothing to steer: a warning, not a crash
         await pilot.pause(0.2)
         assert any("the search is over" in n.message for n in app._notifications)
+
+
+def test_a_compile_shows_its_time_so_far_and_the_builds_queued_behind_it():
+    from cuco_tui.app.search_state import Evaluation
+    from cuco_tui.app.widgets.search.in_flight import elapsed, step_text
+
+    compiling = Evaluation("c0004", 1, (), "compiling", since=1000.0)
+    assert step_text(compiling, 1042.4, 2) == "compiling 0:42 (2 queued)"
+    assert step_text(compiling, 1042.4, 0) == "compiling 0:42"
+    assert step_text(Evaluation("c0005", 1, (), "build queued", since=1040.0), 1042.0, 2) == "build queued 0:02 (2 queued)"
+    assert step_text(Evaluation("c0006", 2, (0, 1), "verify square-8k", since=1000.0), 1042.0, 2) == "verify square-8k"
+    assert step_text(Evaluation("c0007", 1, (), "compile"), 1042.0, 2) == "compile"  # no start known: no time
+    assert [elapsed(s) for s in (0, 59.9, 61, 3599, 3723, -3)] == ["0:00", "0:59", "1:01", "59:59", "1:02:03", "0:00"]
+
+
+@pytest.mark.asyncio
+async def test_the_in_flight_compile_time_counts_up_every_second_from_its_start():
+    """The clock is the test's: the cell follows it, redrawn by the widget's own timer."""
+    from textual.app import App
+
+    from cuco_tui.app.search_state import Evaluation
+
+    now = [1042.0]
+
+    class Flight(App):
+        def compose(self):
+            yield InFlightTable(clock=lambda: now[0])
+
+    app = Flight()
+    async with app.run_test(size=(80, 10)) as pilot:
+        flight = app.query_one(InFlightTable)
+        flight.show((Evaluation("c0004", 1, (), "compiling", since=1000.0),), queued=2)
+        table = flight.query_one(DataTable)
+        assert table.get_row("c0004")[3] == "compiling 0:42 (2 queued)"
+        now[0] = 1043.0
+        assert await wait_until(pilot, lambda: table.get_row("c0004")[3] == "compiling 0:43 (2 queued)", 10)

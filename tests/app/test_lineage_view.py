@@ -182,8 +182,24 @@ def test_every_example_bundle_opens_with_a_measured_best(tmp_path, bundle):
         machine = repo.machine()
     if "-failures-" in bundle.name:
         statuses = {r.status for r in records.values()}
-        assert {"compile_error", "incorrect", "deadlock", "measured"} <= statuses, statuses
+        assert {"compile_error", "incorrect", "deadlock", "verified"} <= statuses, statuses
+        assert "measured" not in statuses  # nothing was timed
+        assert all(r.speedup is None for r in records.values())
         assert machine is not None and machine.gpus and machine.driver and machine.nccl
         return
     assert len(records) >= 30
     assert best in records and records[best].speedup > 1.0
+
+
+def test_verified_has_its_own_colour_and_an_exhausted_agents_placeholders_have_no_row(tmp_path):
+    """Rows of the kv example: its four placeholders (an older engine's records of an agent with
+    nothing new) are no candidates; the status filter offers what the rows hold."""
+    from cuco_tui.app.widgets.lineage.rows import FAILURE_STYLE, lineage_rows, status_style
+
+    assert status_style("verified") not in (FAILURE_STYLE, status_style("measured"))
+    with import_bundle(EXAMPLES / "kv_transfer-offline-h200x2.bundle", tmp_path / "kv") as repo:
+        summaries = repo.summaries()
+    rows = lineage_rows(summaries)
+    assert len(summaries) == 31 and len(rows) == 27
+    assert not {"c0027", "c0028", "c0029", "c0030"} & {r.id for r in rows}
+    assert {r.summary.status for r in rows} == {"measured", "rejected"}

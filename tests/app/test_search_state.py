@@ -383,3 +383,69 @@ def test_a_resumed_search_shows_its_earlier_candidates():
     assert [b.candidate for b in s.board] == ["c0001", "c0000", "c0002"]
     s = apply(s, awaiting("c0003", parents=("c0001",), source=left.source))
     assert s.proposals[0].diff.startswith("--- c0001/candidate.cu")  # the parent's code is known
+
+
+# ---------------------------------------------------------------------------- issue 36: verified, placeholders, builds
+
+
+def test_a_verified_candidate_ranks_after_every_measured_one_and_before_the_compiled_only():
+    """Verified with its ranks sharing one GPU: no speed, so below the slowest measured candidate;
+    correct on a GPU, so above one only compiled. Its missing speed breaks no comparison."""
+    s = replay([ev.CandidateCommitted(record=record("c0000", speedup=0.5), sha="a"),
+                ev.CandidateCommitted(record=record("c0001", status="no_gpu"), sha="b"),
+                ev.CandidateCommitted(record=record("c0002", status="verified"), sha="c"),
+                ev.CandidateCommitted(record=record("c0003", status="incorrect"), sha="d"),
+                ev.CandidateCommitted(record=record("c0004", status="verified", speedup=9.0), sha="e"),
+                ev.CandidateCommitted(record=record("c0005", speedup=1.2), sha="f")])
+    assert [(b.candidate, b.status) for b in s.board] == [
+        ("c0005", "measured"), ("c0000", "measured"), ("c0004", "verified"), ("c0002", "verified"),
+        ("c0001", "no_gpu"), ("c0003", "incorrect")]
+    assert not any(b.measured for b in s.board if b.status == "verified")
+    assert dict(s.statuses) == {"measured": 2, "verified": 2, "no_gpu": 1, "incorrect": 1}
+
+
+def placeholder(cid: str) -> CandidateRecord:
+    """As an older engine committed an exhausted offline agent's empty proposal, read back."""
+    reason = "no candidate: the offline agent has proposed every valid combination of its strategy templates"
+    return CandidateRecord.from_dict({
+        **record(cid, source="", parents=("c0000",)).to_dict(), "status": "rejected", "design": {},
+        "result": {"status": "rejected", "level": 0, "reason": reason, "candidate": f"{cid}.cu", "workload": ""},
+        "extra": {"rejected_by": "agent"}})
+
+
+def test_an_exhausted_agents_placeholders_in_a_resumed_session_are_no_candidates():
+    seed = record("c0000", speedup=1.0)
+    novelty = CandidateRecord.from_dict({**record("c0001", status="rejected", parents=("c0000",)).to_dict(),
+                                         "result": {"status": "rejected", "reason": "novelty filter: the same code"},
+                                         "extra": {"rejected_by": "novelty"}})
+    assert placeholder("c0002").placeholder and not novelty.placeholder
+    s = apply(DashboardState(), ev.SessionRestored(records=(seed, novelty, placeholder("c0002"),
+                                                            placeholder("c0003")), best=seed))
+    assert [b.candidate for b in s.board] == ["c0000", "c0001"]
+    assert dict(s.statuses) == {"measured": 1, "rejected": 1}
+
+
+def test_a_compile_ahead_shows_its_queue_then_when_it_began_then_that_it_waits_for_gpus():
+    s = replay([ev.BuildQueued(candidate="c0004", queued=1, at=100.0),
+                ev.BuildStarted(candidate="c0004", queued=0, at=101.0),
+                ev.BuildQueued(candidate="c0005", queued=1, at=102.0),
+                ev.BuildQueued(candidate="c0006", queued=2, at=103.0)])
+    assert [(e.candidate, e.level, e.step, e.since) for e in s.evaluations] == [
+        ("c0004", 1, "compiling", 101.0), ("c0005", 1, "build queued", 102.0), ("c0006", 1, "build queued", 103.0)]
+    assert s.builds_queued == 2 and s.in_flight == 3
+    s = replay([ev.StageFinished(candidate="c0004", level=1, seconds=44.0, at=145.0),
+                ev.BuildStarted(candidate="c0005", queued=1, at=145.0)], s)
+    assert [(e.step, e.since) for e in s.evaluations[:2]] == [("built, waits its turn", 145.0), ("compiling", 145.0)]
+    assert s.builds_queued == 1
+    s = replay([ev.StageStarted(candidate="c0004", level=0, message="static checks", at=150.0),
+                ev.StageStarted(candidate="c0004", level=2, gpus=(0, 1), message="verify", at=151.0),
+                ev.StageStarted(candidate="c0004", level=2, gpus=(0, 1), message="verify hot", at=152.0),
+                ev.StageFinished(candidate="c0005", level=1, status="compile_error", at=160.0)], s)
+    assert [(e.candidate, e.step, e.since) for e in s.evaluations] == [
+        ("c0004", "verify hot", 151.0), ("c0006", "build queued", 103.0)]
+
+
+def test_the_agent_that_reads_no_hints_is_known_from_the_start():
+    assert apply(DashboardState(), started()).hints_unread == ""
+    said = "the offline agent does not read hints"
+    assert apply(DashboardState(), started(hints_unread=said)).hints_unread == said

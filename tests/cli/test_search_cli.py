@@ -106,6 +106,10 @@ def test_search_finishes_and_commits_every_candidate(searched):
         assert max(r.generation for r in records) == 6
         assert {r.island for r in records if r.generation > 0} == {0, 1, 2}
         assert set(repo.island_heads()) == {0, 1, 2}
+    # every compile ahead is said as it starts (its queue, when builds wait for a builder)
+    built = [r.id for r in records if r.status in ("no_gpu", "compile_error")]
+    assert all(any(f"] {cid} L1: compiling" in line for line in proc.stderr.splitlines()) for cid in built), \
+        proc.stderr[-3000:]
 
 
 def test_show_sessions_and_export(searched, cache, tmp_path):

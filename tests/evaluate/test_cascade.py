@@ -272,13 +272,19 @@ def test_a_shared_gpu_run_verifies_and_never_times():
     assert shared["shared_gpu"] and not own["shared_gpu"]
 
 
-def test_a_shared_gpu_result_says_so():
+def test_a_shared_gpu_result_is_verified_not_measured_and_reads_back_so():
     run = _recorded("measured", [0, 0])
     for o in run.ranks:  # the verification part of a real run, without its timings
         o.events = [e for e in o.events if e.get("event") != "timing" and e.get("level") != "bench"]
     r = interpret(run, W, dict(BASE, gpus=[0, 0]))
-    assert r.status == Status.MEASURED and r.level == Level.VERIFY
-    assert "every rank on one GPU: nothing timed" in r.reason
+    assert r.status == Status.VERIFIED and r.level == Level.VERIFY and r.status.ok
+    assert "every rank on one GPU: nothing timed" in r.reason and r.speedup is None
+    again = CascadeResult.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert again.status == Status.VERIFIED and again.to_dict() == r.to_dict()
+    # recorded before "verified" existed: "measured" with nothing timed reads as verified; timed stays measured
+    assert CascadeResult.from_dict({**r.to_dict(), "status": "measured"}).status == Status.VERIFIED
+    timed = interpret(_recorded("measured", [0, 0]), W, dict(BASE))
+    assert CascadeResult.from_dict(json.loads(json.dumps(timed.to_dict()))).status == Status.MEASURED
 
 
 def test_share_gpu_takes_one_gpu_and_no_shapes(capsys):
@@ -381,7 +387,7 @@ def test_a_wrong_answer_under_a_perturbed_schedule_is_a_race_that_names_its_seed
 
 def test_a_candidate_that_survives_the_perturbed_schedules_says_so():
     r = interpret(_perturbed_run(failing_seed=None), W, dict(BASE))
-    assert r.status == Status.MEASURED and "race" not in r.reason
+    assert r.status == Status.VERIFIED and "race" not in r.reason
     note = next(d for d in r.diagnostics if d.code == "perturb")
     assert note.severity == "note"
     assert note.message.startswith("verified under 4 perturbed schedule(s) (seeds 40-43: copies_late, rank_late, "
@@ -395,7 +401,7 @@ def test_the_same_seeds_at_every_verify_shape_are_one_set_of_schedules_run_at_ea
     tp_attn_out have two): each shape's rounds are their own, and the note says the schedules ran
     at every shape."""
     r = interpret(_perturbed_run(failing_seed=None, shapes=("verify", "verify-hot")), W, dict(BASE))
-    assert r.status == Status.MEASURED and "race" not in r.reason
+    assert r.status == Status.VERIFIED and "race" not in r.reason
     note = next(d for d in r.diagnostics if d.code == "perturb")
     assert note.severity == "note", note.message
     assert note.message.startswith("verified under 4 perturbed schedule(s) (seeds 40-43: copies_late, rank_late, "
@@ -421,7 +427,7 @@ def test_a_round_left_unfinished_at_the_second_shape_is_named_with_its_shape():
 
 def test_perturbed_rounds_that_reached_no_call_of_the_candidate_are_a_warning():
     r = interpret(_perturbed_run(failing_seed=None, calls=0), W, dict(BASE))
-    assert r.status == Status.MEASURED
+    assert r.status == Status.VERIFIED
     assert any(d.code == "perturb" and d.severity == "warning" and "reached none" in d.message for d in r.diagnostics)
 
 

@@ -25,7 +25,7 @@ def _shared(world: int) -> EvalOptions:
 def test_the_seed_verifies_with_two_ranks_on_one_gpu(name):
     w = load_workload(name)
     r = evaluate(w.seed, w, _shared(2))
-    assert r.status == Status.MEASURED and r.level == Level.VERIFY, _explain(r)
+    assert r.status == Status.VERIFIED and r.level == Level.VERIFY, _explain(r)
     assert "nothing timed" in r.reason and not r.timings
     assert r.gpus == [0, 0]
     labels = [v.shape for v in r.verifications]
@@ -46,7 +46,7 @@ def test_the_seed_verifies_with_two_ranks_on_one_gpu(name):
 def test_the_seed_verifies_with_four_ranks_on_one_gpu(name):
     w = load_workload(name)
     r = evaluate(w.seed, w, _shared(4))
-    assert r.status == Status.MEASURED and r.level == Level.VERIFY, _explain(r)
+    assert r.status == Status.VERIFIED and r.level == Level.VERIFY, _explain(r)
     assert r.world == 4 and all(v.ok for v in r.verifications)
 
 
@@ -99,7 +99,7 @@ def test_memcheck_passes_the_seed_and_names_the_line_of_an_overrun(tmp_path):
     w = load_workload("gemm_allgather")
     options = EvalOptions(gpus=[0], world=2, share_gpu=True, sanitize="memcheck")
     r = evaluate(w.seed, w, options)
-    assert r.status == Status.MEASURED and "compute-sanitizer memcheck: no errors" in r.reason, _explain(r)
+    assert r.status == Status.VERIFIED and "compute-sanitizer memcheck: no errors" in r.reason, _explain(r)
     source = w.seed.read_text()
     source = source.replace("struct Candidate {", OVERRUN_KERNEL + "\nstruct Candidate {", 1)
     source = source.replace("  return 0;\n}\n\nstatic int candidate_teardown(", OVERRUN_CALL, 1)

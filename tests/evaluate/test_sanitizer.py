@@ -141,7 +141,7 @@ def test_reports_are_read_per_rank_and_a_rank_without_one_is_said(tmp_path):
 
 
 def test_a_verified_candidate_with_findings_is_incorrect_and_a_clean_one_says_so(tmp_path):
-    verified = CascadeResult("c.cu", "gemm_allgather", Status.MEASURED, Level.VERIFY, "verified (no benchmark)")
+    verified = CascadeResult("c.cu", "gemm_allgather", Status.VERIFIED, Level.VERIFY, "verified (no benchmark)")
     (tmp_path / "a").mkdir()
     dirty = sanitizer.read_reports("memcheck", _rundir(tmp_path / "a", {0: CLEAN, 1: MEMCHECK}), world=2)
     r = sanitizer.with_report(verified, dirty, "candidate.cu")
@@ -151,7 +151,7 @@ def test_a_verified_candidate_with_findings_is_incorrect_and_a_clean_one_says_so
     (tmp_path / "b").mkdir()
     clean = sanitizer.read_reports("memcheck", _rundir(tmp_path / "b", {0: CLEAN, 1: CLEAN}), world=2)
     r = sanitizer.with_report(verified, clean, "candidate.cu")
-    assert r.status == Status.MEASURED and r.reason == "verified (no benchmark); compute-sanitizer memcheck: no errors"
+    assert r.status == Status.VERIFIED and r.reason == "verified (no benchmark); compute-sanitizer memcheck: no errors"
     (tmp_path / "c").mkdir()
     cut = sanitizer.read_reports("memcheck", _rundir(tmp_path / "c", {0: CLEAN, 1: "========= COMPUTE-SANITIZER\n"}),
                                  world=2)

@@ -95,3 +95,35 @@ def test_an_unreviewed_proposal_says_so_in_git_log(tmp_path):
         assert log == "c0001 diff unreviewed"
         assert "Status: unreviewed" in repo.git_repo.git.log("--format=%B", "c0001", "-1")
     assert Path(tmp_path / "s" / ".git").is_dir()
+
+
+def test_records_of_an_older_version_read_as_what_they_are(tmp_path):
+    """Recorded before "verified" existed, a candidate verified with nothing timed says "measured":
+    it reads back as verified (a timed one stays measured); an exhausted agent's placeholder,
+    recorded as rejected, reads as exhausted. An index built by the older version is rebuilt."""
+    import sqlite3
+
+    from cuco_tui.core.records import EXHAUSTED
+    from cuco_tui.lineage.index import INDEX_FILE
+
+    untimed = {"candidate": "c0000.cu", "workload": "gemm_allgather", "status": "measured", "level": 2,
+               "reason": "verified (every rank on one GPU: nothing timed)", "timings": [], "speedup": None}
+    empty = "no candidate: the offline agent has proposed every valid combination of its strategy templates"
+    with SessionRepo.create(tmp_path / "s", "gemm_allgather", {}) as repo:  # as the older engine wrote them
+        repo.commit_candidate(seed(result=untimed))
+        repo.commit_candidate(seed("c0001", parents=("c0000",), kind="diff", speedup=1.2,
+                                   result={**untimed, "level": 3, "timings": ["(timed)"], "speedup": 1.2}))
+        repo.commit_candidate(seed("c0002", parents=("c0000",), kind="full", status="rejected", source="", design={},
+                                   result={"status": "rejected", "level": 0, "reason": empty},
+                                   extra={"rejected_by": "agent"}))
+    with sqlite3.connect(tmp_path / "s" / ".git" / INDEX_FILE) as db:  # the older version's index
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+        db.execute("UPDATE candidates SET status = 'measured' WHERE id = 'c0000'")
+        db.execute("UPDATE candidates SET status = 'rejected' WHERE id = 'c0002'")
+    with SessionRepo.open(tmp_path / "s") as again:
+        assert [(r.id, r.status) for r in again.records()] == [
+            ("c0000", "verified"), ("c0001", "measured"), ("c0002", EXHAUSTED)]
+        assert again.record("c0000").result["status"] == "verified" and again.record("c0002").placeholder
+        assert [(s.id, s.status) for s in again.summaries()] == [
+            ("c0000", "verified"), ("c0001", "measured"), ("c0002", EXHAUSTED)]
+        assert again.best_measured() == ("c0001", 1.2)

@@ -245,6 +245,32 @@ def test_hints_reach_the_agent_and_are_kept(tmp_path):
     assert repo.records()[-1].extra["hints"] == ["try copy engines for the peer shards"]
 
 
+def test_a_hint_for_an_agent_that_reads_none_is_refused_in_one_line(tmp_path):
+    """The offline agent renders templates: a hint would be counted and never read. The engine
+    says so instead, and keeps none; its start says so to every watcher."""
+    from cuco_tui.agents.base import hints_unread
+    from cuco_tui.agents.offline import OfflineAgent
+    from cuco_tui.search.engine import SteeringError
+    from cuco_tui.search.events import HintAdded
+
+    agent = OfflineAgent(W)
+    engine, repo, bus = make(tmp_path, agent=agent, generations=1, fast_path=False)
+    refused = []
+
+    def hint(e):
+        if isinstance(e, GenerationStarted) and e.generation == 1:
+            with pytest.raises(SteeringError) as exc:
+                engine.add_hint("try copy engines for the peer shards")
+            refused.append(str(exc.value))
+
+    bus.subscribe(hint)
+    engine.run()
+    assert refused == [hints_unread(agent)] and "does not read hints" in refused[0]
+    assert engine.hints == () and not bus.history(HintAdded)
+    assert bus.history(SearchStarted)[0].hints_unread == refused[0]
+    assert ScriptedAgent().name and not hints_unread(ScriptedAgent())  # an agent that does not say reads them
+
+
 def test_resume_continues_ids_generations_and_population(tmp_path):
     engine, repo, bus = make(tmp_path, generations=2)
     engine.run()

@@ -209,3 +209,35 @@ def test_config_rejects_what_cannot_work():
         SearchConfig(explore_share=1.5)
     assert SearchConfig(islands=4).proposals == 4
     assert SearchConfig(islands=4, proposals_per_generation=2).proposals == 2
+
+
+def test_a_verified_candidate_is_a_parent_with_no_fitness():
+    """Verified with its ranks sharing one GPU (nothing timed): drawn as a parent in exploit too,
+    ranked after every measured candidate and before the compiled-only, never the best, and no
+    failure to show the next prompt."""
+    from cuco_tui.search.feedback import render_failure
+
+    pop = Population(SearchConfig(islands=1))
+    result = {"candidate": "c0002.cu", "workload": "gemm_allgather", "status": "verified", "level": 2,
+              "reason": "verified (every rank on one GPU: nothing timed)"}
+    verified = CandidateRecord(**{**rec("c0002", status="verified").__dict__, "result": result})
+    assert not pop.add(rec("c0001", status="no_gpu"))
+    assert not pop.add(verified)
+    assert pop.best is None and pop.last_failure(0) is None and render_failure(verified) == ""
+    assert [r.id for r in pop.ranked(0, include_failures=False)] == ["c0002", "c0001"]
+    assert pop.select(0, EXPLOIT, random.Random(0), kind="diff").parents[0].id in ("c0001", "c0002")
+    assert pop.add(rec("c0003", speedup=0.4))  # the slowest measured one is the best there is
+    assert [r.id for r in pop.ranked(0)] == ["c0003", "c0002", "c0001"] and pop.best.id == "c0003"
+    assert len(pop.archive) == 1 and pop.archive.elites()[0].id == "c0003"  # one cell: the measured one holds it
+
+
+def test_an_exhausted_agents_placeholder_is_neither_parent_nor_failure():
+    pop = Population(SearchConfig(islands=1))
+    reason = "no candidate: the offline agent has proposed every valid combination of its strategy templates"
+    old = CandidateRecord.from_dict({**rec("c0002", status="rejected", source="").to_dict(),
+                                     "result": {"status": "rejected", "level": 0, "reason": reason},
+                                     "extra": {"rejected_by": "agent"}})
+    assert old.placeholder and old.status == "exhausted"
+    pop.add(rec("c0001", speedup=1.1))
+    pop.add(old)
+    assert [r.id for r in pop.ranked(0)] == ["c0001"] and pop.last_failure(0) is None

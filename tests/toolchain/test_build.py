@@ -392,3 +392,28 @@ def test_one_byte_changes_the_key(broken, cache_dir, tmp_path):
     assert not r.cached and r.key != first.key
     assert [(d.line, d.column, d.message) for d in r.diagnostics] == [
         (d.line, d.column, d.message) for d in first.diagnostics]
+
+
+def test_the_build_pool_says_each_build_queued_then_started_with_the_count_of_that_moment(tmp_path):
+    """One builder, eight builds (each fails at once: a toolchain without nvcc): every build is
+    reported queued before started, and each count is the queue's at that moment, whatever
+    order the threads ran in."""
+    from cuco_tui.toolchain import BuildPool
+
+    broken = Toolchain(None, "", Library("nccl", None, None, "libnccl.so.2"),
+                       Library("cublas", None, None, "libcublas.so.13"), problems=("nvcc was not found",))
+    pool = BuildPool(1, toolchain=broken, cache=BuildCache(tmp_path / "cache"))
+    heard: list[tuple[str, str, int]] = []
+    try:
+        futures = [pool.submit(SEED, queued=lambda n, i=i: heard.append(("queued", f"b{i}", n)),
+                               started=lambda n, i=i: heard.append(("started", f"b{i}", n))) for i in range(8)]
+        assert all(not f.result(timeout=60).ok for f in futures)
+    finally:
+        pool.shutdown()
+    waiting = 0
+    for what, _, n in heard:
+        waiting += 1 if what == "queued" else -1
+        assert n == waiting, heard
+    at = {(what, build): i for i, (what, build, _) in enumerate(heard)}
+    assert all(at[("queued", f"b{i}")] < at[("started", f"b{i}")] for i in range(8)), heard
+    assert len(heard) == 16 and waiting == 0 and pool.waiting == 0

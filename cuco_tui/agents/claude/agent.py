@@ -104,6 +104,8 @@ class _Tally:
 
 
 class ClaudeAgent:
+    uses_hints = True  # the engineer's hints go into every prompt
+
     def __init__(
         self,
         model: str = DEFAULT_MODEL,

@@ -23,9 +23,11 @@ from cuco_tui.agents.base import AgentExhausted, Proposal, ProposalRequest
 from cuco_tui.agents.offline.strategy import Knobs, Strategy, StrategyBook
 from cuco_tui.design.space import Capabilities
 from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.result import UNTIMED_OK
 from cuco_tui.core.workload import Workload
 
 GOOD = "measured"
+UNTIMED = UNTIMED_OK  # verified (nothing timed) or compiled only: neither a speedup nor a failure
 
 
 @dataclass
@@ -33,7 +35,7 @@ class _Outcome:
     tries: int = 0
     failures: int = 0
     speedups: list[float] = field(default_factory=list)
-    unmeasured: int = 0  # compiled but not run: no GPU was there to measure them
+    unmeasured: int = 0  # compiled (no GPU) or verified (ranks sharing one GPU), never timed
 
     @property
     def best(self) -> float | None:
@@ -55,6 +57,8 @@ def _key(name: str, knobs: Knobs) -> str:
 
 
 class OfflineAgent:
+    uses_hints = False  # no model reads text here: decisions come from templates and results
+
     def __init__(self, workload: Workload, caps: Capabilities = Capabilities(), seed: int = 0) -> None:
         self.name = "offline"
         self.workload = workload
@@ -84,7 +88,7 @@ class OfflineAgent:
             if rec.status == "pending":
                 continue
             outcomes = [self.by_strategy[name]] + [self.by_knob[(name, k, repr(v))] for k, v in knobs.items()]
-            if rec.status == "no_gpu":
+            if rec.status in UNTIMED:
                 for o in outcomes:
                     o.unmeasured += 1
                 continue
@@ -98,7 +102,7 @@ class OfflineAgent:
         for s in self.book.strategies:
             o = self.by_strategy.get(s.name)
             if not o or not o.tries:
-                lines.append(f"{s.name}: " + (f"{o.unmeasured} compiled, none measured (no GPU)" if o and o.unmeasured
+                lines.append(f"{s.name}: " + (f"{o.unmeasured} compiled or verified, none timed" if o and o.unmeasured
                                               else "untested"))
                 continue
             best = f"best {o.best:.2f}x" if o.best else "no measured run"
@@ -212,7 +216,7 @@ class OfflineAgent:
 
     def _describe(self, o: _Outcome) -> str:
         if not o.tries:
-            return f"{o.unmeasured} compiled, none measured (no GPU)" if o.unmeasured else "untested so far"
+            return f"{o.unmeasured} compiled or verified, none timed" if o.unmeasured else "untested so far"
         best = f"best {o.best:.2f}x" if o.best else "none measured"
         return f"{o.tries} tried, {o.failures} failed, {best}"
 
@@ -258,7 +262,7 @@ class OfflineAgent:
             return self._full(request)
         if not s.knobs:
             return self._full(request)
-        failed = parent.status not in (GOOD, "no_gpu", "pending")
+        failed = parent.status not in (GOOD, *UNTIMED, "pending")
         ranked = sorted(s.knobs, key=lambda k: -self._knob_influence(s, k) * self.rng.uniform(0.7, 1.3))
         for knob in ranked:
             values = [v for v in s.knobs[knob] if v != knobs.get(knob)]

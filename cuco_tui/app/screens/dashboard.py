@@ -143,8 +143,8 @@ class DashboardScreen(Screen):
         if not self.is_mounted:
             return
         self.query_one(StatePanel).state = new
-        if new.evaluations is not old.evaluations:
-            self.query_one(InFlightTable).show(new.evaluations)
+        if new.evaluations is not old.evaluations or new.builds_queued != old.builds_queued:
+            self.query_one(InFlightTable).show(new.evaluations, new.builds_queued)
         if new.points is not old.points:
             self.query_one(SpeedupChart).points = new.points
         if new.bounds is not old.bounds:
@@ -315,6 +315,9 @@ class DashboardScreen(Screen):
     def action_hint(self) -> None:
         search = self._ready()
         if search is None:
+            return
+        if self.state.hints_unread:  # said in one line, not prompted for and counted in vain
+            self.notify(self.state.hints_unread, title="hint", severity="warning")
             return
 
         def hinted(text: str | None) -> None:

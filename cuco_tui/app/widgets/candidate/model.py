@@ -81,8 +81,8 @@ class CandidateView:
             return "not evaluated: the search stopped before this proposal was reviewed"
         if self.result is None:
             return "not measured: no evaluation result recorded"
-        if self.result.status is Status.MEASURED:
-            return "not measured: verified only (the benchmark was not run)"
+        if self.result.status in (Status.VERIFIED, Status.MEASURED):
+            return f"not measured: {self.result.reason or 'verified only (the benchmark was not run)'}"
         return f"not measured: {self.result.status.value}"
 
     def located_diagnostics(self) -> list[Diagnostic]:

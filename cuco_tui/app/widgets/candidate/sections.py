@@ -90,7 +90,7 @@ def absent_notes(view: CandidateView) -> list[str]:
         notes.append("diff: none (no parent: a seed)")
     if not view.measured:
         notes.append(f"timings: {view.not_measured()}")
-    if r is not None and not r.verifications and r.status is not Status.MEASURED:
+    if r is not None and not r.verifications and r.status not in (Status.MEASURED, Status.VERIFIED):
         notes.append(f"verification: not run (stopped at {LEVEL_NAMES[r.level]})")
     if r is not None and r.status is Status.DEADLOCK and not r.deadlock_report.strip():
         notes.append("deadlock diagnosis: none stored with this result")
@@ -196,6 +196,7 @@ _FIRST_BY_STATUS = {
     Status.INCORRECT: "verification",
     Status.RUNTIME_ERROR: "errors",
     Status.MEASURED: "timings",
+    Status.VERIFIED: "verification",  # nothing timed: what it passed
 }
 
 

@@ -55,6 +55,13 @@ def bound_fact(s: DashboardState, short: bool = False) -> str:
     return f"{s.bounds.speedup:.2f}x{reached}"
 
 
+def hints_fact(s: DashboardState, short: bool = False) -> str:
+    """How many hints the agent was given, or that it reads none (the offline agent)."""
+    if s.hints_unread:
+        return "unread" if short else "not read by this agent"
+    return str(s.hints)
+
+
 def render_facts(s: DashboardState) -> Content:
     statuses = " ".join(f"{k} {v}" for k, v in sorted(s.statuses.items())) or "none yet"
     best = f"{s.best_speedup:.3f}x ({s.best_id})" if s.best_speedup is not None else "-"
@@ -64,7 +71,7 @@ def render_facts(s: DashboardState) -> Content:
         ("phase", s.phase), ("generation", gen), ("islands", str(s.islands or "-")),
         ("review", s.review_mode), ("committed", statuses),
         ("waiting", f"{s.held} for review, {s.in_flight} evaluating"),
-        ("best", best), ("bound", bound_fact(s)), ("spent", budget), ("hints", str(s.hints)),
+        ("best", best), ("bound", bound_fact(s)), ("spent", budget), ("hints", hints_fact(s)),
     ]
     return _rows(rows)
 
@@ -78,7 +85,7 @@ def render_compact(s: DashboardState) -> Content:
     rows = [
         ("gen", f"{gen} {s.phase} · {s.review_mode}"), ("done", statuses),
         ("waiting", f"{s.held} review, {s.in_flight} evaluating"),
-        ("best", best), ("bound", bound_fact(s, short=True)), ("spent", f"{budget} · hints {s.hints}"),
+        ("best", best), ("bound", bound_fact(s, short=True)), ("spent", f"{budget} · hints {hints_fact(s, short=True)}"),
     ]
     return _rows(rows, width=8)
 
