@@ -23,6 +23,8 @@ from cuco_tui.workload.manifest import load_workload
 DEFAULT_GENERATIONS = 10
 DEFAULT_CLAUDE_BUDGET = 5.0
 
+WORKLOAD_HELP = ("the workload: a name (`cuco workloads` lists them) or a workload's folder "
+                 "(default gemm_allgather)")
 SHARE_GPU_HELP = ("run every rank on one GPU (the one --gpus names, else 0; --world ranks, else the workload's "
                   "smallest world): checks correctness on a machine with fewer GPUs than ranks; times nothing")
 SHARE_GPU_HINT = "with fewer GPUs, --share-gpu checks correctness with every rank on one GPU (nothing timed)"
@@ -75,6 +77,40 @@ def workload_named(name: str) -> Workload:
         return load_workload(name)
     except WorkloadError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def check_group(workload: Workload, args: argparse.Namespace) -> None:
+    """--world, and the count of --gpus, against the world sizes the workload's manifest lists
+    (and its shapes' divisibility), before anything is compiled: a cascade would otherwise
+    compile first and, without a GPU, never look at them. With --share-gpu, --gpus names the one
+    GPU every rank shares, so only --world counts."""
+    world = getattr(args, "world", None)
+    gpus = _parsed(args.gpus) if getattr(args, "gpus", None) else None
+    shared = getattr(args, "share_gpu", False)
+    if world is not None:
+        _check_world(workload, world, f"--world {world}")
+    if gpus is not None and not shared:
+        if world is not None and world != len(gpus):
+            raise UsageError(f"--world {world} and --gpus {args.gpus} ({len(gpus)} GPUs) disagree: give one of them")
+        _check_world(workload, len(gpus), f"--gpus {args.gpus} names {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}")
+
+
+def _check_world(workload: Workload, world: int, given: str) -> None:
+    try:
+        workload.check_world(world)
+    except WorkloadError as exc:
+        raise UsageError(f"{given}: {exc}") from exc
+
+
+def bench_shapes(workload: Workload, text: str | None) -> tuple[str, ...]:
+    """--shapes as bench shape names of `workload`; a name it lacks is refused, naming those it has."""
+    names = tuple(s.strip() for s in (text or "").split(",") if s.strip())
+    known = [s.name for s in workload.bench_shapes]
+    for name in names:
+        if name not in known:
+            raise UsageError(f"--shapes: {workload.name} has no bench shape {name!r}; its bench shapes are "
+                             f"{', '.join(known)}")
+    return names
 
 
 def share_gpu_asked(args: argparse.Namespace) -> bool:

@@ -1,0 +1,81 @@
+"""Flags and paths the command line used to accept in silence or answer with a traceback (issue 36,
+items 2-6): each is now one sentence on stderr and a non-zero exit, before anything is compiled,
+written or listed."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from cuco_tui.cli import main, tui_main
+from repo_paths import REPO
+
+EXAMPLE = REPO / "sessions" / "examples" / "kv_transfer-offline-h200x2.bundle"
+SEED = REPO / "workloads" / "gemm_allgather" / "seed.cu"
+
+
+def _one_line_error(capsys, rc: int, *words: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+# ---------------------------------------------------------------------------- item 3: --world, --shapes
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--world", "0"], ["--world 0", "2, 4, 8"]),
+    (["--world", "3"], ["--world 3", "2, 4, 8"]),
+    (["--shapes", "nope"], ["'nope'", "mlp-up-70b", "long-seq"]),
+    (["--shapes", "square-8k,nope"], ["'nope'", "square-8k"]),
+    (["--shapes", "square-8k", "--no-bench"], ["--no-bench"]),
+    (["--gpus", "0,1,2"], ["3 GPUs", "2, 4, 8"]),
+])
+def test_eval_refuses_a_world_or_shape_the_workload_lacks_before_compiling(capsys, monkeypatch, tmp_path, flags,
+                                                                           words):
+    from cuco_tui.harness import gpus as gpus_module
+    from cuco_tui.harness.gpus import GpuInventory
+
+    monkeypatch.setattr(gpus_module, "inventory", lambda: GpuInventory((), problem="no NVIDIA driver answered"))
+    monkeypatch.setenv("CUCO_CACHE_DIR", str(tmp_path / "cache"))
+    rc = main(["eval", str(SEED), "--workload", "gemm_allgather", *flags])
+    _one_line_error(capsys, rc, *words)
+    assert not (tmp_path / "cache").exists()  # nothing was compiled
+
+
+@pytest.mark.parametrize("command", [["baseline"], ["selftest", "--faults"]])
+@pytest.mark.parametrize("flags", [["--world", "3"], ["--world", "0"]])
+def test_baseline_and_selftest_refuse_a_world_the_workload_lacks(capsys, command, flags):
+    _one_line_error(capsys, main(command + ["--workload", "gemm_allgather"] + flags), f"--world {flags[1]}", "2, 4, 8")
+
+
+def test_selftest_refuses_a_fault_the_workload_lacks(capsys):
+    _one_line_error(capsys, main(["selftest", "--faults", "--only", "hang,nope"]), "'nope'", "missing_signal")
+
+
+def test_selftest_of_a_workload_without_faults_is_one_line(capsys):
+    _one_line_error(capsys, main(["selftest", "--faults", "--workload", "kv_transfer"]), "kv_transfer",
+                    "faults/expected.toml")
+
+
+# ---------------------------------------------------------------------------- item 5: the size of a candidate
+
+
+def test_eval_refuses_a_candidate_past_the_size_limit_before_reading_it(tmp_path, capsys, monkeypatch):
+    from cuco_tui.evaluate.static_checks import MAX_SOURCE_BYTES
+
+    monkeypatch.setenv("CUCO_CACHE_DIR", str(tmp_path / "cache"))
+    just_over = tmp_path / "big.cu"
+    text = SEED.read_text()
+    just_over.write_text(text + "//" + "x" * (MAX_SOURCE_BYTES - len(text.encode())) + "\n")
+    _one_line_error(capsys, main(["eval", str(just_over)]), str(just_over), "1 MiB")
+    huge = tmp_path / "huge.cu"  # sparse: 4 GiB that take no disk; read whole, they would take the memory
+    with huge.open("wb") as f:
+        f.truncate(4 << 30)
+    _one_line_error(capsys, main(["eval", str(huge)]), str(huge), "4096.0 MiB", "1 MiB")
+    assert not (tmp_path / "cache").exists()
