@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from dataclasses import replace
@@ -29,6 +30,9 @@ def _root(args: argparse.Namespace) -> Path:
 def cmd_sessions(args: argparse.Namespace) -> int:
     from cuco_tui.lineage import list_sessions
 
+    if args.root is not None and not Path(args.root).is_dir():  # the default folder is made by the first search
+        what = "is a file" if Path(args.root).exists() else "does not exist"
+        raise UsageError(f"--root {args.root} {what}: give the folder sessions live in (a search's --root)")
     sessions = list_sessions(_root(args))
     if args.json:
         print(json.dumps([{"name": s.name, "path": str(s.path), "workload": s.workload, "candidates": s.candidates,
@@ -50,7 +54,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     print(plain_table(rows))
     stopped = [s for s in sessions if s.state == "stopped"]
     if stopped:
-        print(f"\na stopped session continues with `cuco search --resume NAME` (e.g. {stopped[0].name})")
+        again = shlex.join(["cuco", "search", "--resume", stopped[0].name]
+                           + (["--root", args.root] if args.root is not None else []))
+        print(f"\na stopped session continues with `{again}`" + (" (or another's name)" if len(stopped) > 1 else ""))
     return 0
 
 

@@ -63,6 +63,34 @@ def test_selftest_of_a_workload_without_faults_is_one_line(capsys):
                     "faults/expected.toml")
 
 
+# ---------------------------------------------------------------------------- item 4: sessions --root
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_sessions_under_a_root_that_is_no_folder_is_refused(tmp_path, capsys, kind):
+    root = tmp_path / "nowhere"
+    if kind == "file":
+        root.write_text("")
+    _one_line_error(capsys, main(["sessions", "--root", str(root)]), str(root))
+    _one_line_error(capsys, main(["sessions", "--root", str(root), "--json"]), str(root))
+
+
+def test_the_resume_command_sessions_suggests_works_from_another_root(tmp_path, capsys):
+    from cuco_tui.lineage import import_bundle
+    from cuco_tui.search.sessions import resolve_session
+
+    root = tmp_path / "my sessions"
+    import_bundle(EXAMPLE, root / "kv one").close()  # a bundle's session records no end: it lists as stopped
+    assert main(["sessions", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "--resume" in x)
+    command = shlex.split(line[line.index("`") + 1:line.rindex("`")])
+    assert command[:2] == ["cuco", "search"], line
+    args = dict(zip(command[2::2], command[3::2]))
+    assert args == {"--resume": "kv one", "--root": str(root)}, line
+    assert resolve_session(args["--resume"], Path(args["--root"])) == root / "kv one"
+
+
 # ---------------------------------------------------------------------------- item 5: the size of a candidate
 
 
