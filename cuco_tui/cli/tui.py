@@ -67,7 +67,9 @@ def _open(argv: list[str]) -> int:
         try:  # a folder made by a search (or a session's name under sessions/), nothing else
             target = resolve_session(opened.session)
         except SessionError:
-            what = ("is a folder, but no session (a search makes one, with .git inside)" if target.exists()
+            what = ("is a file, neither a session (a folder a search makes, with .git inside) nor a .bundle"
+                    if target.is_file() else
+                    "is a folder, but no session (a search makes one, with .git inside)" if target.exists()
                     else "does not exist")
             print(f"cuco-tui: no session or bundle at {opened.session}: it {what}; `cuco sessions` lists the sessions",
                   file=sys.stderr)

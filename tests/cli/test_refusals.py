@@ -107,3 +107,13 @@ def test_eval_refuses_a_candidate_past_the_size_limit_before_reading_it(tmp_path
         f.truncate(4 << 30)
     _one_line_error(capsys, main(["eval", str(huge)]), str(huge), "4096.0 MiB", "1 MiB")
     assert not (tmp_path / "cache").exists()
+
+
+# ---------------------------------------------------------------------------- item 6: cuco-tui open FILE
+
+
+def test_opening_a_regular_file_says_it_is_a_file(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    err = _one_line_error(capsys, tui_main(["open", str(notes)]), str(notes), "is a file")
+    assert "is a folder" not in err, err
