@@ -25,6 +25,28 @@ def _one_line_error(capsys, rc: int, *words: str) -> str:
     return err
 
 
+# ---------------------------------------------------------------------------- item 2: export --out
+
+
+def test_export_into_an_existing_file_is_refused_and_the_file_kept(tmp_path, capsys):
+    target = tmp_path / "notes.txt"
+    target.write_text("my notes\n")
+    _one_line_error(capsys, main(["export", str(EXAMPLE), "--out", str(target)]), str(target), "not a folder")
+    assert target.read_text() == "my notes\n"
+
+
+def test_export_where_no_folder_can_be_made_is_one_line(capsys):
+    _one_line_error(capsys, main(["export", str(EXAMPLE), "--out", "/proc/cuco-export-test"]),
+                    "/proc/cuco-export-test")
+
+
+def test_export_does_not_overwrite_a_readme_of_yours(tmp_path, capsys):
+    (tmp_path / "README.md").write_text("# my project\n")
+    _one_line_error(capsys, main(["export", str(EXAMPLE), "--out", str(tmp_path)]), "README.md")
+    assert (tmp_path / "README.md").read_text() == "# my project\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]
+
+
 # ---------------------------------------------------------------------------- item 3: --world, --shapes
 
 
