@@ -6,8 +6,10 @@ console for stdout, and how a cascade result is shown."""
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -223,18 +225,56 @@ def make_executor(args: argparse.Namespace, workload: Workload, world: int) -> A
 # ---------------------------------------------------------------------------- output
 
 
+class _Unpadded(io.TextIOBase):
+    """A pipe or a file, written line by line without the spaces rich pads a table's cells with
+    up to the console's width (a log or a diff of the output should hold only what was said)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._line = ""  # the text of a line not yet ended
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # rich asks, to choose its box characters
+        return getattr(self._out, "encoding", None) or "utf-8"
+
+    def write(self, text: str) -> int:
+        *whole, self._line = (self._line + text).split("\n")
+        for line in whole:
+            self._out.write(line.rstrip(" ") + "\n")
+        return len(text)
+
+    def flush(self) -> None:  # what is left of a line goes out as it is: more of it may follow
+        if self._line:
+            self._out.write(self._line)
+            self._line = ""
+        self._out.flush()
+
+
+# Output to a pipe or a file is this wide unless COLUMNS says otherwise, so that tables keep one
+# line per row instead of wrapping into the 80 columns rich assumes of a stream that is no terminal.
+PIPED_WIDTH = 200
+
+
+def _console(stream: TextIO, stderr: bool) -> Console:
+    """Markup off: what is printed quotes TOML tables, C indexing and model replies (`[tolerance]`,
+    `c[i]`, `:x:`), which rich would take for style tags and emoji codes; styles go through `Text`.
+    A terminal is left to rich (its size, or COLUMNS); a pipe or a file gets COLUMNS when set, else
+    PIPED_WIDTH, and no trailing spaces."""
+    if stream.isatty():
+        return Console(stderr=stderr, markup=False, emoji=False)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
+    return Console(file=_Unpadded(stream), width=width, markup=False, emoji=False)
+
+
 def stdout_console() -> Console:
-    """Rich output for stdout; when it is a file or a pipe (a log of a GPU run), wide enough that
-    tables keep one line per row instead of wrapping into the 80 columns rich assumes. Markup off:
-    what is printed quotes TOML tables, C indexing and model replies (`[tolerance]`, `c[i]`, `:x:`),
-    which rich would take for style tags and emoji codes; styles go through `Text`."""
-    width = None if sys.stdout.isatty() else 200
-    return Console(width=width, markup=False, emoji=False)
+    """Rich output for stdout."""
+    return _console(sys.stdout, stderr=False)
 
 
 def stderr_console() -> Console:
-    """Progress lines on stderr, markup off for the same reason."""
-    return Console(stderr=True, markup=False, emoji=False)
+    """Progress lines on stderr."""
+    return _console(sys.stderr, stderr=True)
 
 
 def render_result(result: CascadeResult) -> Group:
