@@ -6,8 +6,10 @@ console for stdout, and how a cascade result is shown."""
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -23,6 +25,8 @@ from cuco_tui.workload.manifest import load_workload
 DEFAULT_GENERATIONS = 10
 DEFAULT_CLAUDE_BUDGET = 5.0
 
+WORKLOAD_HELP = ("the workload: a name (`cuco workloads` lists them) or a workload's folder "
+                 "(default gemm_allgather)")
 SHARE_GPU_HELP = ("run every rank on one GPU (the one --gpus names, else 0; --world ranks, else the workload's "
                   "smallest world): checks correctness on a machine with fewer GPUs than ranks; times nothing")
 SHARE_GPU_HINT = "with fewer GPUs, --share-gpu checks correctness with every rank on one GPU (nothing timed)"
@@ -76,6 +80,40 @@ def workload_named(name: str) -> Workload:
         return load_workload(name)
     except WorkloadError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def check_group(workload: Workload, args: argparse.Namespace) -> None:
+    """--world, and the count of --gpus, against the world sizes the workload's manifest lists
+    (and its shapes' divisibility), before anything is compiled: a cascade would otherwise
+    compile first and, without a GPU, never look at them. With --share-gpu, --gpus names the one
+    GPU every rank shares, so only --world counts."""
+    world = getattr(args, "world", None)
+    gpus = _parsed(args.gpus) if getattr(args, "gpus", None) else None
+    shared = getattr(args, "share_gpu", False)
+    if world is not None:
+        _check_world(workload, world, f"--world {world}")
+    if gpus is not None and not shared:
+        if world is not None and world != len(gpus):
+            raise UsageError(f"--world {world} and --gpus {args.gpus} ({len(gpus)} GPUs) disagree: give one of them")
+        _check_world(workload, len(gpus), f"--gpus {args.gpus} names {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}")
+
+
+def _check_world(workload: Workload, world: int, given: str) -> None:
+    try:
+        workload.check_world(world)
+    except WorkloadError as exc:
+        raise UsageError(f"{given}: {exc}") from exc
+
+
+def bench_shapes(workload: Workload, text: str | None) -> tuple[str, ...]:
+    """--shapes as bench shape names of `workload`; a name it lacks is refused, naming those it has."""
+    names = tuple(s.strip() for s in (text or "").split(",") if s.strip())
+    known = [s.name for s in workload.bench_shapes]
+    for name in names:
+        if name not in known:
+            raise UsageError(f"--shapes: {workload.name} has no bench shape {name!r}; its bench shapes are "
+                             f"{', '.join(known)}")
+    return names
 
 
 def share_gpu_asked(args: argparse.Namespace) -> bool:
@@ -188,18 +226,56 @@ def make_executor(args: argparse.Namespace, workload: Workload, world: int) -> A
 # ---------------------------------------------------------------------------- output
 
 
+class _Unpadded(io.TextIOBase):
+    """A pipe or a file, written line by line without the spaces rich pads a table's cells with
+    up to the console's width (a log or a diff of the output should hold only what was said)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._line = ""  # the text of a line not yet ended
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # rich asks, to choose its box characters
+        return getattr(self._out, "encoding", None) or "utf-8"
+
+    def write(self, text: str) -> int:
+        *whole, self._line = (self._line + text).split("\n")
+        for line in whole:
+            self._out.write(line.rstrip(" ") + "\n")
+        return len(text)
+
+    def flush(self) -> None:  # what is left of a line goes out as it is: more of it may follow
+        if self._line:
+            self._out.write(self._line)
+            self._line = ""
+        self._out.flush()
+
+
+# Output to a pipe or a file is this wide unless COLUMNS says otherwise, so that tables keep one
+# line per row instead of wrapping into the 80 columns rich assumes of a stream that is no terminal.
+PIPED_WIDTH = 200
+
+
+def _console(stream: TextIO, stderr: bool) -> Console:
+    """Markup off: what is printed quotes TOML tables, C indexing and model replies (`[tolerance]`,
+    `c[i]`, `:x:`), which rich would take for style tags and emoji codes; styles go through `Text`.
+    A terminal is left to rich (its size, or COLUMNS); a pipe or a file gets COLUMNS when set, else
+    PIPED_WIDTH, and no trailing spaces."""
+    if stream.isatty():
+        return Console(stderr=stderr, markup=False, emoji=False)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
+    return Console(file=_Unpadded(stream), width=width, markup=False, emoji=False)
+
+
 def stdout_console() -> Console:
-    """Rich output for stdout; when it is a file or a pipe (a log of a GPU run), wide enough that
-    tables keep one line per row instead of wrapping into the 80 columns rich assumes. Markup off:
-    what is printed quotes TOML tables, C indexing and model replies (`[tolerance]`, `c[i]`, `:x:`),
-    which rich would take for style tags and emoji codes; styles go through `Text`."""
-    width = None if sys.stdout.isatty() else 200
-    return Console(width=width, markup=False, emoji=False)
+    """Rich output for stdout."""
+    return _console(sys.stdout, stderr=False)
 
 
 def stderr_console() -> Console:
-    """Progress lines on stderr, markup off for the same reason."""
-    return Console(stderr=True, markup=False, emoji=False)
+    """Progress lines on stderr."""
+    return _console(sys.stderr, stderr=True)
 
 
 def render_result(result: CascadeResult) -> Group:

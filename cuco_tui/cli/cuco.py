@@ -13,6 +13,7 @@ import sys
 from cuco_tui.cli.common import package_version
 from cuco_tui.cli.doctor import add_doctor_parser
 from cuco_tui.cli.evaluate import add_eval_parsers, add_selftest_parsers
+from cuco_tui.cli.export import add_export_parser
 from cuco_tui.cli.search import add_search_parser
 from cuco_tui.cli.sessions import add_session_parsers
 from cuco_tui.cli.workload import add_workload_parsers
@@ -29,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_selftest_parsers(sub)  # selftest, workloads
     add_workload_parsers(sub)  # workload new, workload check
     add_search_parser(sub)
-    add_session_parsers(sub)  # sessions, show, export
+    add_session_parsers(sub)  # sessions, show
+    add_export_parser(sub)
     return p
 
 

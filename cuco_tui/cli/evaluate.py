@@ -11,11 +11,13 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from cuco_tui.cli.common import (SHARE_GPU_HELP, gpu_list, render_result, share_gpu_asked, share_gpu_hint,
-                                 stderr_console, stdout_console, workload_named)
+from cuco_tui.cli.common import (SHARE_GPU_HELP, WORKLOAD_HELP, bench_shapes, check_group, gpu_list, render_result,
+                                 share_gpu_asked, share_gpu_hint, stderr_console, stdout_console, workload_named)
 from cuco_tui.core.errors import UsageError
 from cuco_tui.core.result import CascadeResult, Level, Status
+from cuco_tui.core.workload import Workload
 from cuco_tui.evaluate.sanitizer import TOOLS
+from cuco_tui.evaluate.static_checks import source_too_large
 from cuco_tui.workload.manifest import list_workloads, load_workload
 
 
@@ -25,14 +27,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.is_file():
         raise UsageError(f"no such candidate file: {path}")
+    too_large = source_too_large(path.stat().st_size, str(path))  # before a byte of it is read
+    if too_large:
+        raise UsageError(too_large)
     workload = workload_named(args.workload)
     if args.sanitize and (args.perturb_seed is not None or args.perturb_rounds is not None or args.shapes):
         raise UsageError("--sanitize verifies under compute-sanitizer without perturbed schedules or timing: "
                          "drop --perturb-seed, --perturb-rounds and --shapes")
+    if args.shapes and args.no_bench:
+        raise UsageError("--shapes names the bench shapes to time, and --no-bench times none: drop one of them")
+    shapes = bench_shapes(workload, args.shapes)
+    check_group(workload, args)
     options = EvalOptions(
-        gpus=gpu_list(args.gpus), world=args.world, bench=not args.no_bench,
-        shapes=tuple(s for s in (args.shapes or "").split(",") if s), share_gpu=share_gpu_asked(args),
-        sanitize=args.sanitize, **perturb_options(args),
+        gpus=gpu_list(args.gpus), world=args.world, bench=not args.no_bench, shapes=shapes,
+        share_gpu=share_gpu_asked(args), sanitize=args.sanitize, **perturb_options(args),
     )
     err = stderr_console()
     progress = None if args.json else (lambda p: err.print(Text(f"L{int(p.level)}", style="dim"), p.message))
@@ -86,6 +94,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     from cuco_tui.evaluate.cascade import EvalOptions
 
     workload = workload_named(args.workload)
+    check_group(workload, args)
     options = EvalOptions(gpus=gpu_list(args.gpus), world=args.world)
     try:
         base = measure_baseline(workload, options)
@@ -120,6 +129,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     if not args.faults:
         raise UsageError("say what to test: --faults")
     workload = workload_named(args.workload)
+    check_group(workload, args)
+    only = fault_names(workload, args.only)
     options = EvalOptions(gpus=gpu_list(args.gpus), world=args.world,
                           first_launch_timeout_s=args.launch_timeout, share_gpu=share_gpu_asked(args),
                           **perturb_options(args))
@@ -129,7 +140,6 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         raise UsageError(f"the fault suite runs candidates on GPUs: {why.removeprefix('no_gpu: ')}"
                          + (f"; {hint}" if hint else ""))
     err = stderr_console()
-    only = tuple(s for s in (args.only or "").split(",") if s)
     checks = run_fault_suite(workload, options, only, say=lambda s: err.print(Text(s, style="dim")))
     t = Table(title=f"fault suite of {workload.name}", title_justify="left")
     for col in ("candidate", "expected", "got", "detected after", "replayed", "GPUs fine after", "verdict",
@@ -149,6 +159,23 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     return 0 if passed == len(run) else 1
 
 
+def fault_names(workload: Workload, text: str | None) -> tuple[str, ...]:
+    """--only as fault names of the workload's suite (faults/expected.toml), each one it has."""
+    from cuco_tui.evaluate.faults import load_expectations
+
+    try:
+        known = list(load_expectations(workload))
+    except FileNotFoundError:
+        raise UsageError(f"{workload.name} has no fault suite (faults/expected.toml in {workload.root})") from None
+    except ValueError as exc:  # tomllib's TOMLDecodeError
+        raise UsageError(f"{workload.root / 'faults' / 'expected.toml'} is not valid TOML: {exc}") from exc
+    names = tuple(s.strip() for s in (text or "").split(",") if s.strip())
+    for name in names:
+        if name not in known:
+            raise UsageError(f"--only: {workload.name} has no fault {name!r}; its faults are {', '.join(known)}")
+    return names
+
+
 def cmd_workloads(args: argparse.Namespace) -> int:
     for name in list_workloads():
         w = load_workload(name)
@@ -161,10 +188,11 @@ def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
     """eval and baseline."""
     e = sub.add_parser("eval", help="run the evaluation cascade (static checks, compile, verify, benchmark) on a candidate")
     e.add_argument("file", help="the candidate .cu")
-    e.add_argument("--workload", "-w", default="gemm_allgather")
+    e.add_argument("--workload", "-w", default="gemm_allgather", help=WORKLOAD_HELP)
     e.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: the first GPUs the workload can use)")
-    e.add_argument("--world", type=int, help="number of ranks when --gpus is not given, or with --share-gpu")
-    e.add_argument("--shapes", help="comma-separated bench shape names to measure (default: all)")
+    e.add_argument("--world", type=int, help="number of ranks when --gpus is not given, or with --share-gpu "
+                                             "(one of the workload's world sizes)")
+    e.add_argument("--shapes", help="comma-separated bench shape names of the workload to measure (default: all)")
     e.add_argument("--no-bench", action="store_true", help="stop after verification (L2)")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     e.add_argument("--share-gpu", action="store_true", help=SHARE_GPU_HELP)
@@ -175,10 +203,11 @@ def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(fn=cmd_eval)
 
     b = sub.add_parser("baseline", help="measure the workload's reference and its ceilings")
-    b.add_argument("--workload", "-w", default="gemm_allgather")
-    b.add_argument("--gpus")
-    b.add_argument("--world", type=int)
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--workload", "-w", default="gemm_allgather", help=WORKLOAD_HELP)
+    b.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: the first GPUs the workload can use)")
+    b.add_argument("--world", type=int, help="number of ranks when --gpus is not given (one of the workload's "
+                                             "world sizes; default: the largest this machine's GPUs hold)")
+    b.add_argument("--json", action="store_true", help="print the measurements as JSON")
     b.set_defaults(fn=cmd_baseline)
 
 
@@ -186,10 +215,12 @@ def add_selftest_parsers(sub: argparse._SubParsersAction) -> None:
     """selftest and workloads."""
     st = sub.add_parser("selftest", help="run the deliberately broken candidates and check each diagnosis (GPU)")
     st.add_argument("--faults", action="store_true", help="the fault suite of the workload")
-    st.add_argument("--workload", "-w", default="gemm_allgather")
-    st.add_argument("--gpus")
-    st.add_argument("--world", type=int)
-    st.add_argument("--only", help="comma-separated fault names")
+    st.add_argument("--workload", "-w", default="gemm_allgather", help=WORKLOAD_HELP)
+    st.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: the first GPUs the workload can use)")
+    st.add_argument("--world", type=int, help="number of ranks when --gpus is not given, or with --share-gpu "
+                                              "(one of the workload's world sizes)")
+    st.add_argument("--only", help="comma-separated fault names of the workload's suite (faults/expected.toml; "
+                                   "default: all)")
     st.add_argument("--share-gpu", action="store_true", help=SHARE_GPU_HELP)
     st.add_argument("--launch-timeout", type=float, default=10.0,
                     help="time limit of a candidate's first launch, in seconds (default 10)")

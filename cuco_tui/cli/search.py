@@ -14,8 +14,8 @@ from typing import Any, Callable, TextIO
 
 from cuco_tui.cli.build_watch import BuildWatch
 from cuco_tui.cli.common import (
-    DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, add_executor_options, config_overrides, gpu_list, make_executor,
-    workload_named,
+    DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, WORKLOAD_HELP, add_executor_options, config_overrides, gpu_list,
+    make_executor, workload_named,
 )
 from cuco_tui.core.errors import UsageError
 
@@ -245,7 +245,7 @@ def placement_hint(message: str, workload, config) -> str:
 
 def add_search_parser(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("search", help="evolve candidates with an agent, evaluating each and keeping the lineage")
-    s.add_argument("--workload", "-w", default="gemm_allgather")
+    s.add_argument("--workload", "-w", default="gemm_allgather", help=WORKLOAD_HELP)
     s.add_argument("--generations", "-g", type=int,
                    help=f"the session's total number of generations (default {DEFAULT_GENERATIONS}); "
                         f"with --resume, the search continues up to it")

@@ -1,10 +1,11 @@
-"""`cuco sessions`, `cuco show` and `cuco export`: the sessions a search leaves behind, listed,
-read (a summary, or one candidate's result, diagnostics and diff) and their best kernel written out."""
+"""`cuco sessions` and `cuco show`: the sessions a search leaves behind, listed and read (a summary,
+or one candidate's result, diagnostics and diff); `cuco export` (cli/export.py) opens them as here."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from dataclasses import replace
@@ -29,6 +30,9 @@ def _root(args: argparse.Namespace) -> Path:
 def cmd_sessions(args: argparse.Namespace) -> int:
     from cuco_tui.lineage import list_sessions
 
+    if args.root is not None and not Path(args.root).is_dir():  # the default folder is made by the first search
+        what = "is a file" if Path(args.root).exists() else "does not exist"
+        raise UsageError(f"--root {args.root} {what}: give the folder sessions live in (a search's --root)")
     sessions = list_sessions(_root(args))
     if args.json:
         print(json.dumps([{"name": s.name, "path": str(s.path), "workload": s.workload, "candidates": s.candidates,
@@ -50,7 +54,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     print(plain_table(rows))
     stopped = [s for s in sessions if s.state == "stopped"]
     if stopped:
-        print(f"\na stopped session continues with `cuco search --resume NAME` (e.g. {stopped[0].name})")
+        again = shlex.join(["cuco", "search", "--resume", stopped[0].name]
+                           + (["--root", args.root] if args.root is not None else []))
+        print(f"\na stopped session continues with `{again}`" + (" (or another's name)" if len(stopped) > 1 else ""))
     return 0
 
 
@@ -63,7 +69,7 @@ def plain_table(rows: list[tuple[str, ...]]) -> str:
 # ---------------------------------------------------------------------------- cuco show
 
 
-def _open(args: argparse.Namespace):
+def open_named(args: argparse.Namespace):
     """The session named or at the path, or a .bundle (imported into a temporary folder)."""
     from cuco_tui.lineage import SessionError, SessionRepo, open_session_or_bundle
     from cuco_tui.search.sessions import resolve_session
@@ -76,16 +82,20 @@ def _open(args: argparse.Namespace):
         raise UsageError(str(exc)) from exc
 
 
-def _shown_as(args: argparse.Namespace, repo) -> str:
+def shown_as(args: argparse.Namespace, repo) -> str:
     """How a session is named to the reader: a bundle by its own path (not the temporary folder
     it is read from), a session by its folder."""
     given = Path(args.session)
     return str(given) if given.suffix == ".bundle" and given.is_file() else str(repo.path)
 
 
-def _record(repo, candidate: str):
+def record_of(repo, candidate: str, shown: str):
+    """One candidate, whole; a candidate the session lacks is named with the session as the user
+    gave it (`shown`: a bundle's own path, never the temporary folder it is read from)."""
     from cuco_tui.lineage import SessionError
 
+    if candidate not in repo:
+        raise UsageError(f"no candidate {candidate!r} in session {shown}")
     try:
         return repo.record(candidate)
     except SessionError as exc:
@@ -95,12 +105,12 @@ def _record(repo, candidate: str):
 def cmd_show(args: argparse.Namespace) -> int:
     from cuco_tui.search.summary import SearchSummary
 
-    with _open(args) as repo:
+    with open_named(args) as repo:
         if args.candidate:
             return _show_candidate(repo, args)
         records = repo.records()
         info = repo.session_info()
-        summary = SearchSummary.of(records, session=_shown_as(args, repo), workload=str(info.get("workload", "")))
+        summary = SearchSummary.of(records, session=shown_as(args, repo), workload=str(info.get("workload", "")))
         heads = repo.island_heads()
         if args.json:
             machine = repo.machine()
@@ -143,7 +153,7 @@ def candidate_table(records) -> str:
 def _show_candidate(repo, args: argparse.Namespace) -> int:
     from cuco_tui.core.result import CascadeResult
 
-    r = _record(repo, args.candidate)
+    r = record_of(repo, args.candidate, shown_as(args, repo))
     diff = repo.diff(r.parents[0], r.id) if r.parents else ""
     if args.json:
         d = r.to_dict()
@@ -185,55 +195,20 @@ def _show_candidate(repo, args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------- cuco export
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    if args.best and args.out and args.best != args.out:
-        raise UsageError("--best DIR and --out DIR name the folder to write into: give one of them")
-    out = Path(args.out or args.best or "export")
-    with _open(args) as repo:
-        cid = args.candidate
-        if cid is None:
-            best = repo.best_measured()
-            if best is None:
-                raise UsageError(f"session {_shown_as(args, repo)} has no measured candidate yet, so there is no "
-                                 f"best to export; name one with --candidate ID")
-            cid = best[0]
-        r = _record(repo, cid)
-        name = Path(_shown_as(args, repo)).stem if str(args.session).endswith(".bundle") else repo.path.name
-        out.mkdir(parents=True, exist_ok=True)
-        kernel = out / f"{name}-{r.id}.cu"
-        kernel.write_text(r.source)
-        result = out / "result.json"
-        result.write_text(json.dumps({"session": _shown_as(args, repo), "candidate": r.id, "status": r.status,
-                                      "speedup": r.speedup, "design": r.design, "result": r.result}, indent=1) + "\n")
-        print(f"wrote {kernel} and {result} ({r.id}, {r.status}"
-              + (f", {r.speedup:.3f}x" if r.speedup is not None else "") + ")")
-    return 0
-
-
 # ---------------------------------------------------------------------------- wiring
 
 
 def add_session_parsers(sub: argparse._SubParsersAction) -> None:
-    """sessions, show and export."""
+    """sessions and show (export is in cli/export.py)."""
     ls = sub.add_parser("sessions", help="list the search sessions")
-    ls.add_argument("--root", help="where sessions live (default: sessions/)")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--root", metavar="DIR", help="where sessions live (default: sessions/)")
+    ls.add_argument("--json", action="store_true", help="print the sessions as JSON")
     ls.set_defaults(fn=cmd_sessions)
 
     sh = sub.add_parser("show", help="a session's summary, or one candidate's result, diagnostics and diff")
     sh.add_argument("session", help="a session folder, or a name under sessions/")
     sh.add_argument("candidate", nargs="?", help="a candidate id, e.g. c0004")
-    sh.add_argument("--root")
-    sh.add_argument("--json", action="store_true")
+    sh.add_argument("--root", metavar="DIR", help="where sessions live, for a session given by name "
+                                                  "(default: sessions/)")
+    sh.add_argument("--json", action="store_true", help="print the summary, or the candidate and its diff, as JSON")
     sh.set_defaults(fn=cmd_show)
-
-    ex = sub.add_parser("export", help="write a session's best kernel (or --candidate ID) and its result into a folder")
-    ex.add_argument("session", help="a session folder, a name under sessions/, or a .bundle")
-    ex.add_argument("--out", metavar="DIR", help="the folder to write into (default: export/)")
-    ex.add_argument("--best", metavar="DIR", help="the same as --out DIR (the best measured candidate, as before)")
-    ex.add_argument("--candidate", help="export this candidate instead of the best measured one")
-    ex.add_argument("--root")
-    ex.set_defaults(fn=cmd_export)

@@ -9,21 +9,19 @@ import sys
 from pathlib import Path
 
 from cuco_tui.cli.common import (
-    DEFAULT_GENERATIONS, add_executor_options, config_overrides, gpu_list, make_executor, package_version,
-    workload_named,
+    DEFAULT_GENERATIONS, WORKLOAD_HELP, add_executor_options, config_overrides, gpu_list, make_executor,
+    package_version, workload_named,
 )
 from cuco_tui.core.errors import UsageError
 
 
-def tui_main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["open"]:
-        return _open(argv[1:])
+def build_tui_parser() -> argparse.ArgumentParser:
+    """`cuco-tui`'s options (`cuco-tui open` has its own: build_open_parser)."""
     parser = argparse.ArgumentParser(
         prog="cuco-tui", description="supervise the co-design of multi-GPU kernels: opens on a new search of the "
         "workload (its dashboard), on every local GPU; `cuco-tui open SESSION_OR_BUNDLE` browses a session")
     parser.add_argument("--version", action="version", version=f"cuco-tui {package_version()}")
-    parser.add_argument("--workload", "-w", default="gemm_allgather")
+    parser.add_argument("--workload", "-w", default="gemm_allgather", help=WORKLOAD_HELP)
     parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: every GPU)")
     parser.add_argument("--agent", choices=("offline", "claude"),
                         help="who proposes (default: claude when ANTHROPIC_API_KEY is set, else offline)")
@@ -36,7 +34,25 @@ def tui_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evaluate", action="store_true",
                         help="open on the evaluate screen (the workload's candidates) instead of a new search")
     add_executor_options(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def build_open_parser() -> argparse.ArgumentParser:
+    """`cuco-tui open SESSION_OR_BUNDLE`."""
+    opener = argparse.ArgumentParser(prog="cuco-tui open",
+                                     description="open a session's lineage (a session folder or a .bundle)")
+    opener.add_argument("session", help="a session folder, or a .bundle (imported into a temporary folder)")
+    opener.add_argument("--workload", "-w", default="gemm_allgather",
+                        help="the workload of the app's other screens, such as evaluate (a name or a folder; "
+                             "default gemm_allgather)")
+    return opener
+
+
+def tui_main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["open"]:
+        return _open(argv[1:])
+    args = build_tui_parser().parse_args(argv)
     try:
         return _run(args)
     except UsageError as exc:
@@ -46,11 +62,7 @@ def tui_main(argv: list[str] | None = None) -> int:
 
 def _open(argv: list[str]) -> int:
     """`cuco-tui open SESSION_OR_BUNDLE`."""
-    opener = argparse.ArgumentParser(prog="cuco-tui open",
-                                     description="open a session's lineage (a session folder or a .bundle)")
-    opener.add_argument("session", help="a session folder, or a .bundle (imported into a temporary folder)")
-    opener.add_argument("--workload", "-w", default="gemm_allgather")
-    opened = opener.parse_args(argv)
+    opened = build_open_parser().parse_args(argv)
     from cuco_tui.lineage import SessionError
     from cuco_tui.search.sessions import resolve_session
 
@@ -67,7 +79,9 @@ def _open(argv: list[str]) -> int:
         try:  # a folder made by a search (or a session's name under sessions/), nothing else
             target = resolve_session(opened.session)
         except SessionError:
-            what = ("is a folder, but no session (a search makes one, with .git inside)" if target.exists()
+            what = ("is a file, neither a session (a folder a search makes, with .git inside) nor a .bundle"
+                    if target.is_file() else
+                    "is a folder, but no session (a search makes one, with .git inside)" if target.exists()
                     else "does not exist")
             print(f"cuco-tui: no session or bundle at {opened.session}: it {what}; `cuco sessions` lists the sessions",
                   file=sys.stderr)

@@ -28,7 +28,7 @@ from cuco_tui.core.result import (
     Status,
     Verification,
 )
-from cuco_tui.evaluate.static_checks import check_static, is_rejected
+from cuco_tui.evaluate.static_checks import check_static, is_rejected, size_diagnostic
 from cuco_tui.evaluate.sync_checks import check_sync
 from cuco_tui.source.model import CandidateSource
 from cuco_tui.harness.deadlock import describe_hang
@@ -188,7 +188,8 @@ def static_level(source: str, name: str, workload: Workload) -> tuple[list[Diagn
     """L0: (the static checks' diagnostics, the reason they reject the candidate, or "")."""
     parsed = CandidateSource(source, name)  # one parse, read by every check
     diags = check_static(parsed, workload.seed.read_text(), name)
-    diags += check_sync(parsed, name)
+    if not any(d.code == "size" for d in diags):  # one too large to check is read no further
+        diags += check_sync(parsed, name)
     if not is_rejected(diags):
         return diags, ""
     first = next(d for d in diags if d.severity == "error")
@@ -212,6 +213,10 @@ def evaluate(
         options = sanitizer.options_for(options)
     base = dict(candidate=str(candidate), workload=workload.name)
     try:
+        too_large = size_diagnostic(candidate.stat().st_size, candidate.name)
+        if too_large:  # refused before a byte is read (see MAX_SOURCE_BYTES)
+            return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC, diagnostics=[too_large],
+                                 reason=f"rejected by static checks: {too_large.message}")
         source = candidate.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC,

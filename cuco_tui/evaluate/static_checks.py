@@ -22,9 +22,34 @@ from cuco_tui.source.model import CandidateSource
 from cuco_tui.source.regions import (DESIGN_LINE, DESIGN_PAIR, END, START, Regions, design_line, frozen_hash,
                                      frozen_lines, split_regions)
 
-__all__ = ["check_static", "is_rejected"]
+__all__ = ["MAX_SOURCE_BYTES", "check_static", "is_rejected", "size_diagnostic", "source_too_large"]
 
 _L0 = int(Level.STATIC)
+
+# The largest candidate a search or `cuco eval` takes. A kernel's source is tens of kB (the
+# largest of the workloads' seeds and templates is under 30 kB); 1 MiB leaves room for any real
+# one. Past it is a runaway (a reply repeated, a generated table) that the checks would lex
+# whole: a 180 MB file took 258 s and 3.3 GB before L0 rejected it. So it is the first check.
+MAX_SOURCE_BYTES = 1 << 20
+
+
+def source_too_large(size: int, file_name: str) -> str:
+    """Why a candidate of `size` bytes is refused, or "" when it is within MAX_SOURCE_BYTES."""
+    if size <= MAX_SOURCE_BYTES:
+        return ""
+    return (f"{file_name} is {size / 2**20:.1f} MiB; a candidate may be at most {MAX_SOURCE_BYTES // 2**20} MiB "
+            f"(a kernel's source is tens of kB)")
+
+
+def size_diagnostic(size: int, file_name: str) -> Diagnostic | None:
+    """The L0 error of a candidate of `size` bytes past MAX_SOURCE_BYTES, or None."""
+    too_large = source_too_large(size, file_name)
+    return _diag(too_large, file_name, code="size") if too_large else None
+
+
+def _text_size(text: str) -> int:
+    # a character is at least one byte: a text of more characters than the limit is never encoded
+    return len(text) if len(text) > MAX_SOURCE_BYTES else len(text.encode("utf-8", "replace"))
 
 
 # ---------------------------------------------------------------------------- checks
@@ -352,7 +377,11 @@ def _check_design(regions: Regions, src: SourceText, file_name: str) -> list[Dia
 
 def check_static(source: str | CandidateSource, seed: str, file_name: str) -> list[Diagnostic]:
     """Every L0 check of `source` against the workload's `seed`; an empty list is a pass.
-    Errors (severity "error") reject the candidate; warnings do not (see `is_rejected`)."""
+    Errors (severity "error") reject the candidate; warnings do not (see `is_rejected`). A source
+    past MAX_SOURCE_BYTES gets that one finding, before anything reads it further."""
+    too_large = size_diagnostic(_text_size(source.text if isinstance(source, CandidateSource) else source), file_name)
+    if too_large:
+        return [too_large]
     cand = CandidateSource.of(source, file_name)
     src = cand.lexed
     cand_regions = cand.regions

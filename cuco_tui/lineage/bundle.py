@@ -27,10 +27,11 @@ def import_bundle(bundle_path: Path, dest: Path) -> SessionRepo:
     Not `git clone`: a clone renames branches to origin/*, and a session's refs (main,
     island-<n>, best, root) must come back under their own names. So: a fresh bare repository,
     then a fetch of refs/* onto refs/*."""
-    bundle_path = Path(bundle_path).resolve()
+    given = Path(bundle_path)  # errors name the bundle as the user gave it
+    bundle_path = given.resolve()
     dest = Path(dest)
     if not bundle_path.is_file():
-        raise SessionError(f"no bundle at {bundle_path}")
+        raise SessionError(f"no bundle at {given}")
     if dest.exists() and any(dest.iterdir()):
         raise SessionError(f"{dest} is not empty; import the bundle into a new folder")
     made = not dest.exists()
@@ -42,10 +43,14 @@ def import_bundle(bundle_path: Path, dest: Path) -> SessionRepo:
             # --update-head-ok: HEAD already names main (unborn); fetching into it is the point.
             repo.git.fetch(str(bundle_path), "+refs/*:refs/*", "--update-head-ok", "--no-tags")
         except git.GitCommandError as e:
-            raise SessionError(f"{bundle_path} is not a readable git bundle: {e.stderr.strip()}") from e
+            raise SessionError(f"{given} is not a readable git bundle: {_one_line(e.stderr)}") from e
         finally:
             repo.close()
-        return SessionRepo.open(dest)
+        try:
+            return SessionRepo.open(dest)
+        except SessionError as e:  # said of the folder it was imported into, which the user never named
+            raise SessionError(str(e).replace(str(dest), f"the bundle {given}")
+                               .replace("choose another folder", "choose another bundle")) from e
     except BaseException:
         # Leave nothing half-made behind; remove only what this call created.
         if made:
@@ -54,6 +59,12 @@ def import_bundle(bundle_path: Path, dest: Path) -> SessionRepo:
             for child in dest.iterdir():
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise
+
+
+def _one_line(stderr: str) -> str:
+    """git's stderr as GitPython gives it (`  stderr: '...'`, several lines) on one line."""
+    text = stderr.strip().removeprefix("stderr:").strip().strip("'")
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def open_session_or_bundle(path: Path) -> SessionRepo:

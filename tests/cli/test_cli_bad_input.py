@@ -49,7 +49,7 @@ def test_a_gpu_named_twice_is_refused_by_the_tui(capsys):
 @pytest.mark.parametrize("command", [["eval", str(SEED)], ["search", "--workload", "gemm_allgather"]])
 def test_a_gpu_this_machine_lacks_is_refused(capsys, monkeypatch, command):
     monkeypatch.setattr(gpus_module, "inventory", lambda: TWO)
-    _one_line_error(capsys, main(command + ["--gpus", "9"]), "no GPU 9 on this machine", "GPUs 0-1")
+    _one_line_error(capsys, main(command + ["--gpus", "0,9"]), "no GPU 9 on this machine", "GPUs 0-1")
 
 
 def test_without_any_gpu_a_gpu_list_is_warned_about(capsys, monkeypatch):

@@ -479,3 +479,25 @@ def test_perturbation_options_reach_the_evaluation(monkeypatch, capsys):
     assert main(["eval", str(W.seed), "--json"]) == 0
     assert [(o.perturb, o.perturb_seed, o.perturb_rounds) for o in seen] == [
         (True, 17, 1), (False, None, cascade.EvalOptions().perturb_rounds), (True, None, 4)]
+
+
+def test_a_candidate_past_the_size_limit_is_rejected_before_it_is_read(tmp_path, no_gpu, monkeypatch):
+    from cuco_tui.evaluate.static_checks import MAX_SOURCE_BYTES
+
+    monkeypatch.setenv("CUCO_CACHE_DIR", str(tmp_path / "cache"))
+    marker = "// cuco-design:"
+    text = W.seed.read_text()
+    at = text.index("\n", text.index(marker)) + 1  # a comment inside the EVOLVE block: L0 would pass it
+    pad = MAX_SOURCE_BYTES + 1 - len(text.encode()) - 3
+    just_over = tmp_path / "big.cu"
+    just_over.write_text(text[:at] + "//" + "x" * pad + "\n" + text[at:])
+    assert just_over.stat().st_size == MAX_SOURCE_BYTES + 1
+    result = evaluate(just_over, W)
+    assert (result.status, result.level) == (Status.REJECTED, Level.STATIC), result.reason
+    assert [d.code for d in result.diagnostics] == ["size"] and "at most 1 MiB" in result.reason
+    huge = tmp_path / "huge.cu"  # sparse: 8 GiB that take no disk, and would take the memory if read
+    with huge.open("wb") as f:
+        f.truncate(8 << 30)
+    result = evaluate(huge, W)
+    assert result.status == Status.REJECTED and "huge.cu is 8192.0 MiB" in result.reason
+    assert not (tmp_path / "cache").exists()  # nothing compiled

@@ -517,3 +517,27 @@ def test_is_rejected():
     assert not is_rejected([])
     assert not is_rejected([warn])
     assert is_rejected([warn, err])
+
+
+# ------------------------------------------------------------------ the size of a candidate
+
+
+def test_a_source_past_the_size_limit_is_one_finding_before_any_other():
+    """The first check (search candidates from an agent come through it, as `cuco eval`'s do):
+    a candidate that passes every other check is refused for its size alone, one byte past it."""
+    from cuco_tui.evaluate.cascade import static_level
+    from cuco_tui.evaluate.static_checks import MAX_SOURCE_BYTES
+    from cuco_tui.workload.manifest import load_workload
+
+    def padded(total: int) -> str:
+        bare = inject("// ")
+        return inject("// " + "x" * (total - len(bare.encode())))
+
+    at_limit, past = padded(MAX_SOURCE_BYTES), padded(MAX_SOURCE_BYTES + 1)
+    assert len(at_limit.encode()) == MAX_SOURCE_BYTES and not is_rejected(check(at_limit))
+    found = check(past)
+    assert [(d.code, d.severity) for d in found] == [("size", "error")], found
+    assert "cand.cu is 1.0 MiB; a candidate may be at most 1 MiB" in found[0].message
+    assert len(check("é" * (MAX_SOURCE_BYTES // 2 + 1))) == 1  # bytes are counted, not characters
+    diags, reason = static_level(past, "cand.cu", load_workload("gemm_allgather"))
+    assert [d.code for d in diags] == ["size"] and reason.startswith("rejected by static checks: cand.cu is")
