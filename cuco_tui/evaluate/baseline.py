@@ -7,7 +7,7 @@ session's Bounds from a Baseline."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +132,7 @@ def measure_baseline(workload: Workload, options: EvalOptions = EvalOptions(), r
     workload.check_world(len(gpus))
     cache = BuildCache()
     preload, _, note = harness_libraries(workload, None, discover(), cache, lambda p: None)
-    plan = make_plan(workload, None, options, "baseline") | {"preload": preload, "notes": [note] if note else []}
+    plan = replace(make_plan(workload, None, options, "baseline"), preload=tuple(preload), notes=(note,) if note else ())
     root = run_root or runs_root(options, cache)
     rundir = new_rundir(root, f"baseline-{workload.name}")
     group = run_group(plan, gpus, rundir, run_deadline(plan))

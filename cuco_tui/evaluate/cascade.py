@@ -34,6 +34,7 @@ from cuco_tui.source.model import CandidateSource
 from cuco_tui.harness.deadlock import describe_hang
 from cuco_tui.harness.gpus import inventory, is_shared
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
+from cuco_tui.harness.plan import TRACE_SLOTS, Limits, PerturbPlan, RunPlan, ShapePlan
 from cuco_tui.core.workload import Workload, WorkloadError
 
 
@@ -50,9 +51,9 @@ class EvalOptions:
     gpus: list[int] | None = None  # None: the first `world` GPUs (all of them if world is None)
     world: int | None = None
     verify_checks: int = 2
-    timeout_floor_s: float = 5.0  # a launch may take max(floor, factor x reference time)
-    timeout_factor: float = 50.0
-    first_launch_timeout_s: float = 20.0
+    timeout_floor_s: float = Limits.timeout_floor_s  # a launch may take max(floor, factor x reference time)
+    timeout_factor: float = Limits.timeout_factor
+    first_launch_timeout_s: float = Limits.first_launch_timeout_s
     run_root: Path | None = None  # where run folders go; default: the build cache's sibling
     bench: bool = True  # False: stop after L2
     shapes: tuple[str, ...] = ()  # restrict L3 to these bench shape names
@@ -116,34 +117,25 @@ def new_rundir(root: Path, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-{name}-", dir=root))
 
 
-def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mode: str) -> dict[str, Any]:
-    shapes: list[dict[str, Any]] = []
+def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mode: str) -> RunPlan:
+    shapes: list[ShapePlan] = []
     if mode == "evaluate":
         for i, s in enumerate(workload.verify_shapes):
-            shapes.append({"name": s.name, "dims": s.dims, "level": "verify", "checks": options.verify_checks, "index": i})
+            shapes.append(ShapePlan(s.name, dict(s.dims), "verify", options.verify_checks, i))
     if mode == "baseline" or (options.bench and not options.share_gpu):
         for i, s in enumerate(workload.bench_shapes):
             if options.shapes and s.name not in options.shapes:
                 continue
-            shapes.append({"name": s.name, "dims": s.dims, "level": "bench", "checks": 1, "index": 100 + i})
-    return {
-        "mode": mode,
-        "workload": workload.name,
-        "reference": str(workload.reference),
-        "library": str(library) if library else None,
-        "shapes": shapes,
-        "rtol": workload.rtol,
-        "floor": workload.floor,
-        "warmup": workload.warmup,
-        "repetitions": workload.repetitions,
-        "timeout_floor_s": options.timeout_floor_s,
-        "timeout_factor": options.timeout_factor,
-        "first_launch_timeout_s": options.first_launch_timeout_s,
-        "nonce": secrets.randbelow(1 << 30),
-        "trace_slots": 4096 if options.trace else 0,
-        "trace_ab": bool(options.trace_ab and options.trace),
-        "shared_gpu": options.share_gpu,
-    }
+            shapes.append(ShapePlan(s.name, dict(s.dims), "bench", 1, 100 + i))
+    limits = Limits(first_launch_timeout_s=options.first_launch_timeout_s, timeout_floor_s=options.timeout_floor_s,
+                    timeout_factor=options.timeout_factor)
+    return RunPlan(
+        mode=mode, workload=workload.name, reference=str(workload.reference),
+        library=str(library) if library else None, shapes=tuple(shapes), rtol=workload.rtol, floor=workload.floor,
+        warmup=workload.warmup, repetitions=workload.repetitions, nonce=secrets.randbelow(1 << 30), limits=limits,
+        trace_slots=TRACE_SLOTS if options.trace else 0, trace_ab=bool(options.trace_ab and options.trace),
+        shared_gpu=options.share_gpu,
+    )
 
 
 def harness_libraries(workload: Workload, source: str | None, toolchain: Toolchain, cache: BuildCache,
@@ -165,7 +157,7 @@ def harness_libraries(workload: Workload, source: str | None, toolchain: Toolcha
 
 
 def perturb_entry(options: EvalOptions, world: int, shared: bool, toolchain: Toolchain, cache: BuildCache,
-                  say: ProgressFn) -> tuple[dict[str, Any] | None, str]:
+                  say: ProgressFn) -> tuple[PerturbPlan | None, str]:
     """(the plan's `perturb` entry or None, why there is none when one was asked for)."""
     if not options.perturb or options.perturb_rounds < 1:
         return None, ""
@@ -178,10 +170,10 @@ def perturb_entry(options: EvalOptions, world: int, shared: bool, toolchain: Too
                             races.unit_us(world, shared, options.perturb_unit_us)), ""
 
 
-def run_deadline(plan: dict[str, Any]) -> float:
+def run_deadline(plan: RunPlan) -> float:
     """The launcher's backstop for the whole run; each launch has its own, tighter limit. Widened
     by the plan's `time_scale` as the ranks' own limits are (a run under compute-sanitizer)."""
-    return (180.0 + 120.0 * len(plan["shapes"])) * float(plan.get("time_scale", 1.0))
+    return (180.0 + 120.0 * len(plan.shapes)) * plan.limits.time_scale
 
 
 def static_level(source: str, name: str, workload: Workload) -> tuple[list[Diagnostic], str]:
@@ -271,12 +263,13 @@ def evaluate(
 
     # L2 + L3 in one group run: the workers verify at the verify size first and stop there
     # on any failure, so L3 is only entered by a candidate that passed L2.
-    plan = make_plan(workload, build.library, options, "evaluate") | {"preload": preload, "notes": [note] if note else []}
+    plan = replace(make_plan(workload, build.library, options, "evaluate"), preload=tuple(preload),
+                   notes=(note,) if note else ())
     if options.sanitize:
-        plan |= sanitizer.plan_entries(options.sanitize)
+        plan = sanitizer.plan_for(plan, options.sanitize)
     perturb, problem = perturb_entry(options, len(gpus), is_shared(gpus), toolchain, cache, say)
     if perturb:
-        plan["perturb"] = perturb
+        plan = replace(plan, perturb=perturb)
     elif problem:
         diags = diags + [Diagnostic(level=int(Level.VERIFY), severity="warning", code="perturb",
                                     message=f"verified without perturbed schedules: {problem}")]

@@ -16,6 +16,7 @@ from typing import Any
 
 from cuco_tui.core.result import Diagnostic, Level, Verification
 from cuco_tui.harness.launcher import RankOutcome
+from cuco_tui.harness.plan import PerturbPlan
 
 DEFAULT_ROUNDS = 4  # one round of each kind (seed % 4) from a random first seed
 DEFAULT_UNIT_US = 2000
@@ -46,8 +47,8 @@ def unit_us(world: int, shared: bool, asked: int | None = None) -> int:
     return DEFAULT_UNIT_US * max(1, world // 2) if shared else DEFAULT_UNIT_US
 
 
-def plan_entry(library: str, seed: int, rounds: int, unit: int) -> dict[str, Any]:
-    return {"library": library, "seed": seed, "rounds": rounds, "unit_us": unit}
+def plan_entry(library: str, seed: int, rounds: int, unit: int) -> PerturbPlan:
+    return PerturbPlan(library, seed, rounds, unit)
 
 
 def rounds(outcomes: list[RankOutcome]) -> list[Round]:

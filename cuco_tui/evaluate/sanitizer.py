@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cuco_tui.core.result import CascadeResult, Diagnostic, Level, Status
+from cuco_tui.harness.plan import RunPlan
 
 if TYPE_CHECKING:  # cascade imports this module
     from cuco_tui.evaluate.cascade import EvalOptions
@@ -62,10 +63,10 @@ def options_for(options: EvalOptions) -> EvalOptions:
     return replace(options, bench=False, shapes=(), perturb=False)
 
 
-def plan_entries(tool: str) -> dict:
-    """What the ranks' plan says under the tool: which tool (the workers turn CuPy's pool off), and
-    how much wider every limit is (the ranks' watchdogs, the launcher's grace and backstop)."""
-    return {"sanitize": tool, "time_scale": SLOWDOWN}
+def plan_for(plan: RunPlan, tool: str) -> RunPlan:
+    """The ranks' plan under the tool: which tool (the workers turn CuPy's pool off), and how much
+    wider every limit is (the ranks' watchdogs, the launcher's grace and backstop)."""
+    return replace(plan, sanitize=tool, limits=replace(plan.limits, time_scale=SLOWDOWN))
 
 
 def find_sanitizer(nvcc: Path | None = None) -> Path:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from cuco_tui.harness.env import child_env
 from cuco_tui.harness.gpus import compute_pids, is_shared
+from cuco_tui.harness.plan import RunPlan
 
 ABORT_GRACE_S = 3.0
 RELEASE_WAIT_S = 30.0
@@ -111,7 +112,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def run_group(
-    plan: dict[str, Any],
+    plan: RunPlan,
     gpus: list[int],
     rundir: Path,
     deadline_s: float,
@@ -123,10 +124,9 @@ def run_group(
     `worker_argv` replaces `python -m cuco_tui.harness.worker` (the tests use it to start
     programs that hang or crash on purpose)."""
     rundir.mkdir(parents=True, exist_ok=True)
-    world = len(gpus)
-    plan = {**plan, "world": world, "gpus": gpus, "rundir": str(rundir)}
+    plan = plan.placed(gpus, str(rundir))
     plan_path = rundir / "plan.json"
-    plan_path.write_text(json.dumps(plan, indent=1))
+    plan_path.write_text(json.dumps(plan.to_json(), indent=1))
     argv = worker_argv or [sys.executable, "-m", "cuco_tui.harness.worker"]
     procs: list[subprocess.Popen] = []
     outcomes: list[RankOutcome] = []
@@ -140,7 +140,7 @@ def run_group(
             # Sockets by name: on a host with InfiniBand NCCL would otherwise pick that.
             extra = None
             if shared:
-                extra = {"NCCL_HOSTID": f"cuco-{plan.get('nonce', 0)}-rank{rank}", "NCCL_NET": "Socket"}
+                extra = {"NCCL_HOSTID": f"cuco-{plan.nonce}-rank{rank}", "NCCL_NET": "Socket"}
             out = open(rundir / f"rank{rank}.stdout", "wb")
             err = open(rundir / f"rank{rank}.stderr", "wb")
             proc = subprocess.Popen(
@@ -171,7 +171,7 @@ def run_group(
                 aborted = True
                 (rundir / "abort").touch()  # the others dump their traces and exit
                 abort_at = now
-            if abort_at is not None and now - abort_at > ABORT_GRACE_S * float(plan.get("time_scale", 1.0)):
+            if abort_at is not None and now - abort_at > ABORT_GRACE_S * plan.limits.time_scale:
                 for outcome, proc in zip(outcomes, procs):
                     if proc.poll() is None:
                         _kill_group(proc)

@@ -17,8 +17,6 @@ from typing import Any
 from cuco_tui.harness import abi
 from cuco_tui.harness.rank_events import EXIT_ABORTED, EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EventLog
 
-TRACE_SLOT_COUNT = 4096
-
 
 class TraceMemory:
     """Pinned, mapped host memory for the candidate's wait slots: the device writes it, and

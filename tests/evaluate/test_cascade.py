@@ -267,9 +267,9 @@ def test_a_shared_gpu_run_verifies_and_never_times():
 
     own = make_plan(W, None, EvalOptions(world=2), "evaluate")
     shared = make_plan(W, None, EvalOptions(world=2, share_gpu=True), "evaluate")
-    assert any(s["level"] == "bench" for s in own["shapes"])
-    assert shared["shapes"] and all(s["level"] == "verify" for s in shared["shapes"])
-    assert shared["shared_gpu"] and not own["shared_gpu"]
+    assert any(s.level == "bench" for s in own.shapes)
+    assert shared.shapes and all(s.level == "verify" for s in shared.shapes)
+    assert shared.shared_gpu and not own.shared_gpu
 
 
 def test_a_shared_gpu_result_says_so():

@@ -4,9 +4,16 @@ import time
 from pathlib import Path
 
 from cuco_tui.harness.launcher import run_group
+from cuco_tui.harness.plan import RunPlan
 from repo_paths import TESTS
 
-FAKE = [sys.executable, str(TESTS / "fake_rank.py")]
+PLAN = RunPlan(mode="evaluate", workload="test", reference="", library=None, shapes=(), rtol=0.02, floor=0.0,
+               warmup=1, repetitions=1, nonce=7)
+
+
+def fake(*behaviours: str) -> list[str]:
+    """The stand-in rank (tests/fake_rank.py), rank r behaving as behaviours[r] says."""
+    return [sys.executable, str(TESTS / "fake_rank.py"), ",".join(behaviours)]
 
 
 def _alive(pid: int, settle_s: float = 3.0) -> bool:
@@ -34,7 +41,7 @@ def _children(rundir: Path, world: int) -> list[int]:
 
 
 def test_all_ranks_finish(tmp_path):
-    run = run_group({"fake": ["ok", "ok"]}, [0, 1], tmp_path, deadline_s=30, worker_argv=FAKE)
+    run = run_group(PLAN, [0, 1], tmp_path, deadline_s=30, worker_argv=fake("ok", "ok"))
     assert not run.aborted and not run.deadline_hit
     assert [r.exit_code for r in run.ranks] == [0, 0]
     assert all(r.last("done") for r in run.ranks)
@@ -43,7 +50,7 @@ def test_all_ranks_finish(tmp_path):
 
 def test_a_crashed_rank_takes_the_whole_group_down(tmp_path):
     t0 = time.monotonic()
-    run = run_group({"fake": ["hang", "crash", "hang-deaf"]}, [0, 1, 2], tmp_path, deadline_s=60, worker_argv=FAKE)
+    run = run_group(PLAN, [0, 1, 2], tmp_path, deadline_s=60, worker_argv=fake("hang", "crash", "hang-deaf"))
     assert time.monotonic() - t0 < 15
     assert run.aborted and not run.deadline_hit
     crashed = run.ranks[1]
@@ -57,7 +64,7 @@ def test_a_crashed_rank_takes_the_whole_group_down(tmp_path):
 
 
 def test_an_error_report_is_kept_and_the_others_are_stopped(tmp_path):
-    run = run_group({"fake": ["error", "hang"]}, [0, 1], tmp_path, deadline_s=60, worker_argv=FAKE)
+    run = run_group(PLAN, [0, 1], tmp_path, deadline_s=60, worker_argv=fake("error", "hang"))
     assert run.ranks[0].exit_code == 2
     assert "illegal memory access" in run.ranks[0].last("error")["message"]
     assert run.ranks[1].last("aborted")
@@ -66,7 +73,7 @@ def test_an_error_report_is_kept_and_the_others_are_stopped(tmp_path):
 
 def test_the_deadline_stops_a_group_where_every_rank_hangs(tmp_path):
     t0 = time.monotonic()
-    run = run_group({"fake": ["hang-deaf", "hang-deaf"]}, [0, 1], tmp_path, deadline_s=1.5, worker_argv=FAKE)
+    run = run_group(PLAN, [0, 1], tmp_path, deadline_s=1.5, worker_argv=fake("hang-deaf", "hang-deaf"))
     took = time.monotonic() - t0
     assert run.deadline_hit and run.aborted
     assert took < 1.5 + 3.0 + 5.0
@@ -85,7 +92,7 @@ def test_children_get_the_multicast_off_environment(tmp_path):
     )
     os.environ["NCCL_NVLS_ENABLE"] = "1"
     try:
-        run = run_group({}, [0], tmp_path / "r", deadline_s=30, worker_argv=[sys.executable, str(script)])
+        run = run_group(PLAN, [0], tmp_path / "r", deadline_s=30, worker_argv=[sys.executable, str(script)])
     finally:
         del os.environ["NCCL_NVLS_ENABLE"]
     env = run.ranks[0].last("env")
@@ -109,7 +116,7 @@ def test_ranks_sharing_a_gpu_are_separate_hosts_to_nccl(tmp_path, monkeypatch):
     # NCCL refuses two ranks on one GPU of one host: each rank gets a host id of its own.
     monkeypatch.delenv("NCCL_HOSTID", raising=False)
     argv = [sys.executable, str(_dump_env_script(tmp_path))]
-    run = run_group({"nonce": 7}, [0, 0, 0], tmp_path / "shared", deadline_s=30, worker_argv=argv)
+    run = run_group(PLAN, [0, 0, 0], tmp_path / "shared", deadline_s=30, worker_argv=argv)
     ids = [r.last("env")["hostid"] for r in run.ranks]
     assert all(ids) and len(set(ids)) == 3, ids
 
@@ -117,5 +124,5 @@ def test_ranks_sharing_a_gpu_are_separate_hosts_to_nccl(tmp_path, monkeypatch):
 def test_ranks_on_their_own_gpus_keep_one_host(tmp_path, monkeypatch):
     monkeypatch.delenv("NCCL_HOSTID", raising=False)
     argv = [sys.executable, str(_dump_env_script(tmp_path))]
-    run = run_group({"nonce": 7}, [0, 1], tmp_path / "own", deadline_s=30, worker_argv=argv)
+    run = run_group(PLAN, [0, 1], tmp_path / "own", deadline_s=30, worker_argv=argv)
     assert [r.last("env")["hostid"] for r in run.ranks] == [None, None]

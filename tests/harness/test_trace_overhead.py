@@ -23,9 +23,9 @@ def _bench():
 
 def test_the_plan_asks_for_in_process_trace_timing_only_when_tracing_is_on():
     w = load_workload("gemm_allgather")
-    assert make_plan(w, None, EvalOptions(trace_ab=True), "evaluate")["trace_ab"] is True
-    assert make_plan(w, None, EvalOptions(trace_ab=True, trace=False), "evaluate")["trace_ab"] is False
-    assert make_plan(w, None, EvalOptions(), "evaluate")["trace_ab"] is False
+    assert make_plan(w, None, EvalOptions(trace_ab=True), "evaluate").trace_ab is True
+    assert make_plan(w, None, EvalOptions(trace_ab=True, trace=False), "evaluate").trace_ab is False
+    assert make_plan(w, None, EvalOptions(), "evaluate").trace_ab is False
 
 
 def test_overhead_uses_the_slowest_rank_of_each_repetition():
