@@ -35,6 +35,8 @@ from cuco_tui.harness.deadlock import describe_hang
 from cuco_tui.harness.gpus import inventory, is_shared
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
 from cuco_tui.harness.plan import TRACE_SLOTS, Limits, PerturbPlan, RunPlan, ShapePlan
+from cuco_tui.harness.rank_events import (Aborted, CloseWarning, Done, Failed, RankEvent, ReferenceWarning,
+                                          ShapeStarted, Timed, TimedOut, Verified)
 from cuco_tui.core.workload import Workload, WorkloadError
 
 
@@ -194,7 +196,7 @@ def evaluate(
     progress: ProgressFn | None = None,
     toolchain: Toolchain | None = None,
     cache: BuildCache | None = None,
-    events_out: list[dict[str, Any]] | None = None,
+    events_out: list[RankEvent] | None = None,
 ) -> CascadeResult:
     """Run the cascade on one candidate. `events_out`, if given, receives every event the
     ranks reported (for tools that look closer, such as the fault self-test)."""
@@ -277,12 +279,12 @@ def evaluate(
     rundir = new_rundir(runs_root(options, cache), f"{candidate.stem}-{sha[:8]}")
     say(Progress(Level.VERIFY, f"running on GPUs {','.join(map(str, gpus))}"))
 
-    def on_event(e: dict[str, Any]) -> None:
+    def on_event(e: RankEvent) -> None:
         if events_out is not None:
             events_out.append(e)
-        if e.get("event") == "shape_start":
-            level = Level.VERIFY if e.get("level") == "verify" else Level.BENCHMARK
-            say(Progress(level, f"{e.get('level')} {e.get('shape')}"))
+        match e:
+            case ShapeStarted(level=level, shape=shape):
+                say(Progress(Level.VERIFY if level == "verify" else Level.BENCHMARK, f"{level} {shape}"))
 
     group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event, worker_argv=worker)
     result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus}, source=source)
@@ -297,59 +299,59 @@ def evaluate(
 def _level_reached(outcomes: list[RankOutcome]) -> Level:
     level = Level.VERIFY
     for o in outcomes:
-        for e in o.of("shape_start"):
-            if e.get("level") == "bench":
+        for e in o.of(ShapeStarted):
+            if e.level == "bench":
                 level = Level.BENCHMARK
     return level
 
 
 def _verifications(outcomes: list[RankOutcome], workload: Workload) -> list[Verification]:
-    grouped: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    grouped: dict[tuple[str, int, str], list[Verified]] = {}
     for o in outcomes:
-        for e in o.of("verify"):
-            grouped.setdefault((e["shape"], e["check"], e["output"]), []).append(e)
+        for e in o.of(Verified):
+            grouped.setdefault((e.shape, e.check, e.output), []).append(e)
     out = []
     for (shape, check, output), events in grouped.items():
-        worst = max(events, key=lambda e: e["max_rel_error"])
-        ssd = sum(e["sum_sq_diff"] for e in events)
-        ssr = sum(e["sum_sq_ref"] for e in events)
-        idx = ", ".join(str(i) for i in worst["worst_index"])
+        worst = max(events, key=lambda e: e.max_rel_error)
+        ssd = sum(e.sum_sq_diff for e in events)
+        ssr = sum(e.sum_sq_ref for e in events)
+        idx = ", ".join(str(i) for i in worst.worst_index)
         out.append(Verification(
-            shape=f"{shape} {events[0].get('label') or f'#{check + 1}'}",
-            ok=all(e["ok"] for e in events),
-            max_rel_error=max(e["max_rel_error"] for e in events),
+            shape=f"{shape} {events[0].label or f'#{check + 1}'}",
+            ok=all(e.ok for e in events),
+            max_rel_error=max(e.max_rel_error for e in events),
             rel_fro_error=math.sqrt(ssd / ssr) if ssr > 0 else (0.0 if ssd == 0 else math.inf),
-            unwritten=sum(e["unwritten"] for e in events),
-            nonfinite=sum(e["nonfinite"] for e in events),
-            elements=sum(e["elements"] for e in events),
-            worst=f"rank {worst['rank']}, {output}[{idx}]: got {worst['worst_got']:.6g}, want {worst['worst_want']:.6g}",
+            unwritten=sum(e.unwritten for e in events),
+            nonfinite=sum(e.nonfinite for e in events),
+            elements=sum(e.elements for e in events),
+            worst=f"rank {worst.rank}, {output}[{idx}]: got {worst.worst_got:.6g}, want {worst.worst_want:.6g}",
             tolerance=workload.rtol,
         ))
     return out
 
 
 def _timings(outcomes: list[RankOutcome]) -> list[ShapeTiming]:
-    by_shape: dict[str, list[dict[str, Any]]] = {}
+    by_shape: dict[str, list[Timed]] = {}
     for o in outcomes:
-        for e in o.of("timing"):
-            by_shape.setdefault(e["shape"], []).append(e)
+        for e in o.of(Timed):
+            by_shape.setdefault(e.shape, []).append(e)
     timings = []
     for shape, events in by_shape.items():
-        events.sort(key=lambda e: e["rank"])
+        events.sort(key=lambda e: e.rank)
         # An iteration lasts as long as its slowest rank.
-        cand = [max(vals) for vals in zip(*(e["candidate_ms"] for e in events))]
-        ref = [max(vals) for vals in zip(*(e["reference_ms"] for e in events))]
+        cand = [max(vals) for vals in zip(*(e.candidate_ms for e in events))]
+        ref = [max(vals) for vals in zip(*(e.reference_ms for e in events))]
         c, r = Spread.of(cand), Spread.of(ref)
         timings.append(ShapeTiming(
-            shape=shape, dims=events[0]["dims"], candidate=c, reference=r,
-            per_rank=[Spread.of(e["candidate_ms"]) for e in events], speedup=r.median / c.median,
+            shape=shape, dims=events[0].dims, candidate=c, reference=r,
+            per_rank=[Spread.of(list(e.candidate_ms)) for e in events], speedup=r.median / c.median,
         ))
     return timings
 
 
 def reference_messages(outcomes: list[RankOutcome]) -> list[str]:
     """Each distinct message the ranks' references reported (see worker.report_reference)."""
-    messages = dict.fromkeys(e.get("message", "") for o in outcomes for e in o.of("reference_warning"))
+    messages = dict.fromkeys(e.message for o in outcomes for e in o.of(ReferenceWarning))
     return [m for m in messages if m]
 
 
@@ -363,12 +365,12 @@ def close_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
     """A rank that reported every result and then could not close the harness's NCCL group:
     the harness's trouble, not the candidate's, and no reason to drop its results."""
     warnings = [Diagnostic(level=int(Level.VERIFY), severity="warning", code="harness", rank=o.rank,
-                           message=f"rank {o.rank}: {e.get('message', '')} (after its results; they stand)")
-                for o in outcomes for e in o.of("close_warning")]
+                           message=f"rank {o.rank}: {e.message} (after its results; they stand)")
+                for o in outcomes for e in o.of(CloseWarning)]
     warnings += [Diagnostic(level=int(Level.VERIFY), severity="warning", code="harness", rank=o.rank,
                             message=f"rank {o.rank} {o.describe_exit()} after its results while closing the harness's "
                                     "NCCL group (the results stand)")
-                 for o in outcomes if o.last("done") and (o.exit_code not in (0, None) or o.killed)]
+                 for o in outcomes if o.last(Done) and (o.exit_code not in (0, None) or o.killed)]
     return warnings
 
 
@@ -393,32 +395,32 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
     common = dict(base, verifications=verifications, run_seconds=group.seconds, logs=logs)
     released = "" if group.gpus_released else " Warning: the GPUs still showed the group's processes 30 s later."
 
-    errors = [(o, e) for o in outcomes for e in o.of("error")]
+    errors = [(o, e) for o in outcomes for e in o.of(Failed)]
     if errors:
         o, e = errors[0]
-        kind = e.get("kind", "")
         for ro, re_ in errors:
-            diags.append(Diagnostic(level=int(level), severity="error", message=re_["message"], rank=ro.rank,
-                                    code=re_.get("kind", "")))
-        if kind == "harness":
-            reason = f"harness error on rank {o.rank} (a bug in cuco-tui, not the candidate): {e['message']}"
+            diags.append(Diagnostic(level=int(level), severity="error", message=re_.message, rank=ro.rank,
+                                    code=re_.kind))
+        if e.kind == "harness":
+            reason = f"harness error on rank {o.rank} (a bug in cuco-tui, not the candidate): {e.message}"
         else:
-            reason = f"rank {o.rank}: {e['message']}"
+            reason = f"rank {o.rank}: {e.message}"
         return CascadeResult(**common, status=Status.RUNTIME_ERROR, level=level, diagnostics=diags,
                              reason=reason + during + released)
 
-    timeouts = [(o, o.last("timeout")) for o in outcomes if o.last("timeout")]
+    timeouts = [(o, t) for o in outcomes if (t := o.last(TimedOut))]
     if timeouts:
         report = describe_hang(outcomes, file, source)
-        o, e = timeouts[0]
-        diags.append(Diagnostic(level=int(level), severity="error", message=e["message"], rank=o.rank, code="timeout"))
+        o, timeout = timeouts[0]
+        diags.append(Diagnostic(level=int(level), severity="error", message=timeout.message, rank=o.rank,
+                                code="timeout"))
         return CascadeResult(**common, status=Status.DEADLOCK, level=level, diagnostics=diags,
-                             deadlock_report=report, reason=f"rank {o.rank}: {e['message']}" + during + released)
+                             deadlock_report=report, reason=f"rank {o.rank}: {timeout.message}" + during + released)
 
     # A rank that reported all its results ("done") and died closing the harness's group is a
     # warning (close_warnings), not the candidate's failure.
-    dead = [o for o in outcomes if not o.last("done")
-            and (o.exit_code not in (0, None) or (o.killed and not o.last("aborted")))]
+    dead = [o for o in outcomes if not o.last(Done)
+            and (o.exit_code not in (0, None) or (o.killed and not o.last(Aborted)))]
     if dead:
         o = dead[0]
         tail = o.stderr_tail.strip().splitlines()[-1:] or [""]
@@ -457,8 +459,8 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
                              reason=f"the run did not finish within its deadline of {group.seconds:.0f} s" + released)
 
     timings = _timings(outcomes)
-    wanted = [s for o in outcomes[:1] for s in o.of("shape_start") if s.get("level") == "bench"]
-    if not all(o.last("done") for o in outcomes) or len(timings) < len(wanted):
+    wanted = [s for o in outcomes[:1] for s in o.of(ShapeStarted) if s.level == "bench"]
+    if not all(o.last(Done) for o in outcomes) or len(timings) < len(wanted):
         return CascadeResult(**common, status=Status.RUNTIME_ERROR, level=level, diagnostics=diags,
                              reason="the run ended before every shape was measured" + released)
     if not timings:

@@ -16,11 +16,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from cuco_tui.harness.env import child_env
 from cuco_tui.harness.gpus import compute_pids, is_shared
 from cuco_tui.harness.plan import RunPlan
+from cuco_tui.harness.rank_events import E, Joined, RankEvent, parse_line
 
 ABORT_GRACE_S = 3.0
 RELEASE_WAIT_S = 30.0
@@ -32,19 +33,20 @@ class RankOutcome:
     gpu: int
     pid: int
     exit_code: int | None  # None: it had to be killed
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[RankEvent] = field(default_factory=list)
     stdout_tail: str = ""
     stderr_tail: str = ""
     killed: bool = False
 
-    def last(self, kind: str) -> dict[str, Any] | None:
+    def last(self, kind: type[E]) -> E | None:
+        """The last event of this type (a subclass counts) the rank reported."""
         for e in reversed(self.events):
-            if e.get("event") == kind:
+            if isinstance(e, kind):
                 return e
         return None
 
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e.get("event") == kind]
+    def of(self, kind: type[E]) -> list[E]:
+        return [e for e in self.events if isinstance(e, kind)]
 
     def describe_exit(self) -> str:
         if self.killed:
@@ -77,7 +79,7 @@ class _Tail:
         self.offset = 0
         self.partial = b""
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[RankEvent]:
         if not self.path.exists():
             return []
         with open(self.path, "rb") as f:
@@ -87,14 +89,9 @@ class _Tail:
         data = self.partial + data
         lines = data.split(b"\n")
         self.partial = lines.pop()
-        events = []
-        for line in lines:
-            if line.strip():
-                try:
-                    events.append(json.loads(line))
-                except json.JSONDecodeError:
-                    events.append({"event": "garbled", "text": line.decode(errors="replace")[:500]})
-        return events
+        # A line that is not JSON comes back Garbled; the unfinished last line waits for its newline
+        # (a rank killed while writing it never completes it, and it is dropped).
+        return [parse_line(line) for line in lines if line.strip()]
 
 
 def _tail_text(path: Path, limit: int = 4000) -> str:
@@ -116,7 +113,7 @@ def run_group(
     gpus: list[int],
     rundir: Path,
     deadline_s: float,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[RankEvent], None] | None = None,
     worker_argv: list[str] | None = None,
 ) -> GroupRun:
     """Run one worker per GPU of `gpus` over `plan`, and return what each rank reported.
@@ -193,7 +190,7 @@ def run_group(
         outcome.stdout_tail = _tail_text(rundir / f"rank{outcome.rank}.stdout")
         outcome.stderr_tail = _tail_text(rundir / f"rank{outcome.rank}.stderr")
     # A rank started under a tool (compute-sanitizer) holds its GPU from the worker, the tool's child.
-    released = wait_released(gpus, {int((o.last("joined") or {}).get("pid", o.pid)) for o in outcomes})
+    released = wait_released(gpus, {joined.pid if (joined := o.last(Joined)) else o.pid for o in outcomes})
     return GroupRun(outcomes, time.monotonic() - start, deadline_hit, aborted, released, rundir)
 
 

@@ -11,6 +11,7 @@ from typing import Any, Callable
 from cuco_tui.harness.candidate_calls import CandidateCalls
 from cuco_tui.harness.perturb import PerturbLibrary
 from cuco_tui.harness.plan import BACK_TO_BACK_CHECK, PERTURBED_CHECK, ShapePlan
+from cuco_tui.harness.rank_events import Launched, PerturbEnded, PerturbStarted, PerturbWarning, Verified
 from cuco_tui.harness.rank_group import RankGroup
 from cuco_tui.harness.timing import Timing
 from cuco_tui.harness.verify import compare, poison
@@ -36,13 +37,13 @@ class RankChecks:
                 c = compare(g.cupy, got, expected[name], dtypes[name], floor=floor)
                 passed = c.passed(rtol)
                 ok = ok and passed
-                g.log.emit(
-                    "verify", shape=shape.name, level=shape.level, check=check, output=name, ok=passed,
+                g.log.emit(Verified(
+                    shape=shape.name, level=shape.level, check=check, output=name, ok=passed,
                     elements=c.elements, unwritten=c.unwritten, nonfinite=c.nonfinite,
                     max_rel_error=c.max_rel_error, sum_sq_diff=c.sum_sq_diff, sum_sq_ref=c.sum_sq_ref,
-                    worst_index=list(c.worst_index), worst_got=c.worst_got, worst_want=c.worst_want, rtol=rtol,
+                    worst_index=tuple(c.worst_index), worst_got=c.worst_got, worst_want=c.worst_want, rtol=rtol,
                     floor=floor, l2_rel_error=c.l2_rel_error, label=label, perturb_seed=perturb_seed,
-                )
+                ))
         return ok
 
     def back_to_back(self, shape: ShapePlan, launch: Callable[[], None], reference: Any, inputs: dict,
@@ -73,8 +74,8 @@ class RankChecks:
         fill(seed)
         poison_outputs()
         g.barrier()
-        g.log.emit("launch", shape=shape.name, check=check, limit_s=self.timing.limit(shape), back_to_back=True,
-                   label=label)
+        g.log.emit(Launched(shape=shape.name, check=check, limit_s=self.timing.limit(shape), back_to_back=True,
+                            label=label))
         late()
         launch()
         with g.stream:
@@ -110,8 +111,8 @@ class RankChecks:
         for i in range(spec.rounds):
             seed = spec.seed + i
             p = perturber.configure(seed, g.rank, g.world, spec.unit_us)
-            g.log.emit("perturb", shape=shape.name, round=i, seed=seed, kind=p.kind, target=p.target,
-                       description=p.description, unit_us=p.unit_us, start_delay_us=p.start_delay_us)
+            g.log.emit(PerturbStarted(shape=shape.name, round=i, seed=seed, kind=p.kind, target=p.target,
+                                      description=p.description, unit_us=p.unit_us, start_delay_us=p.start_delay_us))
 
             def held() -> None:
                 perturber.enable(True)
@@ -122,8 +123,8 @@ class RankChecks:
 
             def late() -> None:
                 if p.start_delay_us and not perturber.hold(g.stream.ptr, p.start_delay_us):
-                    g.log.emit("perturb_warning", message=f"its stream could not be held back for its late start "
-                                                          f"(perturbation seed {p.seed}): the round ran without it")
+                    g.log.emit(PerturbWarning(message=f"its stream could not be held back for its late start "
+                                                      f"(perturbation seed {p.seed}): the round ran without it"))
 
             started = time.monotonic()
             ok = self.back_to_back(shape, held, reference, inputs, outputs, expected, dtypes,
@@ -131,9 +132,10 @@ class RankChecks:
                                    input_seed=self.plan.seed(shape, PERTURBED_CHECK + 2 * i), late=late,
                                    perturb_seed=seed)
             st = perturber.stats()
-            g.log.emit("perturb_stats", shape=shape.name, round=i, seed=seed, ok=ok,
-                       seconds=time.monotonic() - started, calls=st.calls, delayed=st.delayed,
-                       delayed_us=st.delayed_us, skipped=st.skipped, errors=st.errors, per_class=st.per_class)
+            g.log.emit(PerturbEnded(shape=shape.name, round=i, seed=seed, ok=ok,
+                                    seconds=time.monotonic() - started, calls=st.calls, delayed=st.delayed,
+                                    delayed_us=st.delayed_us, skipped=st.skipped, errors=st.errors,
+                                    per_class=st.per_class))
             if not ok:
                 return False
         return True

@@ -14,7 +14,7 @@ from typing import Any
 
 from cuco_tui.harness import abi
 from cuco_tui.harness.plan import RunPlan
-from cuco_tui.harness.rank_events import EventLog
+from cuco_tui.harness.rank_events import CloseWarning, EventLog, Joined
 from cuco_tui.harness.watchdog import TraceMemory, Watchdog
 
 CLOSE_LIMIT_S = 30.0  # closing the harness's NCCL group after the results (normally well under 1 s)
@@ -65,7 +65,7 @@ class RankGroup:
         self.barrier(60.0)
         self.watchdog.disarm()
         props = self.cupy.cuda.runtime.getDeviceProperties(self.device)
-        self.log.emit("joined", device=self.device, name=props["name"].decode(), pid=os.getpid())
+        self.log.emit(Joined(device=self.device, name=props["name"].decode(), pid=os.getpid()))
 
     def wait_stream(self, what: str, limit: float) -> None:
         """Wait for the stream with a time limit, polling so the watchdog can act."""
@@ -113,5 +113,5 @@ class RankGroup:
         try:
             self.comm.destroy()
         except Exception as exc:  # noqa: BLE001 - any failure here is reported, not raised
-            self.log.emit("close_warning", message=f"closing the harness's NCCL group: {type(exc).__name__}: {exc}")
+            self.log.emit(CloseWarning(message=f"closing the harness's NCCL group: {type(exc).__name__}: {exc}"))
         self.watchdog.disarm()

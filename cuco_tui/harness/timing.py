@@ -8,6 +8,7 @@ from typing import Callable
 
 from cuco_tui.harness import abi
 from cuco_tui.harness.plan import ShapePlan
+from cuco_tui.harness.rank_events import TraceTimed
 from cuco_tui.harness.rank_group import RankGroup
 
 
@@ -79,7 +80,7 @@ class Timing:
                                            ("candidate launch, tracing on", "candidate launch, tracing off"))
         finally:
             ctx.trace, ctx.trace_slots = pointer, slots
-        self.group.log.emit("trace_ab", shape=shape.name, on_ms=on_ms, off_ms=off_ms)
+        self.group.log.emit(TraceTimed(shape=shape.name, on_ms=tuple(on_ms), off_ms=tuple(off_ms)))
 
     def peer_copy_times(self, nbytes: int) -> list[float]:
         """Copy-engine ceiling: every rank copies `nbytes` into the next rank's memory at once

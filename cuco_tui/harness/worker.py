@@ -32,7 +32,8 @@ from cuco_tui.harness.candidate_calls import CandidateCalls, CandidateFailed
 from cuco_tui.harness.perturb import PerturbError, PerturbLibrary
 from cuco_tui.harness.plan import RunPlan, ShapePlan
 from cuco_tui.harness.rank_checks import RankChecks
-from cuco_tui.harness.rank_events import EXIT_FAILED, EXIT_OK, EventLog
+from cuco_tui.harness.rank_events import (EXIT_FAILED, EXIT_OK, BaselineMeasured, Done, EventLog, Failed, Launched,
+                                          PerturbWarning, PlanStarted, ReferenceWarning, ShapeStarted, Timed)
 from cuco_tui.harness.rank_group import RankGroup
 from cuco_tui.harness.rank_reference import Env, buffers, load_reference
 from cuco_tui.harness.timing import Timing
@@ -71,10 +72,10 @@ class Rank:
             # Not fatal here: a candidate that needs the library fails to load with a message that
             # names it, and a reference that can do without it falls back and says so.
             self.reference_notes.add(str(exc))
-            self.log.emit("reference_warning", message=f"{exc}; the run goes on without it")
+            self.log.emit(ReferenceWarning(message=f"{exc}; the run goes on without it"))
         for note in plan.notes:  # what the launching side found weakening the reference
             self.reference_notes.add(str(note))
-            self.log.emit("reference_warning", message=str(note))
+            self.log.emit(ReferenceWarning(message=str(note)))
         library = abi.CandidateLibrary(Path(plan.library)) if plan.library else None
         if self.perturber is not None and library is not None:
             self.perturber.bind(library.lib._handle)
@@ -89,12 +90,12 @@ class Rank:
         try:
             return PerturbLibrary(Path(spec.library))
         except PerturbError as exc:  # the candidate is verified all the same, without perturbed rounds
-            self.log.emit("perturb_warning", message=f"{exc}; verified without schedule perturbation")
+            self.log.emit(PerturbWarning(message=f"{exc}; verified without schedule perturbation"))
             return None
 
     def run(self) -> int:
         self.group.join()
-        self.log.emit("plan", shapes=[s.name for s in self.plan.shapes], mode=self.plan.mode)
+        self.log.emit(PlanStarted(shapes=tuple(s.name for s in self.plan.shapes), mode=self.plan.mode))
         for shape in self.plan.shapes:
             self.watchdog.phase = f"{shape.level}:{shape.name}"
             if self.plan.mode == "baseline":
@@ -102,7 +103,7 @@ class Rank:
                 continue
             if not self.candidate_shape(shape):
                 break
-        self.log.emit("done")
+        self.log.emit(Done())
         self.group.close()
         return EXIT_OK
 
@@ -113,7 +114,7 @@ class Rank:
         env = Env(self.cupy, g.comm, g.stream, g.world, g.rank, dims)
         inputs, outputs, expected, dtypes = buffers(self.cupy, self.ref_module, dims, g.world, g.rank)
         reference = self.ref_module.Reference(env)
-        self.log.emit("shape_start", shape=shape.name, level=shape.level, dims=dims)
+        self.log.emit(ShapeStarted(shape=shape.name, level=shape.level, dims=dims))
         ctx = candidate.context(dims, inputs, outputs, dtypes)
         state = candidate.init(ctx)
         first_limit = self.plan.limits.first_launch_timeout_s
@@ -130,7 +131,7 @@ class Rank:
             self.report_reference(reference)
             g.barrier()
             limit = first_limit if check == 0 else timing.limit(shape)
-            self.log.emit("launch", shape=shape.name, check=check, limit_s=limit)
+            self.log.emit(Launched(shape=shape.name, check=check, limit_s=limit))
             launch()
             g.wait_stream(f"candidate launch (check {check + 1})", limit)
             candidate.check_cuda(f"after candidate launch (check {check + 1})")
@@ -148,7 +149,8 @@ class Rank:
             timing.ref_median = sorted(warm)[1]
             ref_times, cand_times = timing.time_pair(run_reference, launch, timing.limit(shape))
             candidate.check_cuda("after timing")
-            self.log.emit("timing", shape=shape.name, dims=dims, candidate_ms=cand_times, reference_ms=ref_times)
+            self.log.emit(Timed(shape=shape.name, dims=dims, candidate_ms=tuple(cand_times),
+                                reference_ms=tuple(ref_times)))
             if self.plan.trace_ab and g.trace is not None and g.trace.slots:
                 timing.time_trace_ab(shape, ctx, launch)
         # Every rank's last launch done before any rank frees: a peer's final signal or copy may
@@ -167,15 +169,17 @@ class Rank:
         with g.stream:
             self.ref_module.fill_inputs(self.cupy, inputs, dims, g.world, g.rank, self.plan.nonce)
         reference = self.ref_module.Reference(env)
-        record: dict[str, Any] = {"shape": shape.name, "dims": dims}
-        record["reference_ms"] = timing.time(lambda: reference.run(inputs, outputs), "the reference", 120.0)
-        for name, part in reference.parts(inputs, outputs).items():
-            record[f"{name}_ms"] = timing.time(part, name, 120.0)
+        reference_ms = timing.time(lambda: reference.run(inputs, outputs), "the reference", 120.0)
+        parts_ms = {name: tuple(timing.time(part, name, 120.0))
+                    for name, part in reference.parts(inputs, outputs).items()}
         self.report_reference(reference)
+        comm_bytes: int | None = None
+        peer_copy_ms: tuple[float, ...] = ()
         if hasattr(reference, "comm_bytes"):
-            record["comm_bytes"] = reference.comm_bytes()
-            record["peer_copy_ms"] = timing.peer_copy_times(reference.comm_bytes() // max(g.world - 1, 1))
-        self.log.emit("baseline", **record)
+            comm_bytes = reference.comm_bytes()
+            peer_copy_ms = tuple(timing.peer_copy_times(comm_bytes // max(g.world - 1, 1)))
+        self.log.emit(BaselineMeasured(shape=shape.name, dims=dims, reference_ms=tuple(reference_ms), parts_ms=parts_ms,
+                                       comm_bytes=comm_bytes, peer_copy_ms=peer_copy_ms))
 
     def report_reference(self, reference: Any) -> None:
         """What the reference says makes it weaker than it should be (a failed graph capture, a
@@ -184,7 +188,7 @@ class Rank:
         for message in getattr(reference, "warnings", None) or []:
             if message not in self.reference_notes:
                 self.reference_notes.add(message)
-                self.log.emit("reference_warning", message=str(message))
+                self.log.emit(ReferenceWarning(message=str(message)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,14 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return Rank(plan, args.rank).run()
     except CandidateFailed as exc:
-        log.emit("error", kind=exc.kind, message=str(exc))
+        log.emit(Failed(kind=exc.kind, message=str(exc)))
         return EXIT_FAILED
     except abi.AbiError as exc:
-        log.emit("error", kind="abi", message=str(exc))
+        log.emit(Failed(kind="abi", message=str(exc)))
         return EXIT_FAILED
     except Exception as exc:  # a CUDA error surfacing anywhere, or a bug of ours: report both
         kind = "cuda" if "CUDARuntimeError" in type(exc).__name__ or "cuda" in type(exc).__module__ else "harness"
-        log.emit("error", kind=kind, message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        log.emit(Failed(kind=kind, message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()))
         return EXIT_FAILED
 
 

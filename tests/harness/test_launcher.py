@@ -5,6 +5,7 @@ from pathlib import Path
 
 from cuco_tui.harness.launcher import run_group
 from cuco_tui.harness.plan import RunPlan
+from cuco_tui.harness.rank_events import Aborted, Done, Failed, Unrecognized
 from repo_paths import TESTS
 
 PLAN = RunPlan(mode="evaluate", workload="test", reference="", library=None, shapes=(), rtol=0.02, floor=0.0,
@@ -44,7 +45,7 @@ def test_all_ranks_finish(tmp_path):
     run = run_group(PLAN, [0, 1], tmp_path, deadline_s=30, worker_argv=fake("ok", "ok"))
     assert not run.aborted and not run.deadline_hit
     assert [r.exit_code for r in run.ranks] == [0, 0]
-    assert all(r.last("done") for r in run.ranks)
+    assert all(r.last(Done) for r in run.ranks)
     assert (tmp_path / "plan.json").exists()
 
 
@@ -55,7 +56,7 @@ def test_a_crashed_rank_takes_the_whole_group_down(tmp_path):
     assert run.aborted and not run.deadline_hit
     crashed = run.ranks[1]
     assert crashed.exit_code == -11 and "SIGSEGV" in crashed.describe_exit()
-    assert run.ranks[0].last("aborted") is not None  # it heard the abort and said where it was
+    assert run.ranks[0].last(Aborted) is not None  # it heard the abort and said where it was
     assert run.ranks[2].killed  # it ignored the abort and was killed
     for r in run.ranks:
         assert not _alive(r.pid)
@@ -66,8 +67,8 @@ def test_a_crashed_rank_takes_the_whole_group_down(tmp_path):
 def test_an_error_report_is_kept_and_the_others_are_stopped(tmp_path):
     run = run_group(PLAN, [0, 1], tmp_path, deadline_s=60, worker_argv=fake("error", "hang"))
     assert run.ranks[0].exit_code == 2
-    assert "illegal memory access" in run.ranks[0].last("error")["message"]
-    assert run.ranks[1].last("aborted")
+    assert "illegal memory access" in run.ranks[0].last(Failed).message
+    assert run.ranks[1].last(Aborted)
     assert not _alive(run.ranks[1].pid)
 
 
@@ -95,9 +96,9 @@ def test_children_get_the_multicast_off_environment(tmp_path):
         run = run_group(PLAN, [0], tmp_path / "r", deadline_s=30, worker_argv=[sys.executable, str(script)])
     finally:
         del os.environ["NCCL_NVLS_ENABLE"]
-    env = run.ranks[0].last("env")
-    assert env == {"event": "env", "NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1",
-                   "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+    env = run.ranks[0].last(Unrecognized)  # an event kind of this test's own
+    assert (env.kind, env.fields) == ("env", {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1",
+                                              "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"})
 
 
 def _dump_env_script(tmp_path: Path) -> Path:
@@ -117,7 +118,7 @@ def test_ranks_sharing_a_gpu_are_separate_hosts_to_nccl(tmp_path, monkeypatch):
     monkeypatch.delenv("NCCL_HOSTID", raising=False)
     argv = [sys.executable, str(_dump_env_script(tmp_path))]
     run = run_group(PLAN, [0, 0, 0], tmp_path / "shared", deadline_s=30, worker_argv=argv)
-    ids = [r.last("env")["hostid"] for r in run.ranks]
+    ids = [r.last(Unrecognized).fields["hostid"] for r in run.ranks]
     assert all(ids) and len(set(ids)) == 3, ids
 
 
@@ -125,4 +126,4 @@ def test_ranks_on_their_own_gpus_keep_one_host(tmp_path, monkeypatch):
     monkeypatch.delenv("NCCL_HOSTID", raising=False)
     argv = [sys.executable, str(_dump_env_script(tmp_path))]
     run = run_group(PLAN, [0, 1], tmp_path / "own", deadline_s=30, worker_argv=argv)
-    assert [r.last("env")["hostid"] for r in run.ranks] == [None, None]
+    assert [r.last(Unrecognized).fields["hostid"] for r in run.ranks] == [None, None]
