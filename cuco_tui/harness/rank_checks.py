@@ -6,8 +6,9 @@ streams, a rank started late), which a correct candidate survives and a racy one
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Callable
 
+from cuco_tui.core.reference import RankReference, Reference
 from cuco_tui.harness.candidate_calls import CandidateCalls
 from cuco_tui.harness.perturb import PerturbLibrary
 from cuco_tui.harness.plan import BACK_TO_BACK_CHECK, PERTURBED_CHECK, ShapePlan
@@ -18,11 +19,11 @@ from cuco_tui.harness.verify import compare, poison
 
 
 class RankChecks:
-    def __init__(self, group: RankGroup, ref_module: Any, candidate: CandidateCalls, timing: Timing,
+    def __init__(self, group: RankGroup, reference: Reference, candidate: CandidateCalls, timing: Timing,
                  perturber: PerturbLibrary | None = None) -> None:
         self.group = group
         self.plan = group.plan
-        self.ref_module = ref_module
+        self.reference = reference
         self.candidate = candidate
         self.timing = timing
         self.perturber = perturber
@@ -46,7 +47,7 @@ class RankChecks:
                 ))
         return ok
 
-    def back_to_back(self, shape: ShapePlan, launch: Callable[[], None], reference: Any, inputs: dict,
+    def back_to_back(self, shape: ShapePlan, launch: Callable[[], None], reference: RankReference, inputs: dict,
                      outputs: dict, expected: dict, dtypes: dict[str, str], label: str = "back to back",
                      check: int | None = None, input_seed: int | None = None,
                      late: Callable[[], None] = lambda: None, perturb_seed: int | None = None) -> bool:
@@ -64,7 +65,7 @@ class RankChecks:
 
         def fill(s: int) -> None:
             with g.stream:
-                self.ref_module.fill_inputs(g.cupy, inputs, dims, g.world, g.rank, s)
+                self.reference.fill_inputs(g.cupy, inputs, dims, g.world, g.rank, s)
 
         def poison_outputs() -> None:
             with g.stream:
@@ -98,7 +99,7 @@ class RankChecks:
             check += 1
         return ok
 
-    def perturbed(self, shape: ShapePlan, launch: Callable[[], None], reference: Any, inputs: dict,
+    def perturbed(self, shape: ShapePlan, launch: Callable[[], None], reference: RankReference, inputs: dict,
                   outputs: dict, expected: dict, dtypes: dict[str, str]) -> bool:
         """The back-to-back check again, once per seed of the plan's perturbation (seed, seed + 1,
         ...): the candidate's ordering points held back as the seed says while it enqueues a

@@ -13,8 +13,9 @@ enforces each step's time limit: on expiry, or when the launcher asks by creatin
 `abort` file, it dumps this rank's wait trace and ends the process at once.
 
 The parts: rank_events (the event file, exit codes), watchdog (Watchdog, TraceMemory),
-rank_group (the harness's NCCL group), rank_reference (the workload's reference and its
-buffers), candidate_calls (cuco_init/launch/teardown), rank_checks (verification), timing.
+rank_group (the harness's NCCL group), rank_reference (the buffers of the workload's reference,
+which core/reference.py loads), candidate_calls (cuco_init/launch/teardown), rank_checks
+(verification), timing.
 This module holds the entry and the per-shape steps that call them."""
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
 
+from cuco_tui.core.reference import Env, RankReference, load_reference
 from cuco_tui.harness import abi
 from cuco_tui.harness.candidate_calls import CandidateCalls, CandidateFailed
 from cuco_tui.harness.perturb import PerturbError, PerturbLibrary
@@ -35,7 +36,7 @@ from cuco_tui.harness.rank_checks import RankChecks
 from cuco_tui.harness.rank_events import (EXIT_FAILED, EXIT_OK, BaselineMeasured, Done, EventLog, Failed, Launched,
                                           PerturbWarning, PlanStarted, ReferenceWarning, ShapeStarted, Timed)
 from cuco_tui.harness.rank_group import RankGroup
-from cuco_tui.harness.rank_reference import Env, buffers, load_reference
+from cuco_tui.harness.rank_reference import buffers
 from cuco_tui.harness.timing import Timing
 from cuco_tui.harness.verify import poison
 from cuco_tui.harness.watchdog import Watchdog
@@ -64,7 +65,7 @@ class Rank:
         self.watchdog = Watchdog(self.log, rundir / "abort", plan.limits.time_scale)
         self.watchdog.start()
         self.group = RankGroup(cupy, nccl, plan, rank, self.log, self.watchdog)
-        self.ref_module = load_reference(Path(plan.reference))
+        self.reference = load_reference(Path(plan.reference))
         self.reference_notes: set[str] = set()
         try:
             abi.preload(list(plan.preload))
@@ -81,7 +82,7 @@ class Rank:
             self.perturber.bind(library.lib._handle)
         self.candidate = CandidateCalls(self.group, library)
         self.timing = Timing(self.group)
-        self.checks = RankChecks(self.group, self.ref_module, self.candidate, self.timing, self.perturber)
+        self.checks = RankChecks(self.group, self.reference, self.candidate, self.timing, self.perturber)
 
     def load_perturber(self) -> PerturbLibrary | None:
         spec = self.plan.perturb
@@ -112,8 +113,8 @@ class Rank:
         g, candidate, checks, timing = self.group, self.candidate, self.checks, self.timing
         dims = shape.dims
         env = Env(self.cupy, g.comm, g.stream, g.world, g.rank, dims)
-        inputs, outputs, expected, dtypes = buffers(self.cupy, self.ref_module, dims, g.world, g.rank)
-        reference = self.ref_module.Reference(env)
+        inputs, outputs, expected, dtypes = buffers(self.cupy, self.reference.io_spec(dims, g.world, g.rank))
+        reference = self.reference.on_rank(env)
         self.log.emit(ShapeStarted(shape=shape.name, level=shape.level, dims=dims))
         ctx = candidate.context(dims, inputs, outputs, dtypes)
         state = candidate.init(ctx)
@@ -123,7 +124,7 @@ class Rank:
         for check in range(shape.checks):
             seed = self.plan.seed(shape, check)
             with g.stream:
-                self.ref_module.fill_inputs(self.cupy, inputs, dims, g.world, g.rank, seed)
+                self.reference.fill_inputs(self.cupy, inputs, dims, g.world, g.rank, seed)
                 for name, arr in outputs.items():
                     poison(self.cupy, arr, dtypes[name])
             reference.run(inputs, expected)
@@ -165,27 +166,26 @@ class Rank:
         g, timing = self.group, self.timing
         dims = shape.dims
         env = Env(self.cupy, g.comm, g.stream, g.world, g.rank, dims)
-        inputs, outputs, expected, _ = buffers(self.cupy, self.ref_module, dims, g.world, g.rank)
+        inputs, outputs, expected, _ = buffers(self.cupy, self.reference.io_spec(dims, g.world, g.rank))
         with g.stream:
-            self.ref_module.fill_inputs(self.cupy, inputs, dims, g.world, g.rank, self.plan.nonce)
-        reference = self.ref_module.Reference(env)
+            self.reference.fill_inputs(self.cupy, inputs, dims, g.world, g.rank, self.plan.nonce)
+        reference = self.reference.on_rank(env)
         reference_ms = timing.time(lambda: reference.run(inputs, outputs), "the reference", 120.0)
         parts_ms = {name: tuple(timing.time(part, name, 120.0))
                     for name, part in reference.parts(inputs, outputs).items()}
         self.report_reference(reference)
-        comm_bytes: int | None = None
+        comm_bytes = reference.comm_bytes()
         peer_copy_ms: tuple[float, ...] = ()
-        if hasattr(reference, "comm_bytes"):
-            comm_bytes = reference.comm_bytes()
+        if comm_bytes is not None:
             peer_copy_ms = tuple(timing.peer_copy_times(comm_bytes // max(g.world - 1, 1)))
         self.log.emit(BaselineMeasured(shape=shape.name, dims=dims, reference_ms=tuple(reference_ms), parts_ms=parts_ms,
                                        comm_bytes=comm_bytes, peer_copy_ms=peer_copy_ms))
 
-    def report_reference(self, reference: Any) -> None:
+    def report_reference(self, reference: RankReference) -> None:
         """What the reference says makes it weaker than it should be (a failed graph capture, a
         fallback to a slower attention), once per message: a weak reference inflates speedups,
         so the result must carry it."""
-        for message in getattr(reference, "warnings", None) or []:
+        for message in reference.warnings():
             if message not in self.reference_notes:
                 self.reference_notes.add(message)
                 self.log.emit(ReferenceWarning(message=str(message)))

@@ -166,6 +166,7 @@ def test_a_reference_warning_travels_into_the_result_once():
 
 
 def test_the_worker_reports_each_reference_warning_once():
+    from cuco_tui.core.reference import ModuleRankReference
     from cuco_tui.harness.worker import Rank
 
     class Log:
@@ -180,9 +181,9 @@ def test_the_worker_reports_each_reference_warning_once():
 
     rank = Rank.__new__(Rank)  # only the reporting state: no GPU, no group
     rank.log, rank.reference_notes = Log(), set()
-    rank.report_reference(Ref())
-    rank.report_reference(Ref())
-    rank.report_reference(object())  # a reference without warnings
+    rank.report_reference(ModuleRankReference(Ref()))
+    rank.report_reference(ModuleRankReference(Ref()))
+    rank.report_reference(ModuleRankReference(object()))  # a reference without warnings
     assert rank.log.events == [ReferenceWarning(message="torch missing")]
 
 
