@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -16,7 +15,6 @@ from typing import Any, Callable
 
 from cuco_tui.toolchain import BuildCache, compile_candidate
 from cuco_tui.toolchain.attention import ensure_library, uses_attention
-from cuco_tui.toolchain.perturb import ensure_perturb_library
 from cuco_tui.toolchain.toolchain import Toolchain, discover
 from cuco_tui.evaluate import races, sanitizer, shared_gpu
 from cuco_tui.core.result import (
@@ -28,13 +26,14 @@ from cuco_tui.core.result import (
     Status,
     Verification,
 )
+from cuco_tui.evaluate.levels import EvaluationLevel, LevelUnavailable, RunFacts, Setup, prepare_all, reading_of
 from cuco_tui.evaluate.static_checks import check_static, is_rejected
 from cuco_tui.evaluate.sync_checks import check_sync
 from cuco_tui.source.model import CandidateSource
 from cuco_tui.harness.deadlock import describe_hang
 from cuco_tui.harness.gpus import inventory, is_shared
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
-from cuco_tui.harness.plan import TRACE_SLOTS, Limits, PerturbPlan, RunPlan, ShapePlan
+from cuco_tui.harness.plan import TRACE_SLOTS, Limits, RunPlan, ShapePlan
 from cuco_tui.harness.rank_events import (Aborted, CloseWarning, Done, Failed, RankEvent, ReferenceWarning,
                                           ShapeStarted, Timed, TimedOut, Verified)
 from cuco_tui.core.workload import Workload, WorkloadError
@@ -76,6 +75,14 @@ class EvalOptions:
 
 
 ProgressFn = Callable[[Progress], None]
+
+
+def levels_for(options: EvalOptions) -> list[EvaluationLevel]:
+    """The levels beyond L0-L3 an evaluation runs, in the order the cascade asks them
+    (evaluate/levels.py): compute-sanitizer first, whose narrower options the others then see, and
+    L2's perturbed schedules (which read nothing from a run that had none)."""
+    asked: list[EvaluationLevel] = [sanitizer.Sanitizer(options.sanitize)] if options.sanitize else []
+    return asked + [races.PerturbedSchedules()]
 
 
 def runs_root(options: EvalOptions, cache: BuildCache) -> Path:
@@ -158,20 +165,6 @@ def harness_libraries(workload: Workload, source: str | None, toolchain: Toolcha
     return [], "", f"the harness attention library is missing: {attention.problem}"
 
 
-def perturb_entry(options: EvalOptions, world: int, shared: bool, toolchain: Toolchain, cache: BuildCache,
-                  say: ProgressFn) -> tuple[PerturbPlan | None, str]:
-    """(the plan's `perturb` entry or None, why there is none when one was asked for)."""
-    if not options.perturb or options.perturb_rounds < 1:
-        return None, ""
-    say(Progress(Level.COMPILE, "the schedule perturber (built once per machine)"))
-    lib = ensure_perturb_library(toolchain, cache)
-    if not lib.ok:
-        return None, lib.problem
-    seed = options.perturb_seed if options.perturb_seed is not None else secrets.randbelow(races.SEED_RANGE)
-    return races.plan_entry(str(lib.path), seed, options.perturb_rounds,
-                            races.unit_us(world, shared, options.perturb_unit_us)), ""
-
-
 def run_deadline(plan: RunPlan) -> float:
     """The launcher's backstop for the whole run; each launch has its own, tighter limit. Widened
     by the plan's `time_scale` as the ranks' own limits are (a run under compute-sanitizer)."""
@@ -202,8 +195,9 @@ def evaluate(
     ranks reported (for tools that look closer, such as the fault self-test)."""
     say = progress or (lambda p: None)
     candidate = Path(candidate)
-    if options.sanitize:
-        options = sanitizer.options_for(options)
+    levels = levels_for(options)
+    for extra in levels:
+        options = extra.narrow(options)
     base = dict(candidate=str(candidate), workload=workload.name)
     try:
         source = candidate.read_text()
@@ -223,7 +217,8 @@ def evaluate(
     say(Progress(Level.COMPILE, "compiling with nvcc"))
     toolchain = toolchain or discover()
     cache = cache or BuildCache()
-    build = compile_candidate(candidate, toolchain, cache, extra_flags=("-lineinfo",) if options.sanitize else ())
+    build = compile_candidate(candidate, toolchain, cache,
+                              extra_flags=tuple(flag for extra in levels for flag in extra.compile_flags()))
     diags = diags + build.diagnostics
     base.update(build_seconds=build.seconds, build_cached=build.cached, diagnostics=diags,
                 logs={"nvcc": build.log[-8000:]})
@@ -251,31 +246,18 @@ def evaluate(
         return CascadeResult(**base | {"diagnostics": diags + [diag]}, status=Status.RUNTIME_ERROR,
                              level=Level.COMPILE, reason=f"cannot run: the harness attention library is missing: {problem}")
 
-    worker = None
-    if options.sanitize:
-        try:
-            worker = sanitizer.worker_argv(options.sanitize, sanitizer.find_sanitizer(toolchain.nvcc), sys.executable)
-        except sanitizer.SanitizerUnavailable as exc:
-            return CascadeResult(**base, status=Status.RUNTIME_ERROR, level=Level.COMPILE,
-                                 reason=f"cannot sanitize: {exc}")
-
-    if is_shared(gpus):
-        diags = diags + [shared_gpu.note(gpus)]
-        base["diagnostics"] = diags
-
     # L2 + L3 in one group run: the workers verify at the verify size first and stop there
-    # on any failure, so L3 is only entered by a candidate that passed L2.
+    # on any failure, so L3 is only entered by a candidate that passed L2. Each level adds its part.
     plan = replace(make_plan(workload, build.library, options, "evaluate"), preload=tuple(preload),
                    notes=(note,) if note else ())
-    if options.sanitize:
-        plan = sanitizer.plan_for(plan, options.sanitize)
-    perturb, problem = perturb_entry(options, len(gpus), is_shared(gpus), toolchain, cache, say)
-    if perturb:
-        plan = replace(plan, perturb=perturb)
-    elif problem:
-        diags = diags + [Diagnostic(level=int(Level.VERIFY), severity="warning", code="perturb",
-                                    message=f"verified without perturbed schedules: {problem}")]
-        base["diagnostics"] = diags
+    setup = Setup(options, tuple(gpus), toolchain, cache, lambda level, message: say(Progress(level, message)))
+    try:
+        prepared = prepare_all(levels, plan, setup)
+    except LevelUnavailable as exc:
+        return CascadeResult(**base, status=Status.RUNTIME_ERROR, level=Level.COMPILE, reason=str(exc))
+    diags = diags + ([shared_gpu.note(gpus)] if is_shared(gpus) else []) + list(prepared.diagnostics)
+    base["diagnostics"] = diags
+    plan = prepared.plan
     rundir = new_rundir(runs_root(options, cache), f"{candidate.stem}-{sha[:8]}")
     say(Progress(Level.VERIFY, f"running on GPUs {','.join(map(str, gpus))}"))
 
@@ -286,11 +268,10 @@ def evaluate(
             case ShapeStarted(level=level, shape=shape):
                 say(Progress(Level.VERIFY if level == "verify" else Level.BENCHMARK, f"{level} {shape}"))
 
-    group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event, worker_argv=worker)
-    result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus}, source=source)
-    if options.sanitize:
-        result = sanitizer.with_report(result, sanitizer.read_reports(options.sanitize, rundir, len(gpus)),
-                                       candidate.name)
+    group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event, worker_argv=prepared.worker_argv)
+    result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus}, source=source, levels=levels)
+    for extra in levels:
+        result = extra.finish(result, group)
     if is_shared(gpus) and not result.status.ok:
         result = replace(result, reason=result.reason + shared_gpu.failure_hint(source))
     return result
@@ -374,9 +355,11 @@ def close_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
     return warnings
 
 
-def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source: str = "") -> CascadeResult:
+def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source: str = "",
+              levels: list[EvaluationLevel] | None = None) -> CascadeResult:
     """Turn what the ranks reported into one status, a reason and diagnostics. `source`: the
-    candidate's text, which a deadlock report quotes at each wait."""
+    candidate's text, which a deadlock report quotes at each wait; `levels`: those the run had
+    (levels_for(EvalOptions()) when not given), whose readings add notes and explanations."""
     outcomes = group.ranks
     file = Path(str(base.get("candidate", ""))).name
     level = _level_reached(outcomes)
@@ -386,12 +369,10 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
         if o.stderr_tail.strip():
             logs[f"rank{o.rank}.stderr"] = o.stderr_tail
     diags = list(base.pop("diagnostics", [])) + reference_warnings(outcomes) + close_warnings(outcomes)
-    rounds = races.rounds(outcomes)
-    diags += races.notes(outcomes, rounds)
-    unfinished = [r for r in rounds if r.ok is None]
-    during = (f" (during the perturbed round of seed {unfinished[0].seed} at {unfinished[0].shape}: "
-              f"{unfinished[0].description})"
-              if unfinished else "")
+    facts = RunFacts(str(base.get("candidate", "")), workload.name, tuple(base.get("gpus", ())))
+    reading = reading_of(levels_for(EvalOptions()) if levels is None else levels, outcomes, facts)
+    diags += reading.notes
+    during = reading.during
     common = dict(base, verifications=verifications, run_seconds=group.seconds, logs=logs)
     released = "" if group.gpus_released else " Warning: the GPUs still showed the group's processes 30 s later."
 
@@ -441,12 +422,9 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
                     f"it; the error is spread over many; largest: {v.worst})")
         else:
             what = f"max relative error {v.max_rel_error:.3g} exceeds {v.tolerance:g} (worst: {v.worst})"
-        seed = races.failed_seed(outcomes, v)
-        if seed is not None:
-            replay = races.replay_hint(str(base.get("candidate", "")), workload.name, seed, len(outcomes),
-                                       is_shared(list(base.get("gpus", []))))
-            reason, diag = races.race_diagnostic(next((r for r in rounds if r.seed == seed), None), seed, v, what,
-                                                 replay)
+        explained = reading.explain(v, what)  # a level's own failure (a race under a perturbed schedule)
+        if explained is not None:
+            reason, diag = explained
             return CascadeResult(**common, status=Status.INCORRECT, level=level, diagnostics=diags + [diag],
                                  reason=reason + released)
         diags.append(Diagnostic(level=int(level), severity="error", message=f"{v.shape}: {what}", code="verify"))

@@ -1,5 +1,5 @@
-"""L2's perturbed schedules, from the cascade's side: what the plan asks of the ranks, and what
-their reports mean.
+"""L2's perturbed schedules, from the cascade's side (an evaluation level, levels.py): what the plan
+asks of the ranks, and what their reports mean. In the ranks: harness/rank_steps.py PerturbedRounds.
 
 After the ordinary checks the ranks run the back-to-back launches again under schedule
 perturbations (harness/perturb_lib/cuco_perturb.h: a rank's copies, its compute or all its
@@ -10,13 +10,17 @@ that replays it."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cuco_tui.core.result import Diagnostic, Level, Verification
+from cuco_tui.evaluate.levels import EvaluationLevel, Prepared, Reading, RunFacts, Setup
+from cuco_tui.harness.gpus import is_shared
 from cuco_tui.harness.launcher import RankOutcome
-from cuco_tui.harness.plan import PerturbPlan
+from cuco_tui.harness.plan import PerturbPlan, RunPlan
 from cuco_tui.harness.rank_events import PerturbEnded, PerturbStarted, PerturbWarning, RankEvent, Verified
+from cuco_tui.toolchain.perturb import ensure_perturb_library
 
 DEFAULT_ROUNDS = 4  # one round of each kind (seed % 4) from a random first seed
 DEFAULT_UNIT_US = 2000
@@ -45,10 +49,6 @@ def unit_us(world: int, shared: bool, asked: int | None = None) -> int:
     if asked is not None:
         return asked
     return DEFAULT_UNIT_US * max(1, world // 2) if shared else DEFAULT_UNIT_US
-
-
-def plan_entry(library: str, seed: int, rounds: int, unit: int) -> PerturbPlan:
-    return PerturbPlan(library, seed, rounds, unit)
 
 
 def rounds(outcomes: list[RankOutcome]) -> list[Round]:
@@ -150,3 +150,48 @@ def notes(outcomes: list[RankOutcome], every: list[Round] | None = None) -> list
                                        "runtime that is not the shared one, or a library loaded before the "
                                        "perturber that defines the same functions): its rounds tested nothing")))
     return out
+
+
+class PerturbedSchedules(EvaluationLevel):
+    """The level: its plan entry (the interposer, built once per machine; the seeds; the unit), and
+    its reading of the rounds (a note of what they did, the round a run stopped in, a wrong answer
+    in a round as a race with its replay). Off with `EvalOptions.perturb` False."""
+
+    name = "perturbed schedules"
+
+    def prepare(self, plan: RunPlan, setup: Setup) -> Prepared:
+        o = setup.options
+        if not o.perturb or o.perturb_rounds < 1:
+            return Prepared(plan)
+        setup.say(Level.COMPILE, "the schedule perturber (built once per machine)")
+        lib = ensure_perturb_library(setup.toolchain, setup.cache)
+        if not lib.ok:
+            why = Diagnostic(level=int(Level.VERIFY), severity="warning", code="perturb",
+                             message=f"verified without perturbed schedules: {lib.problem}")
+            return Prepared(plan, diagnostics=(why,))
+        seed = o.perturb_seed if o.perturb_seed is not None else secrets.randbelow(SEED_RANGE)
+        unit = unit_us(len(setup.gpus), is_shared(list(setup.gpus)), o.perturb_unit_us)
+        return Prepared(replace(plan, perturb=PerturbPlan(str(lib.path), seed, o.perturb_rounds, unit)))
+
+    def read(self, outcomes: list[RankOutcome], facts: RunFacts) -> Reading:
+        every = rounds(outcomes)
+        unfinished = [r for r in every if r.ok is None]
+        during = (f" (during the perturbed round of seed {unfinished[0].seed} at {unfinished[0].shape}: "
+                  f"{unfinished[0].description})" if unfinished else "")
+        return RoundsReading(tuple(notes(outcomes, every)), during, outcomes=tuple(outcomes), rounds=tuple(every),
+                             facts=facts)
+
+
+@dataclass(frozen=True)
+class RoundsReading(Reading):
+    outcomes: tuple[RankOutcome, ...] = ()
+    rounds: tuple[Round, ...] = ()
+    facts: RunFacts | None = None
+
+    def explain(self, failed: Verification, what: str) -> tuple[str, Diagnostic] | None:
+        seed = failed_seed(list(self.outcomes), failed)
+        if seed is None or self.facts is None:
+            return None
+        replay = replay_hint(self.facts.candidate, self.facts.workload, seed, len(self.outcomes),
+                             is_shared(list(self.facts.gpus)))
+        return race_diagnostic(next((r for r in self.rounds if r.seed == seed), None), seed, failed, what, replay)

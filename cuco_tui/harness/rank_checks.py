@@ -1,32 +1,28 @@
 """Verification in a rank: one check's outputs compared with the reference's, each output
-reported, the back-to-back check (two launches with no host wait between them), and the same
-again under perturbed schedules (perturb.py: the candidate's ordering points held back on their
-streams, a rank started late), which a correct candidate survives and a racy one should not."""
+reported, and the back-to-back check (two launches with no host wait between them), which
+rank_steps.PerturbedRounds runs again under perturbed schedules (perturb.py: the candidate's
+ordering points held back on their streams, a rank started late)."""
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 from cuco_tui.core.reference import RankReference, Reference
 from cuco_tui.harness.candidate_calls import CandidateCalls
-from cuco_tui.harness.perturb import PerturbLibrary
-from cuco_tui.harness.plan import BACK_TO_BACK_CHECK, PERTURBED_CHECK, ShapePlan
-from cuco_tui.harness.rank_events import Launched, PerturbEnded, PerturbStarted, PerturbWarning, Verified
+from cuco_tui.harness.plan import BACK_TO_BACK_CHECK, ShapePlan
+from cuco_tui.harness.rank_events import Launched, Verified
 from cuco_tui.harness.rank_group import RankGroup
 from cuco_tui.harness.timing import Timing
 from cuco_tui.harness.verify import compare, poison
 
 
 class RankChecks:
-    def __init__(self, group: RankGroup, reference: Reference, candidate: CandidateCalls, timing: Timing,
-                 perturber: PerturbLibrary | None = None) -> None:
+    def __init__(self, group: RankGroup, reference: Reference, candidate: CandidateCalls, timing: Timing) -> None:
         self.group = group
         self.plan = group.plan
         self.reference = reference
         self.candidate = candidate
         self.timing = timing
-        self.perturber = perturber
 
     def verify(self, shape: ShapePlan, check: int, outputs: dict, expected: dict, dtypes: dict[str, str],
                label: str = "", perturb_seed: int | None = None) -> bool:
@@ -98,45 +94,3 @@ class RankChecks:
                                       perturb_seed=perturb_seed)) and ok
             check += 1
         return ok
-
-    def perturbed(self, shape: ShapePlan, launch: Callable[[], None], reference: RankReference, inputs: dict,
-                  outputs: dict, expected: dict, dtypes: dict[str, str]) -> bool:
-        """The back-to-back check again, once per seed of the plan's perturbation (seed, seed + 1,
-        ...): the candidate's ordering points held back as the seed says while it enqueues a
-        launch, this rank's stream held back first when the seed makes it start late. Each round
-        is reported (`perturb` when it starts, `perturb_stats` when it ends) so a failure names
-        the seed that replays it. Stops at the first round that fails on any rank."""
-        g, perturber, spec = self.group, self.perturber, self.plan.perturb
-        if perturber is None or spec is None:
-            return True
-        for i in range(spec.rounds):
-            seed = spec.seed + i
-            p = perturber.configure(seed, g.rank, g.world, spec.unit_us)
-            g.log.emit(PerturbStarted(shape=shape.name, round=i, seed=seed, kind=p.kind, target=p.target,
-                                      description=p.description, unit_us=p.unit_us, start_delay_us=p.start_delay_us))
-
-            def held() -> None:
-                perturber.enable(True)
-                try:
-                    launch()
-                finally:
-                    perturber.enable(False)
-
-            def late() -> None:
-                if p.start_delay_us and not perturber.hold(g.stream.ptr, p.start_delay_us):
-                    g.log.emit(PerturbWarning(message=f"its stream could not be held back for its late start "
-                                                      f"(perturbation seed {p.seed}): the round ran without it"))
-
-            started = time.monotonic()
-            ok = self.back_to_back(shape, held, reference, inputs, outputs, expected, dtypes,
-                                   label=f"perturbed, seed {seed}", check=shape.checks + 2 + 2 * i,
-                                   input_seed=self.plan.seed(shape, PERTURBED_CHECK + 2 * i), late=late,
-                                   perturb_seed=seed)
-            st = perturber.stats()
-            g.log.emit(PerturbEnded(shape=shape.name, round=i, seed=seed, ok=ok,
-                                    seconds=time.monotonic() - started, calls=st.calls, delayed=st.delayed,
-                                    delayed_us=st.delayed_us, skipped=st.skipped, errors=st.errors,
-                                    per_class=st.per_class))
-            if not ok:
-                return False
-        return True

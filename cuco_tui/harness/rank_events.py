@@ -154,7 +154,7 @@ class BaselineMeasured(RankEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class PerturbStarted(RankEvent):
-    """A perturbed round begins (harness/rank_checks.py): what its seed does on this rank."""
+    """A perturbed round begins (harness/rank_steps.py): what its seed does on this rank."""
 
     KIND: ClassVar[str] = "perturb"
     shape: str

@@ -15,7 +15,8 @@ enforces each step's time limit: on expiry, or when the launcher asks by creatin
 The parts: rank_events (the event file, exit codes), watchdog (Watchdog, TraceMemory),
 rank_group (the harness's NCCL group), rank_reference (the buffers of the workload's reference,
 which core/reference.py loads), candidate_calls (cuco_init/launch/teardown), rank_checks
-(verification), timing.
+(verification), timing, rank_steps (what the plan's evaluation levels add: the perturbed rounds,
+the pool off under compute-sanitizer).
 This module holds the entry and the per-shape steps that call them."""
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ from pathlib import Path
 from cuco_tui.core.reference import Env, RankReference, load_reference
 from cuco_tui.harness import abi
 from cuco_tui.harness.candidate_calls import CandidateCalls, CandidateFailed
-from cuco_tui.harness.perturb import PerturbError, PerturbLibrary
 from cuco_tui.harness.plan import RunPlan, ShapePlan
 from cuco_tui.harness.rank_checks import RankChecks
 from cuco_tui.harness.rank_events import (EXIT_FAILED, EXIT_OK, BaselineMeasured, Done, EventLog, Failed, Launched,
-                                          PerturbWarning, PlanStarted, ReferenceWarning, ShapeStarted, Timed)
+                                          PlanStarted, ReferenceWarning, ShapeStarted, Timed)
 from cuco_tui.harness.rank_group import RankGroup
 from cuco_tui.harness.rank_reference import buffers
+from cuco_tui.harness.rank_steps import VerifiedShape, rank_steps
 from cuco_tui.harness.timing import Timing
 from cuco_tui.harness.verify import poison
 from cuco_tui.harness.watchdog import Watchdog
@@ -48,19 +49,15 @@ class Rank:
         self.rank = rank
         rundir = Path(plan.rundir)
         self.log = EventLog(rundir / f"rank{rank}.jsonl", rank)
-        # The schedule perturber goes first, before CuPy: the candidate's calls into the CUDA
-        # runtime, NCCL and cuBLAS bind to it only if no library that defines them is in the
-        # process's global scope before it, and importing CuPy's NCCL module puts libnccl there
-        # (seen on the H100 host: every ncclAllGather of a candidate went straight to NCCL, unheld);
-        # a reference that imports PyTorch would put a CUDA runtime there too.
-        self.perturber = self.load_perturber() if plan.library else None
+        # The levels' steps go first, before CuPy: the schedule perturber must be in the process's
+        # global scope before any library that defines what it stands in front of (CuPy's NCCL
+        # module puts libnccl there; a reference that imports PyTorch would put a CUDA runtime there).
+        self.steps = rank_steps(plan, self.log)
         import cupy
         from cupy.cuda import nccl
 
-        if plan.sanitize:
-            # compute-sanitizer knows an allocation by its cudaMalloc: inside a pool's arena an
-            # overrun of a harness buffer would land in memory it counts as allocated.
-            cupy.cuda.set_allocator(None)
+        for step in self.steps:
+            step.started(cupy)
         self.cupy = cupy
         self.watchdog = Watchdog(self.log, rundir / "abort", plan.limits.time_scale)
         self.watchdog.start()
@@ -78,21 +75,12 @@ class Rank:
             self.reference_notes.add(str(note))
             self.log.emit(ReferenceWarning(message=str(note)))
         library = abi.CandidateLibrary(Path(plan.library)) if plan.library else None
-        if self.perturber is not None and library is not None:
-            self.perturber.bind(library.lib._handle)
+        if library is not None:
+            for step in self.steps:
+                step.loaded(library)
         self.candidate = CandidateCalls(self.group, library)
         self.timing = Timing(self.group)
-        self.checks = RankChecks(self.group, self.reference, self.candidate, self.timing, self.perturber)
-
-    def load_perturber(self) -> PerturbLibrary | None:
-        spec = self.plan.perturb
-        if spec is None:
-            return None
-        try:
-            return PerturbLibrary(Path(spec.library))
-        except PerturbError as exc:  # the candidate is verified all the same, without perturbed rounds
-            self.log.emit(PerturbWarning(message=f"{exc}; verified without schedule perturbation"))
-            return None
+        self.checks = RankChecks(self.group, self.reference, self.candidate, self.timing)
 
     def run(self) -> int:
         self.group.join()
@@ -143,7 +131,8 @@ class Rank:
         if ok and shape.level == "verify":
             ok = checks.back_to_back(shape, launch, reference, inputs, outputs, expected, dtypes)
         if ok and shape.level == "verify":
-            ok = checks.perturbed(shape, launch, reference, inputs, outputs, expected, dtypes)
+            verified = VerifiedShape(shape, launch, reference, inputs, outputs, expected, dtypes)
+            ok = all(step.verify(verified, checks) for step in self.steps)  # stops at the first that fails
         if ok and shape.level == "bench":
             run_reference = lambda: reference.run(inputs, expected)  # noqa: E731
             warm = timing.time(run_reference, "the reference", 120.0, repetitions=3)
