@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 
 from cuco_tui.harness.bf16 import from_bf16_bits
-from cuco_tui.harness.worker import load_reference
+from cuco_tui.core.reference import reference_module
 from cuco_tui.workload.manifest import load_workload
 
 W = load_workload("moe_dispatch_combine")
-REF = load_reference(W.reference)
+REF = reference_module(W.reference)
 VARIANTS = tuple((gemm, graphs) for graphs in (True, False) for gemm in ("grouped", "per_expert", "auto"))
 F64_REL_L2 = 1e-2  # the GPU test's bound for the whole reference against float64
 PAIR_REL_L2 = 1e-2  # each variant against grouped+graph: the same math, other kernels, other roundings

@@ -34,6 +34,7 @@ from cuco_tui.toolchain.attention import ensure_library
 from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate
 from cuco_tui.evaluate.races import rounds_of_events
+from cuco_tui.harness.rank_events import RankEvent
 from cuco_tui.core.result import CascadeResult, Status
 from cuco_tui.evaluate.shared_gpu import device_initiated
 from cuco_tui.workload.manifest import list_workloads, load_workload
@@ -75,7 +76,7 @@ def sources(name: str, dest: Path, sweep: bool) -> list[tuple[str, Path]]:
     return files
 
 
-def summary(r: CascadeResult, seconds: float, alone: bool, events: list[dict] | None = None) -> dict:
+def summary(r: CascadeResult, seconds: float, alone: bool, events: list[RankEvent] | None = None) -> dict:
     labels = [v.shape for v in r.verifications]
     rounds = rounds_of_events(events or [])
     return {
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     def run(job: Job, alone: bool = False) -> dict:
         t0 = time.monotonic()
         opts = EvalOptions(gpus=[args.gpu], world=job.world, share_gpu=True, bench=False, perturb=not args.no_perturb)
-        events: list[dict] = []
+        events: list[RankEvent] = []
         r = evaluate(job.path, load_workload(job.workload), opts, events_out=events)
         return summary(r, time.monotonic() - t0, alone, events)
 

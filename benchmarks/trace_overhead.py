@@ -19,20 +19,22 @@ from typing import Any
 
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate
 from cuco_tui.harness.gpus import parse_gpu_list
+from cuco_tui.harness.rank_events import RankEvent, TraceTimed
 from cuco_tui.workload.manifest import load_workload
 
 
-def overhead_rows(candidate: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """From the ranks' `trace_ab` events: per shape, the slowest rank's time of each repetition
-    with tracing on and off, and the overhead of the medians."""
-    by_shape: dict[str, list[dict[str, Any]]] = {}
+def overhead_rows(candidate: str, events: list[RankEvent]) -> list[dict[str, Any]]:
+    """From the ranks' `trace_ab` events (TraceTimed): per shape, the slowest rank's time of each
+    repetition with tracing on and off, and the overhead of the medians."""
+    by_shape: dict[str, list[TraceTimed]] = {}
     for e in events:
-        if e.get("event") == "trace_ab":
-            by_shape.setdefault(e["shape"], []).append(e)
+        match e:
+            case TraceTimed(shape=shape):
+                by_shape.setdefault(shape, []).append(e)
     rows = []
     for shape, ranks in by_shape.items():
-        on = [max(r["on_ms"][i] for r in ranks) for i in range(min(len(r["on_ms"]) for r in ranks))]
-        off = [max(r["off_ms"][i] for r in ranks) for i in range(min(len(r["off_ms"]) for r in ranks))]
+        on = [max(r.on_ms[i] for r in ranks) for i in range(min(len(r.on_ms) for r in ranks))]
+        off = [max(r.off_ms[i] for r in ranks) for i in range(min(len(r.off_ms) for r in ranks))]
         ratios = sorted(a / b for a, b in zip(on, off))
         q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
         rows.append({"candidate": candidate, "shape": shape, "on_ms": statistics.median(on),
@@ -56,7 +58,7 @@ def main() -> int:
     rows = []
     for cand in cands:
         for _ in range(args.runs):
-            events: list[dict[str, Any]] = []
+            events: list[RankEvent] = []
             r = evaluate(cand, w, options, events_out=events)
             if r.status.value != "measured":
                 print(f"{cand.name}: {r.status.value}: {r.reason}", file=sys.stderr)

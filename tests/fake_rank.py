@@ -1,4 +1,5 @@
-"""A stand-in rank process for launcher tests: behaves as plan["fake"][rank] says.
+"""A stand-in rank process for launcher tests: `fake_rank.py BEHAVIOURS --plan P --rank R` behaves
+as the R-th of the comma-separated BEHAVIOURS says ("ok", "crash", "error", "hang", "hang-deaf").
 (The real worker needs GPUs; the launcher's job, starting and killing groups, does not.)"""
 
 import argparse
@@ -10,12 +11,15 @@ import sys
 import time
 from pathlib import Path
 
+from cuco_tui.harness.plan import RunPlan
+
 p = argparse.ArgumentParser()
+p.add_argument("behaviours")
 p.add_argument("--plan")
 p.add_argument("--rank", type=int)
 a = p.parse_args()
-plan = json.loads(Path(a.plan).read_text())
-rundir = Path(plan["rundir"])
+plan = RunPlan.from_json(json.loads(Path(a.plan).read_text()))  # as the real worker reads it
+rundir = Path(plan.rundir)
 log = open(rundir / f"rank{a.rank}.jsonl", "a", buffering=1)
 
 
@@ -23,7 +27,7 @@ def emit(event, **kw):
     log.write(json.dumps({"event": event, "rank": a.rank, **kw}) + "\n")
 
 
-behaviour = plan["fake"][a.rank]
+behaviour = a.behaviours.split(",")[a.rank]
 emit("joined", pid=os.getpid())
 # A grandchild in the same session: the launcher must take it down with the rank.
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

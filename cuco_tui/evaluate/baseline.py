@@ -7,7 +7,7 @@ session's Bounds from a Baseline."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ from cuco_tui.evaluate.cascade import (EvalOptions, choose_gpus, harness_librari
 from cuco_tui.core.bounds import Bounds, ShapeBound, Work
 from cuco_tui.core.machine import MachineInfo
 from cuco_tui.core.result import Spread
-from cuco_tui.harness.launcher import run_group
+from cuco_tui.harness.launcher import GroupRun, run_group
+from cuco_tui.harness.rank_events import BaselineMeasured, Done, Failed, TimedOut
 from cuco_tui.core.workload import Workload
 
 
@@ -119,8 +120,9 @@ def bounds_of(baseline: Baseline, work: dict[str, Work], machine: MachineInfo | 
     return Bounds(baseline.workload, len(baseline.gpus), tuple(baseline.gpus), shapes, machine, measured_at)
 
 
-def _slowest(events: list[dict[str, Any]], key: str) -> Spread | None:
-    series = [e[key] for e in events if e.get(key)]
+def _slowest(series: list[tuple[float, ...] | None]) -> Spread | None:
+    """The slowest rank's time of each repetition (ranks without the series left out)."""
+    series = [s for s in series if s]
     if not series:
         return None
     return Spread.of([max(v) for v in zip(*series)])
@@ -133,24 +135,30 @@ def measure_baseline(workload: Workload, options: EvalOptions = EvalOptions(), r
     workload.check_world(len(gpus))
     cache = BuildCache()
     preload, _, note = harness_libraries(workload, None, discover(), cache, lambda p: None)
-    plan = make_plan(workload, None, options, "baseline") | {"preload": preload, "notes": [note] if note else []}
+    plan = replace(make_plan(workload, None, options, "baseline"), preload=tuple(preload),
+                   notes=(note,) if note else ())
     root = run_root or runs_root(options, cache)
     rundir = new_rundir(root, f"baseline-{workload.name}")
-    group = run_group(plan, gpus, rundir, run_deadline(plan))
-    problems = [f"rank {o.rank}: {e['message']}" for o in group.ranks for e in o.of("error") + o.of("timeout")]
-    if problems or not all(o.last("done") for o in group.ranks):
+    return read_baseline(run_group(plan, gpus, rundir, run_deadline(plan)), workload.name)
+
+
+def read_baseline(group: GroupRun, workload: str) -> Baseline:
+    """The Baseline the ranks of a `cuco baseline` run reported, or BaselineError when one failed."""
+    gpus = [o.gpu for o in group.ranks]
+    problems = [f"rank {o.rank}: {e.message}" for o in group.ranks for e in o.of(Failed) + o.of(TimedOut)]
+    if problems or not all(o.last(Done) for o in group.ranks):
         tails = "; ".join(o.stderr_tail.strip().splitlines()[-1] for o in group.ranks if o.stderr_tail.strip())
         raise BaselineError("; ".join(problems) or f"the baseline run did not finish ({tails or 'no output'})")
     shapes = []
-    by_shape: dict[str, list[dict[str, Any]]] = {}
+    by_shape: dict[str, list[BaselineMeasured]] = {}
     for o in group.ranks:
-        for e in o.of("baseline"):
-            by_shape.setdefault(e["shape"], []).append(e)
+        for e in o.of(BaselineMeasured):
+            by_shape.setdefault(e.shape, []).append(e)
     for name, events in by_shape.items():
-        parts = {k[:-3]: _slowest(events, k) for k in events[0] if k.endswith("_ms") and k not in ("reference_ms", "peer_copy_ms")}
+        parts = {part: _slowest([e.parts_ms.get(part) for e in events]) for part in events[0].parts_ms}
         shapes.append(ShapeBaseline(
-            shape=name, dims=events[0]["dims"], reference=_slowest(events, "reference_ms"),
-            parts={k: v for k, v in parts.items() if v is not None}, comm_bytes=int(events[0].get("comm_bytes", 0)),
-            peer_copy=_slowest(events, "peer_copy_ms"), world=len(gpus),
+            shape=name, dims=events[0].dims, reference=_slowest([e.reference_ms for e in events]),
+            parts={k: v for k, v in parts.items() if v is not None}, comm_bytes=int(events[0].comm_bytes or 0),
+            peer_copy=_slowest([e.peer_copy_ms for e in events]), world=len(gpus),
         ))
-    return Baseline(workload.name, gpus, shapes, group.seconds, reference_messages(group.ranks))
+    return Baseline(workload, gpus, shapes, group.seconds, reference_messages(group.ranks))

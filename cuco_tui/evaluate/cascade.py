@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -16,7 +15,6 @@ from typing import Any, Callable
 
 from cuco_tui.toolchain import BuildCache, compile_candidate
 from cuco_tui.toolchain.attention import ensure_library, uses_attention
-from cuco_tui.toolchain.perturb import ensure_perturb_library
 from cuco_tui.toolchain.toolchain import Toolchain, discover
 from cuco_tui.evaluate import races, sanitizer, shared_gpu
 from cuco_tui.core.result import (
@@ -28,12 +26,16 @@ from cuco_tui.core.result import (
     Status,
     Verification,
 )
+from cuco_tui.evaluate.levels import EvaluationLevel, LevelUnavailable, RunFacts, Setup, prepare_all, reading_of
 from cuco_tui.evaluate.static_checks import check_static, is_rejected, size_diagnostic
 from cuco_tui.evaluate.sync_checks import check_sync
 from cuco_tui.source.model import CandidateSource
 from cuco_tui.harness.deadlock import describe_hang
 from cuco_tui.harness.gpus import inventory, is_shared
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
+from cuco_tui.harness.plan import TRACE_SLOTS, Limits, RunPlan, ShapePlan
+from cuco_tui.harness.rank_events import (Aborted, CloseWarning, Done, Failed, RankEvent, ReferenceWarning,
+                                          ShapeStarted, Timed, TimedOut, Verified)
 from cuco_tui.core.workload import Workload, WorkloadError
 
 
@@ -50,9 +52,9 @@ class EvalOptions:
     gpus: list[int] | None = None  # None: the first `world` GPUs (all of them if world is None)
     world: int | None = None
     verify_checks: int = 2
-    timeout_floor_s: float = 5.0  # a launch may take max(floor, factor x reference time)
-    timeout_factor: float = 50.0
-    first_launch_timeout_s: float = 20.0
+    timeout_floor_s: float = Limits.timeout_floor_s  # a launch may take max(floor, factor x reference time)
+    timeout_factor: float = Limits.timeout_factor
+    first_launch_timeout_s: float = Limits.first_launch_timeout_s
     run_root: Path | None = None  # where run folders go; default: the build cache's sibling
     bench: bool = True  # False: stop after L2
     shapes: tuple[str, ...] = ()  # restrict L3 to these bench shape names
@@ -73,6 +75,14 @@ class EvalOptions:
 
 
 ProgressFn = Callable[[Progress], None]
+
+
+def levels_for(options: EvalOptions) -> list[EvaluationLevel]:
+    """The levels beyond L0-L3 an evaluation runs, in the order the cascade asks them
+    (evaluate/levels.py): compute-sanitizer first, whose narrower options the others then see, and
+    L2's perturbed schedules (which read nothing from a run that had none)."""
+    asked: list[EvaluationLevel] = [sanitizer.Sanitizer(options.sanitize)] if options.sanitize else []
+    return asked + [races.PerturbedSchedules()]
 
 
 def runs_root(options: EvalOptions, cache: BuildCache) -> Path:
@@ -116,34 +126,25 @@ def new_rundir(root: Path, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-{name}-", dir=root))
 
 
-def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mode: str) -> dict[str, Any]:
-    shapes: list[dict[str, Any]] = []
+def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mode: str) -> RunPlan:
+    shapes: list[ShapePlan] = []
     if mode == "evaluate":
         for i, s in enumerate(workload.verify_shapes):
-            shapes.append({"name": s.name, "dims": s.dims, "level": "verify", "checks": options.verify_checks, "index": i})
+            shapes.append(ShapePlan(s.name, dict(s.dims), "verify", options.verify_checks, i))
     if mode == "baseline" or (options.bench and not options.share_gpu):
         for i, s in enumerate(workload.bench_shapes):
             if options.shapes and s.name not in options.shapes:
                 continue
-            shapes.append({"name": s.name, "dims": s.dims, "level": "bench", "checks": 1, "index": 100 + i})
-    return {
-        "mode": mode,
-        "workload": workload.name,
-        "reference": str(workload.reference),
-        "library": str(library) if library else None,
-        "shapes": shapes,
-        "rtol": workload.rtol,
-        "floor": workload.floor,
-        "warmup": workload.warmup,
-        "repetitions": workload.repetitions,
-        "timeout_floor_s": options.timeout_floor_s,
-        "timeout_factor": options.timeout_factor,
-        "first_launch_timeout_s": options.first_launch_timeout_s,
-        "nonce": secrets.randbelow(1 << 30),
-        "trace_slots": 4096 if options.trace else 0,
-        "trace_ab": bool(options.trace_ab and options.trace),
-        "shared_gpu": options.share_gpu,
-    }
+            shapes.append(ShapePlan(s.name, dict(s.dims), "bench", 1, 100 + i))
+    limits = Limits(first_launch_timeout_s=options.first_launch_timeout_s, timeout_floor_s=options.timeout_floor_s,
+                    timeout_factor=options.timeout_factor)
+    return RunPlan(
+        mode=mode, workload=workload.name, reference=str(workload.reference),
+        library=str(library) if library else None, shapes=tuple(shapes), rtol=workload.rtol, floor=workload.floor,
+        warmup=workload.warmup, repetitions=workload.repetitions, nonce=secrets.randbelow(1 << 30), limits=limits,
+        trace_slots=TRACE_SLOTS if options.trace else 0, trace_ab=bool(options.trace_ab and options.trace),
+        shared_gpu=options.share_gpu,
+    )
 
 
 def harness_libraries(workload: Workload, source: str | None, toolchain: Toolchain, cache: BuildCache,
@@ -164,24 +165,10 @@ def harness_libraries(workload: Workload, source: str | None, toolchain: Toolcha
     return [], "", f"the harness attention library is missing: {attention.problem}"
 
 
-def perturb_entry(options: EvalOptions, world: int, shared: bool, toolchain: Toolchain, cache: BuildCache,
-                  say: ProgressFn) -> tuple[dict[str, Any] | None, str]:
-    """(the plan's `perturb` entry or None, why there is none when one was asked for)."""
-    if not options.perturb or options.perturb_rounds < 1:
-        return None, ""
-    say(Progress(Level.COMPILE, "the schedule perturber (built once per machine)"))
-    lib = ensure_perturb_library(toolchain, cache)
-    if not lib.ok:
-        return None, lib.problem
-    seed = options.perturb_seed if options.perturb_seed is not None else secrets.randbelow(races.SEED_RANGE)
-    return races.plan_entry(str(lib.path), seed, options.perturb_rounds,
-                            races.unit_us(world, shared, options.perturb_unit_us)), ""
-
-
-def run_deadline(plan: dict[str, Any]) -> float:
+def run_deadline(plan: RunPlan) -> float:
     """The launcher's backstop for the whole run; each launch has its own, tighter limit. Widened
     by the plan's `time_scale` as the ranks' own limits are (a run under compute-sanitizer)."""
-    return (180.0 + 120.0 * len(plan["shapes"])) * float(plan.get("time_scale", 1.0))
+    return (180.0 + 120.0 * len(plan.shapes)) * plan.limits.time_scale
 
 
 def static_level(source: str, name: str, workload: Workload) -> tuple[list[Diagnostic], str]:
@@ -203,14 +190,15 @@ def evaluate(
     progress: ProgressFn | None = None,
     toolchain: Toolchain | None = None,
     cache: BuildCache | None = None,
-    events_out: list[dict[str, Any]] | None = None,
+    events_out: list[RankEvent] | None = None,
 ) -> CascadeResult:
     """Run the cascade on one candidate. `events_out`, if given, receives every event the
     ranks reported (for tools that look closer, such as the fault self-test)."""
     say = progress or (lambda p: None)
     candidate = Path(candidate)
-    if options.sanitize:
-        options = sanitizer.options_for(options)
+    levels = levels_for(options)
+    for extra in levels:
+        options = extra.narrow(options)
     base = dict(candidate=str(candidate), workload=workload.name)
     try:
         too_large = size_diagnostic(candidate.stat().st_size, candidate.name)
@@ -234,7 +222,8 @@ def evaluate(
     say(Progress(Level.COMPILE, "compiling with nvcc"))
     toolchain = toolchain or discover()
     cache = cache or BuildCache()
-    build = compile_candidate(candidate, toolchain, cache, extra_flags=("-lineinfo",) if options.sanitize else ())
+    build = compile_candidate(candidate, toolchain, cache,
+                              extra_flags=tuple(flag for extra in levels for flag in extra.compile_flags()))
     diags = diags + build.diagnostics
     base.update(build_seconds=build.seconds, build_cached=build.cached, diagnostics=diags,
                 logs={"nvcc": build.log[-8000:]})
@@ -262,45 +251,32 @@ def evaluate(
         return CascadeResult(**base | {"diagnostics": diags + [diag]}, status=Status.RUNTIME_ERROR,
                              level=Level.COMPILE, reason=f"cannot run: the harness attention library is missing: {problem}")
 
-    worker = None
-    if options.sanitize:
-        try:
-            worker = sanitizer.worker_argv(options.sanitize, sanitizer.find_sanitizer(toolchain.nvcc), sys.executable)
-        except sanitizer.SanitizerUnavailable as exc:
-            return CascadeResult(**base, status=Status.RUNTIME_ERROR, level=Level.COMPILE,
-                                 reason=f"cannot sanitize: {exc}")
-
-    if is_shared(gpus):
-        diags = diags + [shared_gpu.note(gpus)]
-        base["diagnostics"] = diags
-
     # L2 + L3 in one group run: the workers verify at the verify size first and stop there
-    # on any failure, so L3 is only entered by a candidate that passed L2.
-    plan = make_plan(workload, build.library, options, "evaluate") | {"preload": preload, "notes": [note] if note else []}
-    if options.sanitize:
-        plan |= sanitizer.plan_entries(options.sanitize)
-    perturb, problem = perturb_entry(options, len(gpus), is_shared(gpus), toolchain, cache, say)
-    if perturb:
-        plan["perturb"] = perturb
-    elif problem:
-        diags = diags + [Diagnostic(level=int(Level.VERIFY), severity="warning", code="perturb",
-                                    message=f"verified without perturbed schedules: {problem}")]
-        base["diagnostics"] = diags
+    # on any failure, so L3 is only entered by a candidate that passed L2. Each level adds its part.
+    plan = replace(make_plan(workload, build.library, options, "evaluate"), preload=tuple(preload),
+                   notes=(note,) if note else ())
+    setup = Setup(options, tuple(gpus), toolchain, cache, lambda level, message: say(Progress(level, message)))
+    try:
+        prepared = prepare_all(levels, plan, setup)
+    except LevelUnavailable as exc:
+        return CascadeResult(**base, status=Status.RUNTIME_ERROR, level=Level.COMPILE, reason=str(exc))
+    diags = diags + ([shared_gpu.note(gpus)] if is_shared(gpus) else []) + list(prepared.diagnostics)
+    base["diagnostics"] = diags
+    plan = prepared.plan
     rundir = new_rundir(runs_root(options, cache), f"{candidate.stem}-{sha[:8]}")
     say(Progress(Level.VERIFY, f"running on GPUs {','.join(map(str, gpus))}"))
 
-    def on_event(e: dict[str, Any]) -> None:
+    def on_event(e: RankEvent) -> None:
         if events_out is not None:
             events_out.append(e)
-        if e.get("event") == "shape_start":
-            level = Level.VERIFY if e.get("level") == "verify" else Level.BENCHMARK
-            say(Progress(level, f"{e.get('level')} {e.get('shape')}"))
+        match e:
+            case ShapeStarted(level=level, shape=shape):
+                say(Progress(Level.VERIFY if level == "verify" else Level.BENCHMARK, f"{level} {shape}"))
 
-    group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event, worker_argv=worker)
-    result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus}, source=source)
-    if options.sanitize:
-        result = sanitizer.with_report(result, sanitizer.read_reports(options.sanitize, rundir, len(gpus)),
-                                       candidate.name)
+    group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event, worker_argv=prepared.worker_argv)
+    result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus}, source=source, levels=levels)
+    for extra in levels:
+        result = extra.finish(result, group)
     if is_shared(gpus) and not result.status.ok:
         result = replace(result, reason=result.reason + shared_gpu.failure_hint(source))
     return result
@@ -309,59 +285,59 @@ def evaluate(
 def _level_reached(outcomes: list[RankOutcome]) -> Level:
     level = Level.VERIFY
     for o in outcomes:
-        for e in o.of("shape_start"):
-            if e.get("level") == "bench":
+        for e in o.of(ShapeStarted):
+            if e.level == "bench":
                 level = Level.BENCHMARK
     return level
 
 
 def _verifications(outcomes: list[RankOutcome], workload: Workload) -> list[Verification]:
-    grouped: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    grouped: dict[tuple[str, int, str], list[Verified]] = {}
     for o in outcomes:
-        for e in o.of("verify"):
-            grouped.setdefault((e["shape"], e["check"], e["output"]), []).append(e)
+        for e in o.of(Verified):
+            grouped.setdefault((e.shape, e.check, e.output), []).append(e)
     out = []
     for (shape, check, output), events in grouped.items():
-        worst = max(events, key=lambda e: e["max_rel_error"])
-        ssd = sum(e["sum_sq_diff"] for e in events)
-        ssr = sum(e["sum_sq_ref"] for e in events)
-        idx = ", ".join(str(i) for i in worst["worst_index"])
+        worst = max(events, key=lambda e: e.max_rel_error)
+        ssd = sum(e.sum_sq_diff for e in events)
+        ssr = sum(e.sum_sq_ref for e in events)
+        idx = ", ".join(str(i) for i in worst.worst_index)
         out.append(Verification(
-            shape=f"{shape} {events[0].get('label') or f'#{check + 1}'}",
-            ok=all(e["ok"] for e in events),
-            max_rel_error=max(e["max_rel_error"] for e in events),
+            shape=f"{shape} {events[0].label or f'#{check + 1}'}",
+            ok=all(e.ok for e in events),
+            max_rel_error=max(e.max_rel_error for e in events),
             rel_fro_error=math.sqrt(ssd / ssr) if ssr > 0 else (0.0 if ssd == 0 else math.inf),
-            unwritten=sum(e["unwritten"] for e in events),
-            nonfinite=sum(e["nonfinite"] for e in events),
-            elements=sum(e["elements"] for e in events),
-            worst=f"rank {worst['rank']}, {output}[{idx}]: got {worst['worst_got']:.6g}, want {worst['worst_want']:.6g}",
+            unwritten=sum(e.unwritten for e in events),
+            nonfinite=sum(e.nonfinite for e in events),
+            elements=sum(e.elements for e in events),
+            worst=f"rank {worst.rank}, {output}[{idx}]: got {worst.worst_got:.6g}, want {worst.worst_want:.6g}",
             tolerance=workload.rtol,
         ))
     return out
 
 
 def _timings(outcomes: list[RankOutcome]) -> list[ShapeTiming]:
-    by_shape: dict[str, list[dict[str, Any]]] = {}
+    by_shape: dict[str, list[Timed]] = {}
     for o in outcomes:
-        for e in o.of("timing"):
-            by_shape.setdefault(e["shape"], []).append(e)
+        for e in o.of(Timed):
+            by_shape.setdefault(e.shape, []).append(e)
     timings = []
     for shape, events in by_shape.items():
-        events.sort(key=lambda e: e["rank"])
+        events.sort(key=lambda e: e.rank)
         # An iteration lasts as long as its slowest rank.
-        cand = [max(vals) for vals in zip(*(e["candidate_ms"] for e in events))]
-        ref = [max(vals) for vals in zip(*(e["reference_ms"] for e in events))]
+        cand = [max(vals) for vals in zip(*(e.candidate_ms for e in events))]
+        ref = [max(vals) for vals in zip(*(e.reference_ms for e in events))]
         c, r = Spread.of(cand), Spread.of(ref)
         timings.append(ShapeTiming(
-            shape=shape, dims=events[0]["dims"], candidate=c, reference=r,
-            per_rank=[Spread.of(e["candidate_ms"]) for e in events], speedup=r.median / c.median,
+            shape=shape, dims=events[0].dims, candidate=c, reference=r,
+            per_rank=[Spread.of(list(e.candidate_ms)) for e in events], speedup=r.median / c.median,
         ))
     return timings
 
 
 def reference_messages(outcomes: list[RankOutcome]) -> list[str]:
     """Each distinct message the ranks' references reported (see worker.report_reference)."""
-    messages = dict.fromkeys(e.get("message", "") for o in outcomes for e in o.of("reference_warning"))
+    messages = dict.fromkeys(e.message for o in outcomes for e in o.of(ReferenceWarning))
     return [m for m in messages if m]
 
 
@@ -375,18 +351,20 @@ def close_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
     """A rank that reported every result and then could not close the harness's NCCL group:
     the harness's trouble, not the candidate's, and no reason to drop its results."""
     warnings = [Diagnostic(level=int(Level.VERIFY), severity="warning", code="harness", rank=o.rank,
-                           message=f"rank {o.rank}: {e.get('message', '')} (after its results; they stand)")
-                for o in outcomes for e in o.of("close_warning")]
+                           message=f"rank {o.rank}: {e.message} (after its results; they stand)")
+                for o in outcomes for e in o.of(CloseWarning)]
     warnings += [Diagnostic(level=int(Level.VERIFY), severity="warning", code="harness", rank=o.rank,
                             message=f"rank {o.rank} {o.describe_exit()} after its results while closing the harness's "
                                     "NCCL group (the results stand)")
-                 for o in outcomes if o.last("done") and (o.exit_code not in (0, None) or o.killed)]
+                 for o in outcomes if o.last(Done) and (o.exit_code not in (0, None) or o.killed)]
     return warnings
 
 
-def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source: str = "") -> CascadeResult:
+def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source: str = "",
+              levels: list[EvaluationLevel] | None = None) -> CascadeResult:
     """Turn what the ranks reported into one status, a reason and diagnostics. `source`: the
-    candidate's text, which a deadlock report quotes at each wait."""
+    candidate's text, which a deadlock report quotes at each wait; `levels`: those the run had
+    (levels_for(EvalOptions()) when not given), whose readings add notes and explanations."""
     outcomes = group.ranks
     file = Path(str(base.get("candidate", ""))).name
     level = _level_reached(outcomes)
@@ -396,41 +374,39 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
         if o.stderr_tail.strip():
             logs[f"rank{o.rank}.stderr"] = o.stderr_tail
     diags = list(base.pop("diagnostics", [])) + reference_warnings(outcomes) + close_warnings(outcomes)
-    rounds = races.rounds(outcomes)
-    diags += races.notes(outcomes, rounds)
-    unfinished = [r for r in rounds if r.ok is None]
-    during = (f" (during the perturbed round of seed {unfinished[0].seed} at {unfinished[0].shape}: "
-              f"{unfinished[0].description})"
-              if unfinished else "")
+    facts = RunFacts(str(base.get("candidate", "")), workload.name, tuple(base.get("gpus", ())))
+    reading = reading_of(levels_for(EvalOptions()) if levels is None else levels, outcomes, facts)
+    diags += reading.notes
+    during = reading.during
     common = dict(base, verifications=verifications, run_seconds=group.seconds, logs=logs)
     released = "" if group.gpus_released else " Warning: the GPUs still showed the group's processes 30 s later."
 
-    errors = [(o, e) for o in outcomes for e in o.of("error")]
+    errors = [(o, e) for o in outcomes for e in o.of(Failed)]
     if errors:
         o, e = errors[0]
-        kind = e.get("kind", "")
         for ro, re_ in errors:
-            diags.append(Diagnostic(level=int(level), severity="error", message=re_["message"], rank=ro.rank,
-                                    code=re_.get("kind", "")))
-        if kind == "harness":
-            reason = f"harness error on rank {o.rank} (a bug in cuco-tui, not the candidate): {e['message']}"
+            diags.append(Diagnostic(level=int(level), severity="error", message=re_.message, rank=ro.rank,
+                                    code=re_.kind))
+        if e.kind == "harness":
+            reason = f"harness error on rank {o.rank} (a bug in cuco-tui, not the candidate): {e.message}"
         else:
-            reason = f"rank {o.rank}: {e['message']}"
+            reason = f"rank {o.rank}: {e.message}"
         return CascadeResult(**common, status=Status.RUNTIME_ERROR, level=level, diagnostics=diags,
                              reason=reason + during + released)
 
-    timeouts = [(o, o.last("timeout")) for o in outcomes if o.last("timeout")]
+    timeouts = [(o, t) for o in outcomes if (t := o.last(TimedOut))]
     if timeouts:
         report = describe_hang(outcomes, file, source)
-        o, e = timeouts[0]
-        diags.append(Diagnostic(level=int(level), severity="error", message=e["message"], rank=o.rank, code="timeout"))
+        o, timeout = timeouts[0]
+        diags.append(Diagnostic(level=int(level), severity="error", message=timeout.message, rank=o.rank,
+                                code="timeout"))
         return CascadeResult(**common, status=Status.DEADLOCK, level=level, diagnostics=diags,
-                             deadlock_report=report, reason=f"rank {o.rank}: {e['message']}" + during + released)
+                             deadlock_report=report, reason=f"rank {o.rank}: {timeout.message}" + during + released)
 
     # A rank that reported all its results ("done") and died closing the harness's group is a
     # warning (close_warnings), not the candidate's failure.
-    dead = [o for o in outcomes if not o.last("done")
-            and (o.exit_code not in (0, None) or (o.killed and not o.last("aborted")))]
+    dead = [o for o in outcomes if not o.last(Done)
+            and (o.exit_code not in (0, None) or (o.killed and not o.last(Aborted)))]
     if dead:
         o = dead[0]
         tail = o.stderr_tail.strip().splitlines()[-1:] or [""]
@@ -451,12 +427,9 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
                     f"it; the error is spread over many; largest: {v.worst})")
         else:
             what = f"max relative error {v.max_rel_error:.3g} exceeds {v.tolerance:g} (worst: {v.worst})"
-        seed = races.failed_seed(outcomes, v)
-        if seed is not None:
-            replay = races.replay_hint(str(base.get("candidate", "")), workload.name, seed, len(outcomes),
-                                       is_shared(list(base.get("gpus", []))))
-            reason, diag = races.race_diagnostic(next((r for r in rounds if r.seed == seed), None), seed, v, what,
-                                                 replay)
+        explained = reading.explain(v, what)  # a level's own failure (a race under a perturbed schedule)
+        if explained is not None:
+            reason, diag = explained
             return CascadeResult(**common, status=Status.INCORRECT, level=level, diagnostics=diags + [diag],
                                  reason=reason + released)
         diags.append(Diagnostic(level=int(level), severity="error", message=f"{v.shape}: {what}", code="verify"))
@@ -469,8 +442,8 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
                              reason=f"the run did not finish within its deadline of {group.seconds:.0f} s" + released)
 
     timings = _timings(outcomes)
-    wanted = [s for o in outcomes[:1] for s in o.of("shape_start") if s.get("level") == "bench"]
-    if not all(o.last("done") for o in outcomes) or len(timings) < len(wanted):
+    wanted = [s for o in outcomes[:1] for s in o.of(ShapeStarted) if s.level == "bench"]
+    if not all(o.last(Done) for o in outcomes) or len(timings) < len(wanted):
         return CascadeResult(**common, status=Status.RUNTIME_ERROR, level=level, diagnostics=diags,
                              reason="the run ended before every shape was measured" + released)
     if not timings:

@@ -15,6 +15,7 @@ from typing import Callable
 from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus, evaluate
 from cuco_tui.core.result import CascadeResult, Status
 from cuco_tui.core.workload import Workload
+from cuco_tui.harness.rank_events import Failed, Launched, RankEvent, TimedOut, Verified
 
 DETECTION_SLACK_S = 5.0
 # A seed replays its holds exactly, but a race can also show by chance under a seed that does not
@@ -44,18 +45,21 @@ class FaultCheck:
         return not self.problems
 
 
-def _detection(result: CascadeResult, rundir_events: list[dict]) -> tuple[float | None, float | None]:
-    launches = [e for e in rundir_events if e.get("event") == "launch"]
-    ends = [e for e in rundir_events if e.get("event") in ("timeout", "error")]
+def _detection(result: CascadeResult, rundir_events: list[RankEvent]) -> tuple[float | None, float | None]:
+    launches = [e for e in rundir_events if isinstance(e, Launched)]
+    ends = [e for e in rundir_events if isinstance(e, (TimedOut, Failed))]
     if not launches or not ends:
         return None, None
-    return min(e["t"] for e in ends) - launches[-1]["t"], float(launches[-1].get("limit_s", 0.0))
+    return min(e.t for e in ends) - launches[-1].t, launches[-1].limit_s
 
 
-def failed_perturb_seed(events: list[dict]) -> int | None:
+def failed_perturb_seed(events: list[RankEvent]) -> int | None:
     """The seed of the first perturbed round whose verification failed on some rank."""
-    seeds = [int(e["perturb_seed"]) for e in events
-             if e.get("event") == "verify" and not e.get("ok") and e.get("perturb_seed") is not None]
+    seeds = []
+    for event in events:
+        match event:
+            case Verified(perturb_seed=int(seed)) if not event.ok:
+                seeds.append(seed)
     return min(seeds) if seeds else None
 
 
@@ -96,7 +100,7 @@ def run_fault_suite(workload: Workload, options: EvalOptions, only: tuple[str, .
         path = workload.root / "faults" / f"{name}.cu"
         say(f"{name}: evaluating")
         t0 = time.monotonic()
-        events: list[dict] = []
+        events: list[RankEvent] = []
         result = evaluate(path, workload, verify_only, events_out=events)
         detection, limit = _detection(result, events)
         text = " ".join([result.reason, result.deadlock_report] + [d.message for d in result.diagnostics]

@@ -1,5 +1,5 @@
-"""L2's perturbed schedules, from the cascade's side: what the plan asks of the ranks, and what
-their reports mean.
+"""L2's perturbed schedules, from the cascade's side (an evaluation level, levels.py): what the plan
+asks of the ranks, and what their reports mean. In the ranks: harness/rank_steps.py PerturbedRounds.
 
 After the ordinary checks the ranks run the back-to-back launches again under schedule
 perturbations (harness/perturb_lib/cuco_perturb.h: a rank's copies, its compute or all its
@@ -10,12 +10,17 @@ that replays it."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from cuco_tui.core.result import Diagnostic, Level, Verification
+from cuco_tui.evaluate.levels import EvaluationLevel, Prepared, Reading, RunFacts, Setup
+from cuco_tui.harness.gpus import is_shared
 from cuco_tui.harness.launcher import RankOutcome
+from cuco_tui.harness.plan import PerturbPlan, RunPlan
+from cuco_tui.harness.rank_events import PerturbEnded, PerturbStarted, PerturbWarning, RankEvent, Verified
+from cuco_tui.toolchain.perturb import ensure_perturb_library
 
 DEFAULT_ROUNDS = 4  # one round of each kind (seed % 4) from a random first seed
 DEFAULT_UNIT_US = 2000
@@ -46,34 +51,29 @@ def unit_us(world: int, shared: bool, asked: int | None = None) -> int:
     return DEFAULT_UNIT_US * max(1, world // 2) if shared else DEFAULT_UNIT_US
 
 
-def plan_entry(library: str, seed: int, rounds: int, unit: int) -> dict[str, Any]:
-    return {"library": library, "seed": seed, "rounds": rounds, "unit_us": unit}
-
-
 def rounds(outcomes: list[RankOutcome]) -> list[Round]:
     """Every perturbed round any rank started, in order. The ranks run the same seeds at each
     verify shape, so a round is a (shape, seed) pair."""
-    started: dict[tuple[str, int], dict[str, Any]] = {}
-    ended: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    started: dict[tuple[str, int], PerturbStarted] = {}
+    ended: dict[tuple[str, int], list[PerturbEnded]] = {}
     for o in outcomes:
-        for e in o.of("perturb"):
-            started.setdefault((str(e.get("shape", "")), int(e["seed"])), e)
-        for e in o.of("perturb_stats"):
-            ended.setdefault((str(e.get("shape", "")), int(e["seed"])), []).append(e)
+        for event in o.events:
+            match event:
+                case PerturbStarted(shape=shape, seed=seed):
+                    started.setdefault((shape, seed), event)
+                case PerturbEnded(shape=shape, seed=seed):
+                    ended.setdefault((shape, seed), []).append(event)
     out = []
     for (shape, seed), e in started.items():
         stats = ended.get((shape, seed), [])
         done = len(stats) == len(outcomes)
-        out.append(Round(shape, seed, str(e.get("kind", "")), str(e.get("description", "")),
-                         max((float(s.get("seconds", 0.0)) for s in stats), default=0.0),
-                         sum(int(s.get("delayed", 0)) for s in stats), sum(int(s.get("delayed_us", 0)) for s in stats),
-                         sum(int(s.get("calls", 0)) for s in stats),
-                         all(bool(s.get("ok")) for s in stats) if done else None,
-                         _sum_counts(s.get("per_class") or {} for s in stats)))
+        out.append(Round(shape, seed, e.kind, e.description, max((s.seconds for s in stats), default=0.0),
+                         sum(s.delayed for s in stats), sum(s.delayed_us for s in stats), sum(s.calls for s in stats),
+                         all(s.ok for s in stats) if done else None, _sum_counts(s.per_class for s in stats)))
     return out
 
 
-def _sum_counts(counts: Iterable[dict[str, Any]]) -> dict[str, int]:
+def _sum_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for c in counts:
         for op, n in c.items():
@@ -81,20 +81,20 @@ def _sum_counts(counts: Iterable[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def rounds_of_events(events: list[dict[str, Any]]) -> list[Round]:
+def rounds_of_events(events: list[RankEvent]) -> list[Round]:
     """`rounds` from the flat list of events `evaluate(events_out=...)` collects (each names its rank)."""
-    by_rank: dict[int, list[dict[str, Any]]] = {}
+    by_rank: dict[int, list[RankEvent]] = {}
     for e in events:
-        by_rank.setdefault(int(e.get("rank", 0)), []).append(e)
+        by_rank.setdefault(e.rank, []).append(e)
     return rounds([RankOutcome(r, 0, 0, 0, evs) for r, evs in sorted(by_rank.items())])
 
 
 def failed_seed(outcomes: list[RankOutcome], v: Verification) -> int | None:
     """The perturbation seed of a failed verification, None for an ordinary check."""
     for o in outcomes:
-        for e in o.of("verify"):
-            if e.get("perturb_seed") is not None and f"{e['shape']} {e.get('label')}" == v.shape:
-                return int(e["perturb_seed"])
+        for e in o.of(Verified):
+            if e.perturb_seed is not None and f"{e.shape} {e.label}" == v.shape:
+                return e.perturb_seed
     return None
 
 
@@ -127,8 +127,8 @@ def notes(outcomes: list[RankOutcome], every: list[Round] | None = None) -> list
     """What the perturbed rounds did, for a result that got past them; warnings when they could not
     run or reached none of the candidate's calls. `every`: `rounds(outcomes)`, when the caller has it."""
     out = [Diagnostic(level=int(Level.VERIFY), severity="warning", code="perturb", rank=o.rank,
-                      message=f"rank {o.rank}: {e.get('message', '')}")
-           for o in outcomes for e in o.of("perturb_warning")]
+                      message=f"rank {o.rank}: {e.message}")
+           for o in outcomes for e in o.of(PerturbWarning)]
     every = rounds(outcomes) if every is None else every
     done = [r for r in every if r.ok]
     if not done or any(r.ok is not True for r in every):  # a failed or unfinished round speaks for itself
@@ -150,3 +150,48 @@ def notes(outcomes: list[RankOutcome], every: list[Round] | None = None) -> list
                                        "runtime that is not the shared one, or a library loaded before the "
                                        "perturber that defines the same functions): its rounds tested nothing")))
     return out
+
+
+class PerturbedSchedules(EvaluationLevel):
+    """The level: its plan entry (the interposer, built once per machine; the seeds; the unit), and
+    its reading of the rounds (a note of what they did, the round a run stopped in, a wrong answer
+    in a round as a race with its replay). Off with `EvalOptions.perturb` False."""
+
+    name = "perturbed schedules"
+
+    def prepare(self, plan: RunPlan, setup: Setup) -> Prepared:
+        o = setup.options
+        if not o.perturb or o.perturb_rounds < 1:
+            return Prepared(plan)
+        setup.say(Level.COMPILE, "the schedule perturber (built once per machine)")
+        lib = ensure_perturb_library(setup.toolchain, setup.cache)
+        if not lib.ok:
+            why = Diagnostic(level=int(Level.VERIFY), severity="warning", code="perturb",
+                             message=f"verified without perturbed schedules: {lib.problem}")
+            return Prepared(plan, diagnostics=(why,))
+        seed = o.perturb_seed if o.perturb_seed is not None else secrets.randbelow(SEED_RANGE)
+        unit = unit_us(len(setup.gpus), is_shared(list(setup.gpus)), o.perturb_unit_us)
+        return Prepared(replace(plan, perturb=PerturbPlan(str(lib.path), seed, o.perturb_rounds, unit)))
+
+    def read(self, outcomes: list[RankOutcome], facts: RunFacts) -> Reading:
+        every = rounds(outcomes)
+        unfinished = [r for r in every if r.ok is None]
+        during = (f" (during the perturbed round of seed {unfinished[0].seed} at {unfinished[0].shape}: "
+                  f"{unfinished[0].description})" if unfinished else "")
+        return RoundsReading(tuple(notes(outcomes, every)), during, outcomes=tuple(outcomes), rounds=tuple(every),
+                             facts=facts)
+
+
+@dataclass(frozen=True)
+class RoundsReading(Reading):
+    outcomes: tuple[RankOutcome, ...] = ()
+    rounds: tuple[Round, ...] = ()
+    facts: RunFacts | None = None
+
+    def explain(self, failed: Verification, what: str) -> tuple[str, Diagnostic] | None:
+        seed = failed_seed(list(self.outcomes), failed)
+        if seed is None or self.facts is None:
+            return None
+        replay = replay_hint(self.facts.candidate, self.facts.workload, seed, len(self.outcomes),
+                             is_shared(list(self.facts.gpus)))
+        return race_diagnostic(next((r for r in self.rounds if r.seed == seed), None), seed, failed, what, replay)

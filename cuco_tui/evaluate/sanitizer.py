@@ -15,11 +15,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cuco_tui.core.result import CascadeResult, Diagnostic, Level, Status
+from cuco_tui.evaluate.levels import EvaluationLevel, LevelUnavailable, Prepared, Setup
+from cuco_tui.harness.launcher import GroupRun
+from cuco_tui.harness.plan import RunPlan
 
 if TYPE_CHECKING:  # cascade imports this module
     from cuco_tui.evaluate.cascade import EvalOptions
@@ -62,10 +66,10 @@ def options_for(options: EvalOptions) -> EvalOptions:
     return replace(options, bench=False, shapes=(), perturb=False)
 
 
-def plan_entries(tool: str) -> dict:
-    """What the ranks' plan says under the tool: which tool (the workers turn CuPy's pool off), and
-    how much wider every limit is (the ranks' watchdogs, the launcher's grace and backstop)."""
-    return {"sanitize": tool, "time_scale": SLOWDOWN}
+def plan_for(plan: RunPlan, tool: str) -> RunPlan:
+    """The ranks' plan under the tool: which tool (the workers turn CuPy's pool off), and how much
+    wider every limit is (the ranks' watchdogs, the launcher's grace and backstop)."""
+    return replace(plan, sanitize=tool, limits=replace(plan.limits, time_scale=SLOWDOWN))
 
 
 def find_sanitizer(nvcc: Path | None = None) -> Path:
@@ -222,3 +226,31 @@ def with_report(result: CascadeResult, report: Report, candidate_name: str) -> C
         return replace(result, status=Status.INCORRECT, diagnostics=diagnostics,
                        reason=f"{report.summary()} (the output itself verified)")
     return replace(result, diagnostics=diagnostics, reason=f"{result.reason}; {report.summary()}")
+
+
+class Sanitizer(EvaluationLevel):
+    """The level (evaluate/levels.py): verification only, built with -lineinfo, every rank started
+    under the tool with the plan's limits widened (in the ranks: harness/rank_steps.py UnderSanitizer),
+    the tool's reports read into the result."""
+
+    name = "compute-sanitizer"
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+
+    def narrow(self, options: EvalOptions) -> EvalOptions:
+        return options_for(options)
+
+    def compile_flags(self) -> tuple[str, ...]:
+        return ("-lineinfo",)
+
+    def prepare(self, plan: RunPlan, setup: Setup) -> Prepared:
+        try:
+            argv = worker_argv(self.tool, find_sanitizer(setup.toolchain.nvcc), sys.executable)
+        except SanitizerUnavailable as exc:
+            raise LevelUnavailable(f"cannot sanitize: {exc}") from exc
+        return Prepared(plan_for(plan, self.tool), argv)
+
+    def finish(self, result: CascadeResult, group: GroupRun) -> CascadeResult:
+        report = read_reports(self.tool, group.rundir, len(group.ranks))
+        return with_report(result, report, Path(result.candidate).name)

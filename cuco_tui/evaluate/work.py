@@ -5,35 +5,20 @@ imported here, in this process: its top level imports NumPy and the harness's bf
 
 from __future__ import annotations
 
-import importlib.util
-from typing import Any
-
 from cuco_tui.core.bounds import Work
-from cuco_tui.core.workload import Workload, WorkloadError
-
-
-def _reference_module(workload: Workload) -> Any:
-    spec = importlib.util.spec_from_file_location(f"cuco_reference_{workload.name}", workload.reference)
-    if spec is None or spec.loader is None:
-        raise WorkloadError(f"cannot import {workload.reference}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from cuco_tui.core.reference import load_reference
+from cuco_tui.core.workload import Workload
 
 
 def work_counts(workload: Workload, world: int) -> dict[str, Work]:
     """Shape name -> Work for every bench shape; {} when the reference counts nothing (it has
     neither function) or cannot be imported here (then no TFLOP/s or GB/s are shown)."""
     try:
-        module = _reference_module(workload)
+        reference = load_reference(workload.reference)
     except Exception:  # the user's module: a broken one costs the figures, not the search
         return {}
-    flops, comm = getattr(module, "flops", None), getattr(module, "comm_bytes", None)
-    if not callable(flops) and not callable(comm):
+    counts = {shape.name: (reference.flops(dict(shape.dims), world), reference.comm_bytes(dict(shape.dims), world))
+              for shape in workload.bench_shapes}
+    if all(flops is None and comm is None for flops, comm in counts.values()):
         return {}
-    out = {}
-    for shape in workload.bench_shapes:
-        dims = dict(shape.dims)
-        out[shape.name] = Work(int(flops(dims, world)) if callable(flops) else 0,
-                               int(comm(dims, world)) if callable(comm) else 0)
-    return out
+    return {name: Work(flops or 0, comm or 0) for name, (flops, comm) in counts.items()}

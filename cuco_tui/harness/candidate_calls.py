@@ -4,7 +4,6 @@ cuco_launch and cuco_teardown, each checked for its return code and for CUDA err
 from __future__ import annotations
 
 import ctypes
-from typing import Any
 
 from cuco_tui.harness import abi
 from cuco_tui.harness.rank_group import RankGroup
@@ -57,9 +56,9 @@ class CandidateCalls:
         except self.group.cupy.cuda.runtime.CUDARuntimeError as exc:
             raise CandidateFailed("cuda", f"{what}: {exc}") from exc
 
-    def init(self, ctx: abi.CContext, shape: dict[str, Any]) -> ctypes.c_void_p:
+    def init(self, ctx: abi.CContext) -> ctypes.c_void_p:
         watchdog = self.group.watchdog
-        watchdog.arm(float(self.group.plan.get("init_timeout_s", 120.0)), "cuco_init")
+        watchdog.arm(self.group.plan.limits.init_timeout_s, "cuco_init")
         rc, state = self.library.init(ctx)
         watchdog.disarm()
         if rc != 0:

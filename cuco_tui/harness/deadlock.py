@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuco_tui.harness.launcher import RankOutcome
+from cuco_tui.harness.rank_events import Aborted, Done, Failed, TimedOut
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class HangDiagnosis:
         return "\n".join((self.summary,) + tuple(f"  {d}" for d in self.details))
 
 
-def _waits(rank: int, trace: list[dict[str, Any]], file: str = "") -> tuple[Wait, ...]:
+def _waits(rank: int, trace: tuple[dict[str, Any], ...], file: str = "") -> tuple[Wait, ...]:
     grouped: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for slot in trace:
         if slot.get("state") == "waiting":
@@ -93,16 +94,16 @@ def _waits(rank: int, trace: list[dict[str, Any]], file: str = "") -> tuple[Wait
 def rank_views(outcomes: list[RankOutcome], file: str = "") -> list[RankView]:
     views = []
     for o in outcomes:
-        event = o.last("timeout") or o.last("aborted") or o.last("error")
+        event = o.last(TimedOut) or o.last(Aborted) or o.last(Failed)
         if event is None:
-            state = "done" if o.last("done") else "exited"
+            state = "done" if o.last(Done) else "exited"
             views.append(RankView(o.rank, state, o.describe_exit()))
             continue
-        what = str(event.get("what") or event.get("phase") or "")
+        what = event.phase if isinstance(event, Failed) else event.what or event.phase
         # "candidate launch (check 1)", "two candidate launches back to back (perturbed, seed 7)", "cuco_init"
         in_launch = "candidate launch" in what or what.startswith("cuco_")
         views.append(RankView(o.rank, "in_launch" if in_launch else "past_launch", what,
-                              _waits(o.rank, event.get("trace", []), file)))
+                              _waits(o.rank, event.trace, file)))
     return views
 
 

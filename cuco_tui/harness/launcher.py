@@ -16,10 +16,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from cuco_tui.harness.env import child_env
 from cuco_tui.harness.gpus import compute_pids, is_shared
+from cuco_tui.harness.plan import RunPlan
+from cuco_tui.harness.rank_events import E, Joined, RankEvent, parse_line
 
 ABORT_GRACE_S = 3.0
 RELEASE_WAIT_S = 30.0
@@ -31,19 +33,20 @@ class RankOutcome:
     gpu: int
     pid: int
     exit_code: int | None  # None: it had to be killed
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[RankEvent] = field(default_factory=list)
     stdout_tail: str = ""
     stderr_tail: str = ""
     killed: bool = False
 
-    def last(self, kind: str) -> dict[str, Any] | None:
+    def last(self, kind: type[E]) -> E | None:
+        """The last event of this type (a subclass counts) the rank reported."""
         for e in reversed(self.events):
-            if e.get("event") == kind:
+            if isinstance(e, kind):
                 return e
         return None
 
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e.get("event") == kind]
+    def of(self, kind: type[E]) -> list[E]:
+        return [e for e in self.events if isinstance(e, kind)]
 
     def describe_exit(self) -> str:
         if self.killed:
@@ -76,7 +79,7 @@ class _Tail:
         self.offset = 0
         self.partial = b""
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[RankEvent]:
         if not self.path.exists():
             return []
         with open(self.path, "rb") as f:
@@ -86,14 +89,9 @@ class _Tail:
         data = self.partial + data
         lines = data.split(b"\n")
         self.partial = lines.pop()
-        events = []
-        for line in lines:
-            if line.strip():
-                try:
-                    events.append(json.loads(line))
-                except json.JSONDecodeError:
-                    events.append({"event": "garbled", "text": line.decode(errors="replace")[:500]})
-        return events
+        # A line that is not JSON comes back Garbled; the unfinished last line waits for its newline
+        # (a rank killed while writing it never completes it, and it is dropped).
+        return [parse_line(line) for line in lines if line.strip()]
 
 
 def _tail_text(path: Path, limit: int = 4000) -> str:
@@ -111,11 +109,11 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def run_group(
-    plan: dict[str, Any],
+    plan: RunPlan,
     gpus: list[int],
     rundir: Path,
     deadline_s: float,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[RankEvent], None] | None = None,
     worker_argv: list[str] | None = None,
 ) -> GroupRun:
     """Run one worker per GPU of `gpus` over `plan`, and return what each rank reported.
@@ -123,10 +121,9 @@ def run_group(
     `worker_argv` replaces `python -m cuco_tui.harness.worker` (the tests use it to start
     programs that hang or crash on purpose)."""
     rundir.mkdir(parents=True, exist_ok=True)
-    world = len(gpus)
-    plan = {**plan, "world": world, "gpus": gpus, "rundir": str(rundir)}
+    plan = plan.placed(gpus, str(rundir))
     plan_path = rundir / "plan.json"
-    plan_path.write_text(json.dumps(plan, indent=1))
+    plan_path.write_text(json.dumps(plan.to_json(), indent=1))
     argv = worker_argv or [sys.executable, "-m", "cuco_tui.harness.worker"]
     procs: list[subprocess.Popen] = []
     outcomes: list[RankOutcome] = []
@@ -140,7 +137,7 @@ def run_group(
             # Sockets by name: on a host with InfiniBand NCCL would otherwise pick that.
             extra = None
             if shared:
-                extra = {"NCCL_HOSTID": f"cuco-{plan.get('nonce', 0)}-rank{rank}", "NCCL_NET": "Socket"}
+                extra = {"NCCL_HOSTID": f"cuco-{plan.nonce}-rank{rank}", "NCCL_NET": "Socket"}
             out = open(rundir / f"rank{rank}.stdout", "wb")
             err = open(rundir / f"rank{rank}.stderr", "wb")
             proc = subprocess.Popen(
@@ -171,7 +168,7 @@ def run_group(
                 aborted = True
                 (rundir / "abort").touch()  # the others dump their traces and exit
                 abort_at = now
-            if abort_at is not None and now - abort_at > ABORT_GRACE_S * float(plan.get("time_scale", 1.0)):
+            if abort_at is not None and now - abort_at > ABORT_GRACE_S * plan.limits.time_scale:
                 for outcome, proc in zip(outcomes, procs):
                     if proc.poll() is None:
                         _kill_group(proc)
@@ -193,7 +190,7 @@ def run_group(
         outcome.stdout_tail = _tail_text(rundir / f"rank{outcome.rank}.stdout")
         outcome.stderr_tail = _tail_text(rundir / f"rank{outcome.rank}.stderr")
     # A rank started under a tool (compute-sanitizer) holds its GPU from the worker, the tool's child.
-    released = wait_released(gpus, {int((o.last("joined") or {}).get("pid", o.pid)) for o in outcomes})
+    released = wait_released(gpus, {joined.pid if (joined := o.last(Joined)) else o.pid for o in outcomes})
     return GroupRun(outcomes, time.monotonic() - start, deadline_hit, aborted, released, rundir)
 
 

@@ -1,50 +1,49 @@
 """Verification in a rank: one check's outputs compared with the reference's, each output
-reported, the back-to-back check (two launches with no host wait between them), and the same
-again under perturbed schedules (perturb.py: the candidate's ordering points held back on their
-streams, a rank started late), which a correct candidate survives and a racy one should not."""
+reported, and the back-to-back check (two launches with no host wait between them), which
+rank_steps.PerturbedRounds runs again under perturbed schedules (perturb.py: the candidate's
+ordering points held back on their streams, a rank started late)."""
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable
+from typing import Callable
 
+from cuco_tui.core.reference import RankReference, Reference
 from cuco_tui.harness.candidate_calls import CandidateCalls
-from cuco_tui.harness.perturb import PerturbLibrary
+from cuco_tui.harness.plan import BACK_TO_BACK_CHECK, ShapePlan
+from cuco_tui.harness.rank_events import Launched, Verified
 from cuco_tui.harness.rank_group import RankGroup
 from cuco_tui.harness.timing import Timing
 from cuco_tui.harness.verify import compare, poison
 
 
 class RankChecks:
-    def __init__(self, group: RankGroup, ref_module: Any, candidate: CandidateCalls, timing: Timing,
-                 perturber: PerturbLibrary | None = None) -> None:
+    def __init__(self, group: RankGroup, reference: Reference, candidate: CandidateCalls, timing: Timing) -> None:
         self.group = group
         self.plan = group.plan
-        self.ref_module = ref_module
+        self.reference = reference
         self.candidate = candidate
         self.timing = timing
-        self.perturber = perturber
 
-    def verify(self, shape: dict, check: int, outputs: dict, expected: dict, dtypes: dict[str, str],
+    def verify(self, shape: ShapePlan, check: int, outputs: dict, expected: dict, dtypes: dict[str, str],
                label: str = "", perturb_seed: int | None = None) -> bool:
         g = self.group
         ok = True
-        rtol, floor = float(self.plan["rtol"]), float(self.plan.get("floor", 0.0))
+        rtol, floor = self.plan.rtol, self.plan.floor
         with g.stream:
             for name, got in outputs.items():
                 c = compare(g.cupy, got, expected[name], dtypes[name], floor=floor)
                 passed = c.passed(rtol)
                 ok = ok and passed
-                g.log.emit(
-                    "verify", shape=shape["name"], level=shape["level"], check=check, output=name, ok=passed,
+                g.log.emit(Verified(
+                    shape=shape.name, level=shape.level, check=check, output=name, ok=passed,
                     elements=c.elements, unwritten=c.unwritten, nonfinite=c.nonfinite,
                     max_rel_error=c.max_rel_error, sum_sq_diff=c.sum_sq_diff, sum_sq_ref=c.sum_sq_ref,
-                    worst_index=list(c.worst_index), worst_got=c.worst_got, worst_want=c.worst_want, rtol=rtol,
+                    worst_index=tuple(c.worst_index), worst_got=c.worst_got, worst_want=c.worst_want, rtol=rtol,
                     floor=floor, l2_rel_error=c.l2_rel_error, label=label, perturb_seed=perturb_seed,
-                )
+                ))
         return ok
 
-    def back_to_back(self, shape: dict[str, Any], launch: Callable[[], None], reference: Any, inputs: dict,
+    def back_to_back(self, shape: ShapePlan, launch: Callable[[], None], reference: RankReference, inputs: dict,
                      outputs: dict, expected: dict, dtypes: dict[str, str], label: str = "back to back",
                      check: int | None = None, input_seed: int | None = None,
                      late: Callable[[], None] = lambda: None, perturb_seed: int | None = None) -> bool:
@@ -56,13 +55,13 @@ class RankChecks:
         launch alone after a host wait, cannot see it. `late` runs on the host right before each
         launch's work is enqueued (a perturbed round holds a late rank's stream back there)."""
         g = self.group
-        check = int(shape["checks"]) if check is None else check
-        seed = int(self.plan["nonce"]) * 1000 + shape["index"] * 10 + 8 if input_seed is None else input_seed
-        dims = shape["dims"]
+        check = shape.checks if check is None else check
+        seed = self.plan.seed(shape, BACK_TO_BACK_CHECK) if input_seed is None else input_seed
+        dims = shape.dims
 
         def fill(s: int) -> None:
             with g.stream:
-                self.ref_module.fill_inputs(g.cupy, inputs, dims, g.world, g.rank, s)
+                self.reference.fill_inputs(g.cupy, inputs, dims, g.world, g.rank, s)
 
         def poison_outputs() -> None:
             with g.stream:
@@ -72,8 +71,8 @@ class RankChecks:
         fill(seed)
         poison_outputs()
         g.barrier()
-        g.log.emit("launch", shape=shape["name"], check=check, limit_s=self.timing.limit(shape), back_to_back=True,
-                   label=label)
+        g.log.emit(Launched(shape=shape.name, check=check, limit_s=self.timing.limit(shape), back_to_back=True,
+                            label=label))
         late()
         launch()
         with g.stream:
@@ -95,44 +94,3 @@ class RankChecks:
                                       perturb_seed=perturb_seed)) and ok
             check += 1
         return ok
-
-    def perturbed(self, shape: dict[str, Any], launch: Callable[[], None], reference: Any, inputs: dict,
-                  outputs: dict, expected: dict, dtypes: dict[str, str]) -> bool:
-        """The back-to-back check again, once per seed of the plan's perturbation (seed, seed + 1,
-        ...): the candidate's ordering points held back as the seed says while it enqueues a
-        launch, this rank's stream held back first when the seed makes it start late. Each round
-        is reported (`perturb` when it starts, `perturb_stats` when it ends) so a failure names
-        the seed that replays it. Stops at the first round that fails on any rank."""
-        g, perturber, spec = self.group, self.perturber, self.plan.get("perturb") or {}
-        if perturber is None or not spec:
-            return True
-        base = int(self.plan["nonce"]) * 1000 + shape["index"] * 10 + 500  # inputs unlike any check's
-        for i in range(int(spec["rounds"])):
-            seed = int(spec["seed"]) + i
-            p = perturber.configure(seed, g.rank, g.world, int(spec["unit_us"]))
-            g.log.emit("perturb", shape=shape["name"], round=i, seed=seed, kind=p.kind, target=p.target,
-                       description=p.description, unit_us=p.unit_us, start_delay_us=p.start_delay_us)
-
-            def held() -> None:
-                perturber.enable(True)
-                try:
-                    launch()
-                finally:
-                    perturber.enable(False)
-
-            def late() -> None:
-                if p.start_delay_us and not perturber.hold(g.stream.ptr, p.start_delay_us):
-                    g.log.emit("perturb_warning", message=f"its stream could not be held back for its late start "
-                                                          f"(perturbation seed {p.seed}): the round ran without it")
-
-            started = time.monotonic()
-            ok = self.back_to_back(shape, held, reference, inputs, outputs, expected, dtypes,
-                                   label=f"perturbed, seed {seed}", check=int(shape["checks"]) + 2 + 2 * i,
-                                   input_seed=base + 2 * i, late=late, perturb_seed=seed)
-            st = perturber.stats()
-            g.log.emit("perturb_stats", shape=shape["name"], round=i, seed=seed, ok=ok,
-                       seconds=time.monotonic() - started, calls=st.calls, delayed=st.delayed,
-                       delayed_us=st.delayed_us, skipped=st.skipped, errors=st.errors, per_class=st.per_class)
-            if not ok:
-                return False
-        return True

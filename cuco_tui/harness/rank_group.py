@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from cuco_tui.harness import abi
-from cuco_tui.harness.rank_events import EventLog
-from cuco_tui.harness.watchdog import TRACE_SLOT_COUNT, TraceMemory, Watchdog
+from cuco_tui.harness.plan import RunPlan
+from cuco_tui.harness.rank_events import CloseWarning, EventLog, Joined
+from cuco_tui.harness.watchdog import TraceMemory, Watchdog
 
 CLOSE_LIMIT_S = 30.0  # closing the harness's NCCL group after the results (normally well under 1 s)
 
@@ -23,21 +24,21 @@ class RankGroup:
     """One rank's device, communicator and stream, with the memory every step uses: the wait
     trace slots and the scratch buffer timing.py writes to flush the L2."""
 
-    def __init__(self, cupy: Any, nccl: Any, plan: dict[str, Any], rank: int, log: EventLog,
+    def __init__(self, cupy: Any, nccl: Any, plan: RunPlan, rank: int, log: EventLog,
                  watchdog: Watchdog) -> None:
         self.cupy = cupy
         self.nccl = nccl
         self.plan = plan
         self.rank = rank
-        self.world = int(plan["world"])
-        self.rundir = Path(plan["rundir"])
+        self.world = plan.world
+        self.rundir = Path(plan.rundir)
         self.log = log
         self.watchdog = watchdog
-        self.device = int(plan["gpus"][rank])
+        self.device = plan.gpus[rank]
 
     def join(self) -> None:
         self.watchdog.phase = "setup"
-        self.watchdog.arm(float(self.plan.get("setup_timeout_s", 120.0)), "joining the NCCL group")
+        self.watchdog.arm(self.plan.limits.setup_timeout_s, "joining the NCCL group")
         self.cupy.cuda.Device(self.device).use()
         uid_file = self.rundir / "nccl_uid.json"
         if self.rank == 0:
@@ -54,7 +55,7 @@ class RankGroup:
         self.stream = self.cupy.cuda.Stream(non_blocking=True)
         with self.stream:
             self.flag = self.cupy.zeros(1, dtype=self.cupy.float32)
-        self.trace = TraceMemory(self.cupy, int(self.plan.get("trace_slots", TRACE_SLOT_COUNT)))
+        self.trace = TraceMemory(self.cupy, self.plan.trace_slots)
         self.watchdog.trace = self.trace
         self.watchdog.cupy = self.cupy
         self.watchdog.device = self.device
@@ -64,7 +65,7 @@ class RankGroup:
         self.barrier(60.0)
         self.watchdog.disarm()
         props = self.cupy.cuda.runtime.getDeviceProperties(self.device)
-        self.log.emit("joined", device=self.device, name=props["name"].decode(), pid=os.getpid())
+        self.log.emit(Joined(device=self.device, name=props["name"].decode(), pid=os.getpid()))
 
     def wait_stream(self, what: str, limit: float) -> None:
         """Wait for the stream with a time limit, polling so the watchdog can act."""
@@ -112,5 +113,5 @@ class RankGroup:
         try:
             self.comm.destroy()
         except Exception as exc:  # noqa: BLE001 - any failure here is reported, not raised
-            self.log.emit("close_warning", message=f"closing the harness's NCCL group: {type(exc).__name__}: {exc}")
+            self.log.emit(CloseWarning(message=f"closing the harness's NCCL group: {type(exc).__name__}: {exc}"))
         self.watchdog.disarm()

@@ -4,9 +4,11 @@ follow from the reference's time, the trace on/off comparison and the copy-engin
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from cuco_tui.harness import abi
+from cuco_tui.harness.plan import ShapePlan
+from cuco_tui.harness.rank_events import TraceTimed
 from cuco_tui.harness.rank_group import RankGroup
 
 
@@ -16,30 +18,30 @@ class Timing:
         self.plan = group.plan
         self.ref_median: float | None = None  # of the last bench shape's warm reference runs, in ms
 
-    def limit(self, shape: dict[str, Any]) -> float:
+    def limit(self, shape: ShapePlan) -> float:
         """The time limit of a candidate launch after the first."""
-        floor = float(self.plan.get("timeout_floor_s", 5.0))
-        factor = float(self.plan.get("timeout_factor", 50.0))
+        floor = self.plan.limits.timeout_floor_s
+        factor = self.plan.limits.timeout_factor
         ref = self.ref_median
         return max(floor, factor * ref / 1000.0) if ref else floor
 
     def time(self, fn: Callable[[], None], what: str, limit: float, repetitions: int | None = None) -> list[float]:
-        for _ in range(int(self.plan["warmup"])):
+        for _ in range(self.plan.warmup):
             fn()
-        self.group.wait_stream(f"{what} (warm-up)", limit * int(self.plan["warmup"]))
-        return [self.time_once(fn, what, limit) for _ in range(repetitions or int(self.plan["repetitions"]))]
+        self.group.wait_stream(f"{what} (warm-up)", limit * self.plan.warmup)
+        return [self.time_once(fn, what, limit) for _ in range(repetitions or self.plan.repetitions)]
 
     def time_pair(self, reference: Callable[[], None], candidate: Callable[[], None], limit: float,
                   names: tuple[str, str] = ("the reference", "candidate launch")) -> tuple[list[float], list[float]]:
         """Reference and candidate repetitions interleaved, the first of each pair alternating,
         so that both see the same clocks and temperatures (a GEMM-heavy loop heats the GPU and
         lowers its clocks: whatever is timed second would pay for it)."""
-        for _ in range(int(self.plan["warmup"])):
+        for _ in range(self.plan.warmup):
             reference()
             candidate()
-        self.group.wait_stream("warm-up", limit * 2 * int(self.plan["warmup"]))
+        self.group.wait_stream("warm-up", limit * 2 * self.plan.warmup)
         ref_times, cand_times = [], []
-        for i in range(int(self.plan["repetitions"])):
+        for i in range(self.plan.repetitions):
             order = [(reference, ref_times, names[0]), (candidate, cand_times, names[1])]
             for fn, times, what in order if i % 2 == 0 else order[::-1]:
                 times.append(self.time_once(fn, what, limit))
@@ -59,7 +61,7 @@ class Timing:
         g.wait_stream(what, limit)
         return cp.cuda.get_elapsed_time(start, end)
 
-    def time_trace_ab(self, shape: dict[str, Any], ctx: abi.CContext, launch: Callable[[], None]) -> None:
+    def time_trace_ab(self, shape: ShapePlan, ctx: abi.CContext, launch: Callable[[], None]) -> None:
         """What the wait trace points cost, in this process: the candidate timed with tracing on
         and off, interleaved like reference and candidate, by switching the context's trace
         pointer between launches. Separate processes per setting differ by more (about 4 %) than
@@ -78,7 +80,7 @@ class Timing:
                                            ("candidate launch, tracing on", "candidate launch, tracing off"))
         finally:
             ctx.trace, ctx.trace_slots = pointer, slots
-        self.group.log.emit("trace_ab", shape=shape["name"], on_ms=on_ms, off_ms=off_ms)
+        self.group.log.emit(TraceTimed(shape=shape.name, on_ms=tuple(on_ms), off_ms=tuple(off_ms)))
 
     def peer_copy_times(self, nbytes: int) -> list[float]:
         """Copy-engine ceiling: every rank copies `nbytes` into the next rank's memory at once

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from cuco_tui.harness import abi
-from cuco_tui.harness.rank_events import EXIT_ABORTED, EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EventLog
-
-TRACE_SLOT_COUNT = 4096
+from cuco_tui.harness.rank_events import (EXIT_ABORTED, EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, Aborted, CloseWarning,
+                                          EventLog, Failed, Stopped, TimedOut)
 
 
 class TraceMemory:
@@ -71,15 +70,15 @@ class Watchdog(threading.Thread):
             ticks += 1
             if self.abort_file.exists():
                 if self.phase == "close":
-                    self.log.emit("close_warning", message="the launcher stopped the group while this rank closed it")
+                    self.log.emit(CloseWarning(message="the launcher stopped the group while this rank closed it"))
                     os._exit(EXIT_OK)
-                self._die("aborted", EXIT_ABORTED, "the launcher stopped the group after another rank failed")
+                self._die(Aborted, EXIT_ABORTED, "the launcher stopped the group after another rank failed")
             deadline = self.deadline
             if deadline is not None and time.monotonic() > deadline:
                 if self.phase == "close":  # every result is in: say so and leave
-                    self.log.emit("close_warning", message=f"{self.what} did not finish within {self.limit:.1f} s")
+                    self.log.emit(CloseWarning(message=f"{self.what} did not finish within {self.limit:.1f} s"))
                     os._exit(EXIT_OK)
-                self._die("timeout", EXIT_TIMEOUT, f"{self.what} did not finish within {self.limit:.1f} s")
+                self._die(TimedOut, EXIT_TIMEOUT, f"{self.what} did not finish within {self.limit:.1f} s")
             if ticks % 10 == 0 and self.device is not None:
                 self._probe_health()
 
@@ -92,12 +91,11 @@ class Watchdog(threading.Thread):
             with self.cupy.cuda.Device(self.device):
                 self.cupy.cuda.runtime.memGetInfo()
         except self.cupy.cuda.runtime.CUDARuntimeError as exc:
-            self.log.emit("error", kind="cuda", phase=self.phase,
-                          message=f"{exc} (during {self.what or self.phase})",
-                          trace=self.trace.records() if self.trace else [])
+            self.log.emit(Failed(kind="cuda", phase=self.phase, message=f"{exc} (during {self.what or self.phase})",
+                                 trace=tuple(self.trace.records()) if self.trace else ()))
             os._exit(EXIT_FAILED)
 
-    def _die(self, event: str, code: int, message: str) -> None:
-        trace = self.trace.records() if self.trace else []
-        self.log.emit(event, phase=self.phase, what=self.what, limit_s=self.limit, message=message, trace=trace)
+    def _die(self, event: type[Stopped], code: int, message: str) -> None:
+        trace = tuple(self.trace.records()) if self.trace else ()
+        self.log.emit(event(phase=self.phase, what=self.what, limit_s=self.limit, message=message, trace=trace))
         os._exit(code)

@@ -5,14 +5,14 @@ one JSON object: {"problems": [...], "notes": [...]}. `cuco workload check` runs
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
-from cuco_tui.core.workload import DTYPES, Workload
+from cuco_tui.core.reference import load_reference
+from cuco_tui.core.workload import Workload
 from cuco_tui.workload.manifest import load_workload
 
 
@@ -22,46 +22,20 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def _spec_problems(spec: Any, where: str) -> list[str]:
-    if not isinstance(spec, dict) or set(spec) - {"inputs", "outputs"}:
-        return [f"io_spec{where} must return {{'inputs': [...], 'outputs': [...]}}, not {spec!r:.80}"]
-    out, names = [], set()
-    for kind in ("inputs", "outputs"):
-        for entry in spec.get(kind, []):
-            if not (isinstance(entry, (tuple, list)) and len(entry) == 3):
-                out.append(f"io_spec{where}: each {kind} entry is (name, shape, dtype), not {entry!r:.80}")
-                continue
-            name, shape, dtype = entry
-            if name in names:
-                out.append(f"io_spec{where}: buffer {name!r} is named twice")
-            names.add(name)
-            if dtype not in DTYPES:
-                out.append(f"io_spec{where}: buffer {name!r} has dtype {dtype!r}; use one of {', '.join(DTYPES)}")
-            if not all(isinstance(n, int) and n > 0 for n in shape):
-                out.append(f"io_spec{where}: buffer {name!r} has shape {tuple(shape)}; every extent must be a "
-                           f"positive integer")
-    return out
-
-
 def probe(w: Workload) -> dict[str, list[str]]:
     problems: list[str] = []
     notes: list[str] = []
-    spec_ = importlib.util.spec_from_file_location(f"cuco_reference_{w.name}", w.reference)
-    module = importlib.util.module_from_spec(spec_)  # type: ignore[arg-type]
     try:
-        spec_.loader.exec_module(module)  # type: ignore[union-attr]
+        ref = load_reference(w.reference)
     except BaseException as exc:  # the user's module: anything may come out of it
         return {"problems": [f"{w.reference.name} cannot be imported: {_one_line(exc)}"], "notes": []}
-    missing = [n for n in ("io_spec", "fill_inputs", "expected", "Reference") if not hasattr(module, n)]
+    missing = ref.missing()
     if missing:
         problems.append(f"{w.reference.name} lacks {', '.join(missing)} (docs/workloads.md: the reference's API)")
-    ref = getattr(module, "Reference", None)
-    if ref is not None:
-        for method in ("run", "parts"):
-            if not callable(getattr(ref, method, None)):
-                problems.append(f"{w.reference.name}: Reference has no method {method}(inputs, outputs)")
-        if not callable(getattr(ref, "comm_bytes", None)):
-            notes.append("Reference has no comm_bytes(): the baseline cannot give a bytes/bandwidth bound")
+    for method in ref.missing_methods():
+        problems.append(f"{w.reference.name}: Reference has no method {method}(inputs, outputs)")
+    if "Reference" not in missing and not ref.counts_rank_bytes():
+        notes.append("Reference has no comm_bytes(): the baseline cannot give a bytes/bandwidth bound")
     if missing:
         return {"problems": problems, "notes": notes}
     for world in w.world_sizes:
@@ -69,7 +43,7 @@ def probe(w: Workload) -> dict[str, list[str]]:
             for rank in range(world):
                 where = f"({shape.name}, world {world}, rank {rank})"
                 try:
-                    problems += _spec_problems(module.io_spec(dict(shape.dims), world, rank), where)
+                    problems += ref.spec_problems(dict(shape.dims), world, rank, where)
                 except BaseException as exc:
                     problems.append(f"io_spec{where} failed: {_one_line(exc)}")
                 if len(problems) > 5:
@@ -82,9 +56,9 @@ def probe(w: Workload) -> dict[str, list[str]]:
     all_inputs = []
     try:
         for rank in range(world):
-            spec = module.io_spec(dims, world, rank)
-            inputs = {n: np.zeros(shape, dtype=_numpy_dtype(dt)) for n, shape, dt in spec["inputs"]}
-            module.fill_inputs(np, inputs, dims, world, rank, 1)
+            spec = ref.io_spec(dims, world, rank)
+            inputs = {b.name: np.zeros(b.shape, dtype=_numpy_dtype(b.dtype)) for b in spec.inputs}
+            ref.fill_inputs(np, inputs, dims, world, rank, 1)
             for name, arr in inputs.items():
                 if arr.size > 1 and np.all(arr == arr.flat[0]):
                     problems.append(f"fill_inputs({smallest.name}, rank {rank}) leaves {name!r} constant; draw "
@@ -94,7 +68,7 @@ def probe(w: Workload) -> dict[str, list[str]]:
         problems.append(f"fill_inputs({smallest.name}, world {world}) with NumPy failed: {_one_line(exc)}")
         return {"problems": problems, "notes": notes}
     try:
-        want = module.expected(all_inputs, dims, world)
+        want = ref.expected(all_inputs, dims, world)
     except BaseException as exc:
         problems.append(f"expected({smallest.name}, world {world}) failed: {_one_line(exc)}")
         return {"problems": problems, "notes": notes}
@@ -102,14 +76,14 @@ def probe(w: Workload) -> dict[str, list[str]]:
         problems.append(f"expected() must return one dict per rank ({world}), not {type(want).__name__}")
         return {"problems": problems, "notes": notes}
     for rank, answer in enumerate(want):
-        outs = {n: tuple(shape) for n, shape, _ in module.io_spec(dims, world, rank)["outputs"]}
-        for name, shape in outs.items():
+        outs = {b.name: b.shape for b in ref.io_spec(dims, world, rank).outputs}
+        for name, extents in outs.items():
             got = answer.get(name) if isinstance(answer, dict) else None
             if got is None:
                 problems.append(f"expected() gives rank {rank} no {name!r}")
-            elif tuple(np.shape(got)) != shape:
+            elif tuple(np.shape(got)) != extents:
                 problems.append(f"expected() gives rank {rank} {name!r} of shape {tuple(np.shape(got))}, "
-                                f"io_spec says {shape}")
+                                f"io_spec says {extents}")
             elif not np.all(np.isfinite(got)):
                 problems.append(f"expected() gives rank {rank} non-finite values in {name!r}")
     notes.append(f"reference probed on {smallest.name} at world {world} with NumPy (no GPU)")

@@ -17,6 +17,7 @@ from cuco_tui.core.records import CandidateRecord
 from cuco_tui.core.result import CascadeResult, Diagnostic, Level, ShapeTiming, Spread, Status, Verification
 from cuco_tui.harness.deadlock import analyze
 from cuco_tui.harness.launcher import RankOutcome
+from cuco_tui.harness.rank_events import from_json
 from cuco_tui.lineage import SessionRepo
 from engine_helpers import W
 from pilot_helpers import wait_until
@@ -48,8 +49,8 @@ def _hang_report() -> str:
     def hung(rank: int, peer: int, observed: int) -> RankOutcome:
         slots = [{"slot": i, "state": "waiting", "site": HANG_LINE, "kind": "flag", "peer": peer, "id": 3,
                   "expected": 1, "observed": observed, "completed": 0} for i in range(2)]
-        return RankOutcome(rank, rank, 100 + rank, 124, [{"event": "timeout", "rank": rank, "what":
-                           "candidate launch (check 1)", "phase": "verify:verify", "trace": slots}])
+        return RankOutcome(rank, rank, 100 + rank, 124, [from_json({"event": "timeout", "rank": rank, "what":
+                           "candidate launch (check 1)", "phase": "verify:verify", "trace": slots})])
 
     return analyze([hung(0, 1, 0), hung(1, 0, 0)]).render()
 

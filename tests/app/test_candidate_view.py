@@ -47,6 +47,7 @@ from cuco_tui.core.result import (
 from cuco_tui.harness.deadlock import analyze
 from cuco_tui.harness.launcher import RankOutcome
 from cuco_tui.core.records import CandidateRecord
+from cuco_tui.harness.rank_events import Done, from_json
 from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.engine import SteeringError
 from cuco_tui.search.events import AwaitingReview, CandidateCommitted
@@ -445,14 +446,14 @@ def slot(site, kind, peer, ident, expected=1, observed=0, i=0, label=""):
 
 
 def hung_rank(rank, trace, what="candidate launch (check 1)", event="timeout"):
-    return RankOutcome(rank, rank, 0, 124, [{"event": event, "rank": rank, "what": what, "trace": trace}])
+    return RankOutcome(rank, rank, 0, 124, [from_json({"event": event, "rank": rank, "what": what, "trace": trace})])
 
 
 def test_deadlock_reports_parse_back_into_deadlock_py_waits():
     """The table reads what harness/deadlock.py writes: every wait it renders comes back whole."""
 
     out = hung_rank
-    done = RankOutcome(1, 1, 0, 0, [{"event": "done", "rank": 1}])
+    done = RankOutcome(1, 1, 0, 0, [Done(rank=1)])
     cases = [  # a cycle, a missing signal, a short barrier, no traced wait
         [out(0, [slot(50, "signal", 1, 2, 4, 3), slot(51, "flag", 1, 9, 2, 1, i=1)]),
          out(1, [slot(52, "signal", 0, 2, 4, 3)])],

@@ -3,6 +3,7 @@ from event files recorded on the 2 x H200 host (tests/data/runs/*, 2026-11-23)."
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from cuco_tui.evaluate import races
 from cuco_tui.evaluate.cascade import EvalOptions, evaluate, interpret
 from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.harness.launcher import GroupRun, RankOutcome
+from cuco_tui.harness.rank_events import (CloseWarning, Done, Failed, PerturbEnded, PerturbStarted, ReferenceWarning,
+                                          ShapeStarted, Timed, TimedOut, Verified, read_events)
 from cuco_tui.workload.manifest import load_workload
 import repo_paths
 
@@ -82,8 +85,7 @@ def _recorded(name: str, exit_codes: list[int | None]) -> GroupRun:
     d = DATA / name
     ranks = []
     for rank, code in enumerate(exit_codes):
-        events = [json.loads(line) for line in (d / f"rank{rank}.jsonl").read_text().splitlines() if line.strip()]
-        ranks.append(RankOutcome(rank, rank, 1000 + rank, code, events))
+        ranks.append(RankOutcome(rank, rank, 1000 + rank, code, read_events(d / f"rank{rank}.jsonl")))
     return GroupRun(ranks, 10.0, deadline_hit=False, aborted=False, gpus_released=True, rundir=d)
 
 
@@ -139,8 +141,8 @@ def test_a_rank_that_dies_silently_is_a_runtime_error():
 
 def test_an_error_event_wins_over_the_others_timeouts():
     run = _recorded("hang", [124, 2])
-    run.ranks[1].events.append({"event": "error", "rank": 1, "kind": "cuda",
-                                "message": "cudaErrorIllegalAddress: an illegal memory access was encountered"})
+    run.ranks[1].events.append(Failed(rank=1, kind="cuda",
+                                      message="cudaErrorIllegalAddress: an illegal memory access was encountered"))
     r = interpret(run, W, dict(BASE))
     assert r.status == Status.RUNTIME_ERROR and "illegal memory access" in r.reason
 
@@ -156,7 +158,7 @@ def test_a_reference_warning_travels_into_the_result_once():
     fallback) says so; the result carries it as one warning, however many ranks reported it."""
     run = _recorded("measured", [0, 0])
     for o in run.ranks:
-        o.events.insert(1, {"event": "reference_warning", "rank": o.rank, "message": "graphs off"})
+        o.events.insert(1, ReferenceWarning(rank=o.rank, message="graphs off"))
     r = interpret(run, W, dict(BASE))
     assert r.status == Status.MEASURED
     warned = [d for d in r.diagnostics if d.code == "reference"]
@@ -164,24 +166,25 @@ def test_a_reference_warning_travels_into_the_result_once():
 
 
 def test_the_worker_reports_each_reference_warning_once():
+    from cuco_tui.core.reference import ModuleRankReference
     from cuco_tui.harness.worker import Rank
 
     class Log:
         def __init__(self):
             self.events = []
 
-        def emit(self, event, **fields):
-            self.events.append((event, fields))
+        def emit(self, event):
+            self.events.append(event)
 
     class Ref:
         warnings = ["torch missing"]
 
     rank = Rank.__new__(Rank)  # only the reporting state: no GPU, no group
     rank.log, rank.reference_notes = Log(), set()
-    rank.report_reference(Ref())
-    rank.report_reference(Ref())
-    rank.report_reference(object())  # a reference without warnings
-    assert rank.log.events == [("reference_warning", {"message": "torch missing"})]
+    rank.report_reference(ModuleRankReference(Ref()))
+    rank.report_reference(ModuleRankReference(Ref()))
+    rank.report_reference(ModuleRankReference(object()))  # a reference without warnings
+    assert rank.log.events == [ReferenceWarning(message="torch missing")]
 
 
 def test_a_failure_of_the_back_to_back_launches_is_named_so():
@@ -189,9 +192,7 @@ def test_a_failure_of_the_back_to_back_launches_is_named_so():
     replaced between them in stream order; its failure must say that, not look like check #3."""
     run = _recorded("wrong_values", [0, 0])
     for o in run.ranks:
-        for e in o.events:
-            if e.get("event") == "verify":
-                e["label"] = "back to back, 2nd"
+        o.events = [replace(e, label="back to back, 2nd") if isinstance(e, Verified) else e for e in o.events]
     r = interpret(run, W, dict(BASE))
     assert r.status == Status.INCORRECT
     assert r.verifications[0].shape.endswith(" back to back, 2nd")
@@ -267,15 +268,16 @@ def test_a_shared_gpu_run_verifies_and_never_times():
 
     own = make_plan(W, None, EvalOptions(world=2), "evaluate")
     shared = make_plan(W, None, EvalOptions(world=2, share_gpu=True), "evaluate")
-    assert any(s["level"] == "bench" for s in own["shapes"])
-    assert shared["shapes"] and all(s["level"] == "verify" for s in shared["shapes"])
-    assert shared["shared_gpu"] and not own["shared_gpu"]
+    assert any(s.level == "bench" for s in own.shapes)
+    assert shared.shapes and all(s.level == "verify" for s in shared.shapes)
+    assert shared.shared_gpu and not own.shared_gpu
 
 
 def test_a_shared_gpu_result_is_verified_not_measured_and_reads_back_so():
     run = _recorded("measured", [0, 0])
     for o in run.ranks:  # the verification part of a real run, without its timings
-        o.events = [e for e in o.events if e.get("event") != "timing" and e.get("level") != "bench"]
+        o.events = [e for e in o.events if not isinstance(e, Timed)
+                    and not (isinstance(e, (ShapeStarted, Verified)) and e.level == "bench")]
     r = interpret(run, W, dict(BASE, gpus=[0, 0]))
     assert r.status == Status.VERIFIED and r.level == Level.VERIFY and r.status.ok
     assert "every rank on one GPU: nothing timed" in r.reason and r.speedup is None
@@ -309,8 +311,8 @@ def test_two_runs_of_one_source_started_in_the_same_second_get_their_own_folders
 
 def test_trouble_closing_the_harness_group_after_the_results_is_a_warning():
     run = _recorded("measured", [0, 0])
-    run.ranks[1].events.append({"event": "close_warning", "rank": 1,
-                                "message": "closing the harness's NCCL group did not finish within 30.0 s"})
+    run.ranks[1].events.append(CloseWarning(rank=1,
+                                            message="closing the harness's NCCL group did not finish within 30.0 s"))
     run.ranks[0].exit_code = -11  # died after "done", while closing
     r = interpret(run, W, dict(BASE))
     assert r.status == Status.MEASURED and r.level == Level.BENCHMARK and len(r.timings) == len(W.bench_shapes)
@@ -321,7 +323,7 @@ def test_trouble_closing_the_harness_group_after_the_results_is_a_warning():
 
 def test_a_rank_that_dies_before_done_is_still_the_candidates_failure():
     run = _recorded("measured", [0, 0])
-    run.ranks[0].events = [e for e in run.ranks[0].events if e.get("event") != "done"]
+    run.ranks[0].events = [e for e in run.ranks[0].events if not isinstance(e, Done)]
     run.ranks[0].exit_code = -11
     assert interpret(run, W, dict(BASE)).status == Status.RUNTIME_ERROR
 
@@ -330,10 +332,9 @@ def test_a_rank_that_dies_before_done_is_still_the_candidates_failure():
 # event when a round starts, `verify` events labelled with its seed, `perturb_stats` when it ends.
 # The verify events are the recorded ones of tests/data/runs/measured and wrong_values, relabelled.
 
-def _verify_event(name: str, rank: int, **fields) -> dict:
-    e = next(json.loads(line) for line in (DATA / name / f"rank{rank}.jsonl").read_text().splitlines()
-             if '"event": "verify"' in line)
-    return {**e, **fields}
+def _verify_event(name: str, rank: int, **fields) -> Verified:
+    e = next(e for e in read_events(DATA / name / f"rank{rank}.jsonl") if isinstance(e, Verified))
+    return replace(e, **fields)
 
 
 def _perturbed_run(failing_seed: int | None, seeds=(40, 41, 42, 43), calls: int = 12,
@@ -343,30 +344,29 @@ def _perturbed_run(failing_seed: int | None, seeds=(40, 41, 42, 43), calls: int 
         events = []
         for shape in shapes:
             events += _perturbed_shape(shape, rank, failing_seed, seeds, calls)
-        events.append({"event": "done", "rank": rank})
+        events.append(Done(rank=rank))
         ranks.append(RankOutcome(rank, 0, 1000 + rank, 0, events))
     return GroupRun(ranks, 10.0, deadline_hit=False, aborted=False, gpus_released=True, rundir=DATA)
 
 
-def _perturbed_shape(shape: str, rank: int, failing_seed: int | None, seeds, calls: int) -> list[dict]:
+def _perturbed_shape(shape: str, rank: int, failing_seed: int | None, seeds, calls: int) -> list:
     """One verify shape's checks as a rank reports them: the ordinary ones, then the perturbed rounds,
     whose seeds are the same at every shape."""
-    events = [{"event": "shape_start", "rank": rank, "shape": shape, "level": "verify", "dims": {}}]
+    events = [ShapeStarted(rank=rank, shape=shape, level="verify", dims={})]
     events += [_verify_event("measured", rank, check=c, shape=shape) for c in range(2)]
     for i, seed in enumerate(seeds):
-        events.append({"event": "perturb", "rank": rank, "shape": shape, "round": i, "seed": seed,
-                       "kind": ("copies_late", "rank_late", "compute_late", "scatter")[seed % 4],
-                       "target": 0, "description": f"what seed {seed} does", "unit_us": 2000,
-                       "start_delay_us": 0})
+        events.append(PerturbStarted(rank=rank, shape=shape, round=i, seed=seed,
+                                     kind=("copies_late", "rank_late", "compute_late", "scatter")[seed % 4],
+                                     target=0, description=f"what seed {seed} does", unit_us=2000, start_delay_us=0))
         fails = seed == failing_seed and rank == 1
         for nth, check in (("2nd", 4 + 2 * i), ("1st", 5 + 2 * i)):
             src = "wrong_values" if fails and nth == "1st" else "measured"
             events.append(_verify_event(src, rank, check=check, label=f"perturbed, seed {seed}, {nth}",
                                         perturb_seed=seed, shape=shape))
-        events.append({"event": "perturb_stats", "rank": rank, "shape": shape, "round": i, "seed": seed,
-                       "ok": seed != failing_seed, "seconds": 0.05, "calls": calls, "delayed": 3,
-                       "delayed_us": 6000, "skipped": 0, "errors": 0,
-                       "per_class": {"copy": 0, "event": 0, "kernel": calls // 2, "nccl": calls // 2, "gemm": 0}})
+        events.append(PerturbEnded(rank=rank, shape=shape, round=i, seed=seed, ok=seed != failing_seed, seconds=0.05,
+                                   calls=calls, delayed=3, delayed_us=6000, skipped=0, errors=0,
+                                   per_class={"copy": 0, "event": 0, "kernel": calls // 2, "nccl": calls // 2,
+                                              "gemm": 0}))
         if seed == failing_seed:
             break
     return events
@@ -415,7 +415,7 @@ def test_the_same_seeds_at_every_verify_shape_are_one_set_of_schedules_run_at_ea
 def test_a_round_left_unfinished_at_the_second_shape_is_named_with_its_shape():
     run = _perturbed_run(failing_seed=None, shapes=("verify", "verify-hot"))
     for o in run.ranks:  # rank 1 never ends the second shape's first round
-        cut = next(i for i, e in enumerate(o.events) if e["event"] == "perturb_stats" and e["shape"] == "verify-hot")
+        cut = next(i for i, e in enumerate(o.events) if isinstance(e, PerturbEnded) and e.shape == "verify-hot")
         if o.rank == 1:
             o.events = o.events[:cut]
     rounds = races.rounds(run.ranks)
@@ -434,14 +434,15 @@ def test_perturbed_rounds_that_reached_no_call_of_the_candidate_are_a_warning():
 def test_a_hang_in_a_perturbed_round_names_the_round():
     run = _perturbed_run(failing_seed=None, seeds=(42,))
     for o in run.ranks:
-        o.events = [e for e in o.events if e["event"] not in ("perturb_stats", "done")
-                    and not (e["event"] == "verify" and e.get("perturb_seed"))]
-        o.events.append({"event": "timeout", "rank": o.rank, "phase": "verify:verify", "limit_s": 10.0,
-                         "what": "two candidate launches back to back (perturbed, seed 42)",
-                         "message": "two candidate launches back to back (perturbed, seed 42) did not finish within "
-                                    "10.0 s", "trace": [{"slot": 0, "state": "waiting", "site": 97, "kind": "flag",
-                                                          "peer": 1 - o.rank, "id": 1, "expected": 3, "observed": 2,
-                                                          "completed": 5, "label": "arrived"}]})
+        o.events = [e for e in o.events if not isinstance(e, (PerturbEnded, Done))
+                    and not (isinstance(e, Verified) and e.perturb_seed)]
+        o.events.append(TimedOut(rank=o.rank, phase="verify:verify", limit_s=10.0,
+                                 what="two candidate launches back to back (perturbed, seed 42)",
+                                 message="two candidate launches back to back (perturbed, seed 42) did not finish "
+                                         "within 10.0 s", trace=({"slot": 0, "state": "waiting", "site": 97,
+                                                                  "kind": "flag", "peer": 1 - o.rank, "id": 1,
+                                                                  "expected": 3, "observed": 2, "completed": 5,
+                                                                  "label": "arrived"},)))
         o.exit_code = 124
     r = interpret(run, W, dict(BASE), source="\n" * 96 + "    wait_flag<<<1, 1, 0, stream>>>(f, CUCO_WAIT_SITE(\"arrived\"));\n")
     assert r.status == Status.DEADLOCK

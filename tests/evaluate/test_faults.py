@@ -8,6 +8,7 @@ from cuco_tui.toolchain import BuildCache, compile_candidate
 from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.evaluate.faults import load_expectations
 from cuco_tui.evaluate.static_checks import check_static, is_rejected
+from cuco_tui.harness.rank_events import Verified
 from cuco_tui.workload.manifest import load_workload
 
 W = load_workload("gemm_allgather")
@@ -119,9 +120,15 @@ def _suite_with(monkeypatch, first, replay=None):
     return selftest.run_fault_suite(W, EvalOptions(world=2, share_gpu=True), only=RACES), calls
 
 
+def _verified(ok, perturb_seed):
+    """A rank's report of one check (only `ok` and the seed matter to the suite)."""
+    return Verified(rank=1, shape="verify", level="verify", check=0, output="y", ok=ok, elements=4, unwritten=0,
+                    nonfinite=0, max_rel_error=0.0 if ok else 1.0, sum_sq_diff=0.0, sum_sq_ref=1.0, worst_index=(0,),
+                    worst_got=0.0, worst_want=0.0, rtol=0.02, perturb_seed=perturb_seed)
+
+
 def _failed_under(seed):
-    return [{"event": "verify", "rank": 1, "ok": True, "perturb_seed": None},
-            {"event": "verify", "rank": 1, "ok": False, "perturb_seed": seed}]
+    return [_verified(True, None), _verified(False, seed)]
 
 
 def test_a_race_fault_that_fails_under_a_seed_is_replayed_with_that_seed_alone(monkeypatch):
@@ -164,7 +171,7 @@ def test_a_replay_that_fails_again_on_a_later_try_is_a_replayed_race(monkeypatch
 
 def test_a_race_the_ordinary_checks_caught_is_noted_not_replayed(monkeypatch):
     checks, calls = _suite_with(monkeypatch, lambda o: ("incorrect", "wrong output at verify #1: ...",
-                                                        [{"event": "verify", "ok": False, "perturb_seed": None}]))
+                                                        [_verified(False, None)]))
     assert all(c.ok and c.perturb_seed is None and "ordinary checks" in c.note for c in checks)
     assert not [o for name, o in calls if name != "seed.cu" and o.perturb_rounds == 1]
 

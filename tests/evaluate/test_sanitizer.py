@@ -15,8 +15,9 @@ import pytest
 from cuco_tui.cli import main
 from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.evaluate import sanitizer
-from cuco_tui.evaluate.cascade import EvalOptions
+from cuco_tui.evaluate.cascade import EvalOptions, make_plan
 from cuco_tui.harness.launcher import run_group
+from cuco_tui.workload.manifest import load_workload
 from repo_paths import REPO
 
 SEED = REPO / "workloads" / "gemm_allgather" / "seed.cu"
@@ -189,7 +190,8 @@ print("========= ERROR SUMMARY: %d error%s" % ((1, "") if rank == 1 else (0, "s"
 """)
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     argv = sanitizer.worker_argv("initcheck", tool, sys.executable)
-    group = run_group({"shapes": []}, [0, 1], tmp_path / "run", 30.0, worker_argv=argv)
+    group = run_group(make_plan(load_workload("gemm_allgather"), None, EvalOptions(), "evaluate"), [0, 1],
+                      tmp_path / "run", 30.0, worker_argv=argv)
     assert [o.exit_code for o in group.ranks] == [0, 0]
     report = sanitizer.read_reports("initcheck", group.rundir, world=2)
     assert report.errors == 1 and report.unread == ()
@@ -200,11 +202,11 @@ print("========= ERROR SUMMARY: %d error%s" % ((1, "") if rank == 1 else (0, "s"
 def test_under_the_tool_verification_alone_runs_with_every_limit_widened(tmp_path):
     o = sanitizer.options_for(EvalOptions(sanitize="memcheck", shapes=("square-8k",)))
     assert (o.bench, o.perturb, o.shapes) == (False, False, ())
-    plan = sanitizer.plan_entries("memcheck")
-    assert plan == {"sanitize": "memcheck", "time_scale": sanitizer.SLOWDOWN}
+    plan = sanitizer.plan_for(make_plan(load_workload("gemm_allgather"), None, o, "evaluate"), "memcheck")
+    assert (plan.sanitize, plan.limits.time_scale) == ("memcheck", sanitizer.SLOWDOWN)
     from cuco_tui.harness.watchdog import Watchdog
 
-    dog = Watchdog(None, tmp_path / "abort", plan["time_scale"])  # what the rank worker builds from the plan
+    dog = Watchdog(None, tmp_path / "abort", plan.limits.time_scale)  # what the rank worker builds from the plan
     dog.arm(30.0, "the barrier")
     assert dog.limit == 30.0 * sanitizer.SLOWDOWN
     assert "--padding" in sanitizer.worker_argv("memcheck", Path("/x"), sys.executable)

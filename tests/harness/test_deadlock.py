@@ -1,10 +1,9 @@
 """Each kind of hang diagnosis, from wait-trace dumps in the form the rank workers write them
 (one real dump, recorded on the 2 x H200 host, in tests/data/runs/hang)."""
 
-import json
-
 from cuco_tui.harness.deadlock import analyze
 from cuco_tui.harness.launcher import RankOutcome
+from cuco_tui.harness.rank_events import Done, TimedOut, from_json, read_events
 from repo_paths import DATA, REPO
 
 
@@ -14,12 +13,12 @@ def slot(site, kind, peer, ident, expected=1, observed=0, state="waiting", compl
 
 
 def timed_out(rank, trace, what="candidate launch (check 1)", event="timeout"):
-    return RankOutcome(rank, rank, 100 + rank, 124, [{"event": event, "rank": rank, "what": what,
-                                                       "phase": "verify:verify", "trace": trace}])
+    return RankOutcome(rank, rank, 100 + rank, 124, [from_json({"event": event, "rank": rank, "what": what,
+                                                                 "phase": "verify:verify", "trace": trace})])
 
 
 def finished(rank):
-    return RankOutcome(rank, rank, 100 + rank, 0, [{"event": "done", "rank": rank}])
+    return RankOutcome(rank, rank, 100 + rank, 0, [Done(rank=rank)])
 
 
 def test_two_ranks_waiting_on_each_other_is_a_cycle():
@@ -81,13 +80,8 @@ def test_completed_waits_are_not_counted_as_waiting():
 
 
 def test_the_recorded_hang_from_the_gpu_host(tmp_path):
-    import json
-
     runs = DATA / "runs" / "hang"
-    outcomes = []
-    for r in range(2):
-        events = [json.loads(line) for line in (runs / f"rank{r}.jsonl").read_text().splitlines() if line.strip()]
-        outcomes.append(RankOutcome(r, r, 0, 124, events))
+    outcomes = [RankOutcome(r, r, 0, 124, read_events(runs / f"rank{r}.jsonl")) for r in range(2)]
     d = analyze(outcomes)
     assert d.kind == "cycle" and "line 13" in d.summary
 
@@ -145,10 +139,8 @@ def test_a_named_barrier_is_named_in_the_short_barrier_report():
 
 def test_dumps_recorded_before_waits_had_names_still_read():
     runs = DATA / "runs" / "hang"
-    outcomes = [RankOutcome(r, r, 0, 124, [json.loads(line) for line in
-                                           (runs / f"rank{r}.jsonl").read_text().splitlines() if line.strip()])
-                for r in range(2)]
-    assert all("label" not in s for o in outcomes for e in o.of("timeout") for s in e["trace"])
+    outcomes = [RankOutcome(r, r, 0, 124, read_events(runs / f"rank{r}.jsonl")) for r in range(2)]
+    assert all("label" not in s for o in outcomes for e in o.of(TimedOut) for s in e.trace)
     d = analyze(outcomes, file="hang.cu", source="\n" * 12 + "  cuco::wait_geq<unsigned>(trace, CUCO_SITE, peer, 7, flag, 1u);\n")
     assert d.kind == "cycle" and "(line 13, flag 7" in d.summary
     assert "hang.cu:13: cuco::wait_geq<unsigned>(trace, CUCO_SITE, peer, 7, flag, 1u);" in d.details

@@ -4,9 +4,17 @@ import time
 from pathlib import Path
 
 from cuco_tui.harness.launcher import run_group
+from cuco_tui.harness.plan import RunPlan
+from cuco_tui.harness.rank_events import Aborted, Done, Failed, Unrecognized
 from repo_paths import TESTS
 
-FAKE = [sys.executable, str(TESTS / "fake_rank.py")]
+PLAN = RunPlan(mode="evaluate", workload="test", reference="", library=None, shapes=(), rtol=0.02, floor=0.0,
+               warmup=1, repetitions=1, nonce=7)
+
+
+def fake(*behaviours: str) -> list[str]:
+    """The stand-in rank (tests/fake_rank.py), rank r behaving as behaviours[r] says."""
+    return [sys.executable, str(TESTS / "fake_rank.py"), ",".join(behaviours)]
 
 
 def _alive(pid: int, settle_s: float = 3.0) -> bool:
@@ -34,21 +42,21 @@ def _children(rundir: Path, world: int) -> list[int]:
 
 
 def test_all_ranks_finish(tmp_path):
-    run = run_group({"fake": ["ok", "ok"]}, [0, 1], tmp_path, deadline_s=30, worker_argv=FAKE)
+    run = run_group(PLAN, [0, 1], tmp_path, deadline_s=30, worker_argv=fake("ok", "ok"))
     assert not run.aborted and not run.deadline_hit
     assert [r.exit_code for r in run.ranks] == [0, 0]
-    assert all(r.last("done") for r in run.ranks)
+    assert all(r.last(Done) for r in run.ranks)
     assert (tmp_path / "plan.json").exists()
 
 
 def test_a_crashed_rank_takes_the_whole_group_down(tmp_path):
     t0 = time.monotonic()
-    run = run_group({"fake": ["hang", "crash", "hang-deaf"]}, [0, 1, 2], tmp_path, deadline_s=60, worker_argv=FAKE)
+    run = run_group(PLAN, [0, 1, 2], tmp_path, deadline_s=60, worker_argv=fake("hang", "crash", "hang-deaf"))
     assert time.monotonic() - t0 < 15
     assert run.aborted and not run.deadline_hit
     crashed = run.ranks[1]
     assert crashed.exit_code == -11 and "SIGSEGV" in crashed.describe_exit()
-    assert run.ranks[0].last("aborted") is not None  # it heard the abort and said where it was
+    assert run.ranks[0].last(Aborted) is not None  # it heard the abort and said where it was
     assert run.ranks[2].killed  # it ignored the abort and was killed
     for r in run.ranks:
         assert not _alive(r.pid)
@@ -57,16 +65,16 @@ def test_a_crashed_rank_takes_the_whole_group_down(tmp_path):
 
 
 def test_an_error_report_is_kept_and_the_others_are_stopped(tmp_path):
-    run = run_group({"fake": ["error", "hang"]}, [0, 1], tmp_path, deadline_s=60, worker_argv=FAKE)
+    run = run_group(PLAN, [0, 1], tmp_path, deadline_s=60, worker_argv=fake("error", "hang"))
     assert run.ranks[0].exit_code == 2
-    assert "illegal memory access" in run.ranks[0].last("error")["message"]
-    assert run.ranks[1].last("aborted")
+    assert "illegal memory access" in run.ranks[0].last(Failed).message
+    assert run.ranks[1].last(Aborted)
     assert not _alive(run.ranks[1].pid)
 
 
 def test_the_deadline_stops_a_group_where_every_rank_hangs(tmp_path):
     t0 = time.monotonic()
-    run = run_group({"fake": ["hang-deaf", "hang-deaf"]}, [0, 1], tmp_path, deadline_s=1.5, worker_argv=FAKE)
+    run = run_group(PLAN, [0, 1], tmp_path, deadline_s=1.5, worker_argv=fake("hang-deaf", "hang-deaf"))
     took = time.monotonic() - t0
     assert run.deadline_hit and run.aborted
     assert took < 1.5 + 3.0 + 5.0
@@ -85,12 +93,12 @@ def test_children_get_the_multicast_off_environment(tmp_path):
     )
     os.environ["NCCL_NVLS_ENABLE"] = "1"
     try:
-        run = run_group({}, [0], tmp_path / "r", deadline_s=30, worker_argv=[sys.executable, str(script)])
+        run = run_group(PLAN, [0], tmp_path / "r", deadline_s=30, worker_argv=[sys.executable, str(script)])
     finally:
         del os.environ["NCCL_NVLS_ENABLE"]
-    env = run.ranks[0].last("env")
-    assert env == {"event": "env", "NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1",
-                   "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+    env = run.ranks[0].last(Unrecognized)  # an event kind of this test's own
+    assert (env.kind, env.fields) == ("env", {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1",
+                                              "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"})
 
 
 def _dump_env_script(tmp_path: Path) -> Path:
@@ -109,13 +117,13 @@ def test_ranks_sharing_a_gpu_are_separate_hosts_to_nccl(tmp_path, monkeypatch):
     # NCCL refuses two ranks on one GPU of one host: each rank gets a host id of its own.
     monkeypatch.delenv("NCCL_HOSTID", raising=False)
     argv = [sys.executable, str(_dump_env_script(tmp_path))]
-    run = run_group({"nonce": 7}, [0, 0, 0], tmp_path / "shared", deadline_s=30, worker_argv=argv)
-    ids = [r.last("env")["hostid"] for r in run.ranks]
+    run = run_group(PLAN, [0, 0, 0], tmp_path / "shared", deadline_s=30, worker_argv=argv)
+    ids = [r.last(Unrecognized).fields["hostid"] for r in run.ranks]
     assert all(ids) and len(set(ids)) == 3, ids
 
 
 def test_ranks_on_their_own_gpus_keep_one_host(tmp_path, monkeypatch):
     monkeypatch.delenv("NCCL_HOSTID", raising=False)
     argv = [sys.executable, str(_dump_env_script(tmp_path))]
-    run = run_group({"nonce": 7}, [0, 1], tmp_path / "own", deadline_s=30, worker_argv=argv)
-    assert [r.last("env")["hostid"] for r in run.ranks] == [None, None]
+    run = run_group(PLAN, [0, 1], tmp_path / "own", deadline_s=30, worker_argv=argv)
+    assert [r.last(Unrecognized).fields["hostid"] for r in run.ranks] == [None, None]

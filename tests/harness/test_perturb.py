@@ -351,9 +351,11 @@ def test_the_rank_worker_loads_the_perturber_before_cupy(library, tmp_path):
     got = child(f"""
         import json, sys
         sys.path.insert(0, {str(tmp_path)!r})
+        from cuco_tui.harness.plan import PerturbPlan, RunPlan
         from cuco_tui.harness.worker import Rank
-        plan = dict(rundir={str(tmp_path / "run")!r}, library="candidate.so",
-                    perturb=dict(library={str(library)!r}, seed=1, rounds=1, unit_us=1000))
+        plan = RunPlan(mode="evaluate", workload="w", reference="reference.py", library="candidate.so", shapes=(),
+                       rtol=0.02, floor=0.0, warmup=1, repetitions=1, nonce=1, rundir={str(tmp_path / "run")!r},
+                       perturb=PerturbPlan({str(library)!r}, seed=1, rounds=1, unit_us=1000))
         try:
             Rank(plan, 0)
         except ImportError as exc:

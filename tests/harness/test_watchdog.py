@@ -4,10 +4,11 @@ while the group is closing. No GPU: these paths run before any health probe is e
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
+
+from cuco_tui.harness.rank_events import Aborted, CloseWarning, RankEvent, TimedOut, read_events
 
 SCRIPT = """
 import sys, time
@@ -26,30 +27,29 @@ sys.exit(3)
 """
 
 
-def _run(tmp_path: Path, phase: str, arm: float) -> tuple[int, list[dict]]:
+def _run(tmp_path: Path, phase: str, arm: float) -> tuple[int, list[RankEvent]]:
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), phase, str(arm)], timeout=60)
-    events = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
-    return proc.returncode, events
+    return proc.returncode, read_events(tmp_path / "rank0.jsonl")
 
 
 def test_an_overrun_step_ends_the_rank_with_a_timeout_event(tmp_path):
     code, events = _run(tmp_path, "verify:small", 0.2)
     assert code == 124
-    assert [e["event"] for e in events] == ["timeout"]
+    assert [type(e) for e in events] == [TimedOut]
     e = events[0]
-    assert e["what"] == "a step that never ends" and e["phase"] == "verify:small" and e["limit_s"] == 0.2
-    assert e["trace"] == [] and "did not finish within 0.2 s" in e["message"]
+    assert e.what == "a step that never ends" and e.phase == "verify:small" and e.limit_s == 0.2
+    assert e.trace == () and "did not finish within 0.2 s" in e.message
 
 
 def test_the_abort_file_ends_the_rank_with_an_aborted_event(tmp_path):
     (tmp_path / "abort").touch()
     code, events = _run(tmp_path, "bench:large", 0)
     assert code == 125
-    assert [e["event"] for e in events] == ["aborted"]
-    assert events[0]["phase"] == "bench:large" and "another rank failed" in events[0]["message"]
+    assert [type(e) for e in events] == [Aborted]
+    assert events[0].phase == "bench:large" and "another rank failed" in events[0].message
 
 
 def test_while_closing_the_group_an_overrun_is_only_a_warning(tmp_path):
     code, events = _run(tmp_path, "close", 0.2)
     assert code == 0
-    assert [e["event"] for e in events] == ["close_warning"]
+    assert [type(e) for e in events] == [CloseWarning]

@@ -20,14 +20,14 @@ import pytest
 
 from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.perturb import KINDS, kind_of, target_of
-from cuco_tui.harness.rank_reference import load_reference
+from cuco_tui.core.reference import reference_module
 from cuco_tui.harness.verify import POISON_BF16
 from cuco_tui.workload.manifest import load_workload
 from emulator_helpers import candidate_source, compile_emulated, needs_gxx, with_driver
 
 W = load_workload("gemm_allgather")
 DRIVER = load_workload("moe_dispatch_combine").root / "emulator"
-REF = load_reference(W.reference)
+REF = reference_module(W.reference)
 UNIT_US = 10_000  # holds of 10 and 20 ms: far above the thread scheduling of a busy machine
 
 CANDIDATES = {  # name: (strategy or a file under the workload, knobs)

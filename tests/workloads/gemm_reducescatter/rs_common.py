@@ -9,7 +9,7 @@ import pytest
 
 from cuco_tui.agents.offline import StrategyBook
 from cuco_tui.harness.bf16 import from_bf16_bits, to_bf16_bits
-from cuco_tui.harness.rank_reference import load_reference
+from cuco_tui.core.reference import reference_module as load_reference
 from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.workload.manifest import load_workload
 

@@ -18,13 +18,13 @@ import pytest
 
 from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.verify import POISON_BF16
-from cuco_tui.harness.rank_reference import load_reference
+from cuco_tui.core.reference import reference_module
 from cuco_tui.workload.manifest import load_workload
 from emulator_helpers import candidate_source, compile_emulated, needs_gxx, with_driver
 
 W = load_workload("kv_transfer")
 EMU = W.root / "emulator"
-REF = load_reference(W.reference)
+REF = reference_module(W.reference)
 
 CANDIDATES = [  # (name, strategy or None for the seed, knobs)
     ("seed", None, None),

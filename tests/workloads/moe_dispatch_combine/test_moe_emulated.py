@@ -19,7 +19,7 @@ import pytest
 
 from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.verify import POISON_BF16
-from cuco_tui.harness.rank_reference import load_reference
+from cuco_tui.core.reference import reference_module
 from cuco_tui.workload.manifest import load_workload
 from emulator_helpers import candidate_source, compile_emulated, needs_gxx, with_driver
 
@@ -29,7 +29,7 @@ KINDS = {"bf16": np.uint16, "i32": np.int32, "f32": np.float32}
 DTYPE_CODES = {"bf16": 1, "f32": 3, "i32": 4}  # cuco_abi.h enum cuco_dtype
 
 
-REF = load_reference(W.reference)
+REF = reference_module(W.reference)
 
 CANDIDATES = [  # (name, strategy or None for the seed, knobs)
     ("seed", None, None),

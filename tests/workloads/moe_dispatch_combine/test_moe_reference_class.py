@@ -257,9 +257,9 @@ def test_the_grouped_gemm_benchmark_takes_rank_0s_rows_in_the_expert_layout(worl
     """benchmarks/moe_grouped.py times rank 0's expert phase: its rows must be those `simulate`'s
     pipeline puts in rank 0's expert layout, and its counts those rank 0's exchange ends with."""
 
-    from cuco_tui.harness.worker import load_reference
+    from cuco_tui.core.reference import reference_module
 
-    bench = load_reference(REPO / "benchmarks" / "moe_grouped.py")
+    bench = reference_module(REPO / "benchmarks" / "moe_grouped.py")
     counts, tokens, x_all = bench.expert_phase_rows(np, dims, world, 5)
     inputs = _inputs(dims, world, seed=5)
     el = dims["E"] // world

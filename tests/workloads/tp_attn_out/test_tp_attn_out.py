@@ -13,13 +13,13 @@ import pytest
 from cuco_tui.cli.workload_check import check_workload
 from cuco_tui.evaluate.static_checks import check_static, is_rejected
 from cuco_tui.harness.bf16 import from_bf16_bits, to_bf16_bits
-from cuco_tui.harness.rank_reference import load_reference
+from cuco_tui.core.reference import reference_module
 from cuco_tui.harness.verify import compare
 from cuco_tui.source.knobs import seed_knobs, with_knobs
 from cuco_tui.workload.manifest import load_workload
 
 W = load_workload("tp_attn_out")
-REF = load_reference(W.reference)
+REF = reference_module(W.reference)
 SEED = W.seed.read_text()
 
 

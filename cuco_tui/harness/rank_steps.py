@@ -1,0 +1,129 @@
+"""What an evaluation level does inside a rank worker (its side of evaluate/levels.py): a
+`RankStep` that the level's entry in the run plan turns on. The worker builds the plan's steps
+before it imports CuPy and calls every step's hooks at fixed points; a hook a step does not need
+keeps the default, which does nothing.
+
+  - `PerturbedRounds` (plan.perturb, evaluate/races.py): the interposer loaded before CuPy and bound
+    to the candidate, then the back-to-back check again under each seed's perturbed schedule;
+  - `UnderSanitizer` (plan.sanitize, evaluate/sanitizer.py): CuPy's memory pool off."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from cuco_tui.core.reference import RankReference
+from cuco_tui.harness import abi
+from cuco_tui.harness.perturb import PerturbError, PerturbLibrary
+from cuco_tui.harness.plan import PERTURBED_CHECK, PerturbPlan, RunPlan, ShapePlan
+from cuco_tui.harness.rank_checks import RankChecks
+from cuco_tui.harness.rank_events import EventLog, PerturbEnded, PerturbStarted, PerturbWarning
+
+
+@dataclass(frozen=True)
+class VerifiedShape:
+    """A verify shape whose ordinary and back-to-back checks passed on every rank: what a step
+    needs to launch and check it again."""
+
+    shape: ShapePlan
+    launch: Callable[[], None]
+    reference: RankReference
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    expected: dict[str, Any]
+    dtypes: dict[str, str]
+
+
+class RankStep:
+    def started(self, cupy: Any) -> None:
+        """CuPy is imported; nothing is allocated yet."""
+
+    def loaded(self, library: abi.CandidateLibrary) -> None:
+        """The candidate's library is loaded."""
+
+    def verify(self, run: VerifiedShape, checks: RankChecks) -> bool:
+        """More checks at a verify shape (every rank calls it, in step): False when one failed on
+        any rank, which ends the run there."""
+        return True
+
+
+class UnderSanitizer(RankStep):
+    def started(self, cupy: Any) -> None:
+        # compute-sanitizer knows an allocation by its cudaMalloc: inside a pool's arena an
+        # overrun of a harness buffer would land in memory it counts as allocated.
+        cupy.cuda.set_allocator(None)
+
+
+class PerturbedRounds(RankStep):
+    def __init__(self, spec: PerturbPlan, perturber: PerturbLibrary) -> None:
+        self.spec = spec
+        self.perturber = perturber
+
+    @classmethod
+    def load(cls, spec: PerturbPlan, log: EventLog) -> PerturbedRounds | None:
+        """The step with its interposer loaded (call it before CuPy: the candidate's calls into the
+        CUDA runtime, NCCL and cuBLAS bind to it only if no library that defines them is in the
+        process's global scope before it, and importing CuPy's NCCL module puts libnccl there; seen
+        on the H100 host: every ncclAllGather of a candidate went straight to NCCL, unheld). None
+        when it cannot be loaded: the candidate is verified all the same, without perturbed rounds."""
+        try:
+            return cls(spec, PerturbLibrary(Path(spec.library)))
+        except PerturbError as exc:
+            log.emit(PerturbWarning(message=f"{exc}; verified without schedule perturbation"))
+            return None
+
+    def loaded(self, library: abi.CandidateLibrary) -> None:
+        self.perturber.bind(library.lib._handle)
+
+    def verify(self, run: VerifiedShape, checks: RankChecks) -> bool:
+        """The back-to-back check again, once per seed of the plan's perturbation (seed, seed + 1,
+        ...): the candidate's ordering points held back as the seed says while it enqueues a
+        launch, this rank's stream held back first when the seed makes it start late. Each round
+        is reported (PerturbStarted, PerturbEnded) so a failure names the seed that replays it.
+        Stops at the first round that fails on any rank."""
+        g, perturber, spec, shape = checks.group, self.perturber, self.spec, run.shape
+        for i in range(spec.rounds):
+            seed = spec.seed + i
+            p = perturber.configure(seed, g.rank, g.world, spec.unit_us)
+            g.log.emit(PerturbStarted(shape=shape.name, round=i, seed=seed, kind=p.kind, target=p.target,
+                                      description=p.description, unit_us=p.unit_us, start_delay_us=p.start_delay_us))
+
+            def held() -> None:
+                perturber.enable(True)
+                try:
+                    run.launch()
+                finally:
+                    perturber.enable(False)
+
+            def late() -> None:
+                if p.start_delay_us and not perturber.hold(g.stream.ptr, p.start_delay_us):
+                    g.log.emit(PerturbWarning(message=f"its stream could not be held back for its late start "
+                                                      f"(perturbation seed {p.seed}): the round ran without it"))
+
+            started = time.monotonic()
+            ok = checks.back_to_back(shape, held, run.reference, run.inputs, run.outputs, run.expected, run.dtypes,
+                                     label=f"perturbed, seed {seed}", check=shape.checks + 2 + 2 * i,
+                                     input_seed=checks.plan.seed(shape, PERTURBED_CHECK + 2 * i), late=late,
+                                     perturb_seed=seed)
+            st = perturber.stats()
+            g.log.emit(PerturbEnded(shape=shape.name, round=i, seed=seed, ok=ok,
+                                    seconds=time.monotonic() - started, calls=st.calls, delayed=st.delayed,
+                                    delayed_us=st.delayed_us, skipped=st.skipped, errors=st.errors,
+                                    per_class=st.per_class))
+            if not ok:
+                return False
+        return True
+
+
+def rank_steps(plan: RunPlan, log: EventLog) -> list[RankStep]:
+    """The steps the plan turns on, in order. Built before CuPy is imported (the perturber's load)."""
+    steps: list[RankStep] = []
+    if plan.perturb is not None and plan.library:  # a baseline run launches no candidate
+        perturbed = PerturbedRounds.load(plan.perturb, log)
+        if perturbed is not None:
+            steps.append(perturbed)
+    if plan.sanitize:
+        steps.append(UnderSanitizer())
+    return steps

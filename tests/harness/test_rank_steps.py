@@ -1,0 +1,33 @@
+"""The levels' steps in a rank worker (harness/rank_steps.py): which the plan turns on, and an
+interposer that cannot be loaded leaves the candidate verified without perturbed rounds, saying so
+in the rank's events. (The interposer loaded before CuPy by the worker itself: test_perturb.py.)"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cuco_tui.harness.plan import PerturbPlan, RunPlan
+from cuco_tui.harness.rank_events import EventLog, PerturbWarning, read_events
+from cuco_tui.harness.rank_steps import UnderSanitizer, rank_steps
+
+PLAN = RunPlan(mode="evaluate", workload="w", reference="reference.py", library="candidate.so", shapes=(), rtol=0.02,
+               floor=0.0, warmup=1, repetitions=1, nonce=1)
+
+
+def test_the_plan_turns_the_steps_on(tmp_path):
+    log = EventLog(tmp_path / "rank0.jsonl", 0)
+    assert rank_steps(PLAN, log) == []
+    assert [type(s) for s in rank_steps(replace(PLAN, sanitize="memcheck"), log)] == [UnderSanitizer]
+    baseline = replace(PLAN, mode="baseline", library=None, perturb=PerturbPlan("/nowhere.so", 1, 4, 2000))
+    assert rank_steps(baseline, log) == []  # no candidate, no rounds: nothing loaded, nothing said
+    assert read_events(tmp_path / "rank0.jsonl") == []
+
+
+def test_an_interposer_that_cannot_be_loaded_is_a_warning_and_no_rounds(tmp_path):
+    log = EventLog(tmp_path / "rank1.jsonl", 1)
+    plan = replace(PLAN, perturb=PerturbPlan(str(tmp_path / "libcuco_perturb.so"), 7, 4, 2000))
+    assert rank_steps(plan, log) == []
+    (warning,) = read_events(tmp_path / "rank1.jsonl")
+    assert isinstance(warning, PerturbWarning) and warning.rank == 1
+    assert "cannot load the schedule perturber" in warning.message
+    assert warning.message.endswith("; verified without schedule perturbation")
