@@ -13,15 +13,13 @@ import hashlib
 import json
 import os
 import re
-import signal
-import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cuco_tui.toolchain.diagnostics import LEVEL, parse_nvcc_output
+from cuco_tui.toolchain.process import run_tool, unlink_quietly
 from cuco_tui.toolchain.toolchain import Toolchain
 from cuco_tui.core.result import Diagnostic
 
@@ -36,13 +34,6 @@ FORMAT = 1  # bump when the cache record's layout or meaning changes
 _USES_CUTLASS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:cutlass/|cute/|cuco_tile_gemm\.cuh)', re.M)
 CUTLASS_FLAGS = ("-DNDEBUG", "--expt-relaxed-constexpr")
 CUTLASS_TIMEOUT = 900.0
-
-# Project rule for every child process: no NVLink multicast / NVLS.
-CHILD_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "NVSHMEM_DISABLE_NVLS": "1",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-}
 
 
 @dataclass(frozen=True)
@@ -61,12 +52,6 @@ class BuildResult:
         d.pop("library")
         d.pop("cached")
         return d
-
-
-def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    env.update(CHILD_ENV)
-    return env
 
 
 def cuda_arch(env: dict[str, str] | None = None) -> str:
@@ -124,13 +109,6 @@ def _atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         unlink_quietly(Path(tmp))
         raise
-
-
-def unlink_quietly(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
 
 
 class BuildCache:
@@ -227,39 +205,6 @@ def _relabel(result: BuildResult, source: Path, old: str) -> BuildResult:
     ]
     return BuildResult(result.ok, result.library, diags, fix(result.log), result.seconds, result.cached,
                        result.command, result.key)
-
-
-# Builds run at a lower CPU priority: several compile at once while the TUI must answer keys
-# within 100 ms on the same cores (measured on 2 cores with 4 builds: the UI starved otherwise).
-# `nice` and not preexec_fn, which is unsafe in a process with threads.
-_NICE = ["nice", "-n", "10"] if shutil.which("nice") else []
-
-
-def run_tool(command: list[str], cwd: Path, timeout: float) -> tuple[int | None, str]:
-    """(exit status or None on timeout, combined output). On a timeout the whole process group
-    (nvcc and the cicc/ptxas/gcc it started) is killed."""
-    proc = subprocess.Popen(_NICE + command, cwd=cwd, env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, out.decode("utf-8", errors="replace")
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            out, _ = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            out = b""
-        return None, (out or b"").decode("utf-8", errors="replace")
-    except BaseException:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.wait()
-        raise
 
 
 def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | None = None,
