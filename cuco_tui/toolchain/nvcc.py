@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cuco_tui.toolchain import tile_gemm_lib
 from cuco_tui.toolchain.diagnostics import LEVEL, parse_nvcc_output
 from cuco_tui.toolchain.process import run_tool, unlink_quietly
 from cuco_tui.toolchain.toolchain import Toolchain
@@ -207,12 +208,56 @@ def _relabel(result: BuildResult, source: Path, old: str) -> BuildResult:
                        result.command, result.key)
 
 
+def gemm_library_flags(toolchain: Toolchain) -> list[str]:
+    """What the fused GEMM libraries are compiled with, before their own additions: a CUTLASS
+    candidate's flags. Raises ValueError where there is no CUTLASS or the architecture is bad."""
+    return nvcc_flags(toolchain) + cutlass_flags(toolchain)
+
+
+def ensure_gemm_library(config: tile_gemm_lib.KernelConfig, toolchain: Toolchain,
+                        cache: BuildCache | None = None) -> tile_gemm_lib.GemmLibrary:
+    """The fused GEMM library of `config`, built now if `cache` (default: BuildCache()) lacks it: what
+    a candidate that names `config` would link (benchmarks/runs/prebuild.py builds them ahead)."""
+    try:
+        base = gemm_library_flags(toolchain)
+    except ValueError as e:
+        return tile_gemm_lib.GemmLibrary(config, None, f"cannot build the fused GEMM library of {config.name}: {e}")
+    return tile_gemm_lib.ensure_library(config, toolchain, cache if cache is not None else BuildCache(), base,
+                                        CUTLASS_TIMEOUT)
+
+
+def _link_gemm_libraries(source: Path, text: str, toolchain: Toolchain,
+                         cache: BuildCache) -> tuple[list[str], float] | BuildResult:
+    """(the flags that link the prebuilt fused GEMM libraries `text` names, seconds spent building
+    them now), or the failure to report: a configuration without a library, no CUTLASS to build
+    one from, or a library that did not build (one line each)."""
+    configs, unknown = tile_gemm_lib.configs_named(text)
+    if unknown:
+        return _failure(source, f"{unknown[0]} has no fused GEMM library ({tile_gemm_lib.HEADER}): tiles 128x256 or "
+                                f"256x128, clusters 2x1 or 1x2", "toolchain")
+    if toolchain.cutlass is None:
+        return _failure(source, f"cannot compile: the candidate includes {tile_gemm_lib.HEADER}, whose library is built "
+                                f"from CUTLASS, but {toolchain.cutlass_problem} (run `cuco doctor`)", "toolchain")
+    try:
+        base = gemm_library_flags(toolchain)
+    except ValueError as e:
+        return _failure(source, str(e), "toolchain")
+    libraries = tile_gemm_lib.ensure_libraries(configs, toolchain, cache, base, CUTLASS_TIMEOUT)
+    failed = next((lib for lib in libraries if not lib.ok), None)
+    if failed is not None:
+        return _failure(source, failed.problem, "timeout" if failed.timed_out else "toolchain", log=failed.log,
+                        seconds=failed.seconds)
+    return tile_gemm_lib.link_flags(libraries), sum(lib.seconds for lib in libraries if not lib.cached)
+
+
 def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | None = None,
                       extra_flags: tuple[str, ...] = (), timeout: float = 300.0) -> BuildResult:
     """Builds `source` into a shared library in `cache` (default: BuildCache()), or returns the
     cached build. Never raises for a bad candidate or toolchain: problems come back as error
     Diagnostics (codes: nvcc, ptxas, link, host-compiler, toolchain, timeout, source). A candidate
-    that includes CUTLASS gets cutlass_flags() and at least CUTLASS_TIMEOUT seconds."""
+    that includes CUTLASS gets cutlass_flags() and at least CUTLASS_TIMEOUT seconds; one that
+    includes cuco_tile_gemm_lib.h is linked against the fused GEMM libraries it names, built
+    first where the cache lacks them (tile_gemm_lib.py)."""
     source = Path(source).absolute()
     if not toolchain.can_compile:
         problems = "; ".join(toolchain.problems) or "the CUDA toolchain is incomplete"
@@ -222,9 +267,10 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
     except OSError as e:
         return _failure(source, f"cannot read the candidate: {e.strerror or e}", "source")
     fingerprint = toolchain.fingerprint()
+    text = data.decode("utf-8", errors="replace")
     try:
         flags = nvcc_flags(toolchain)
-        if uses_cutlass(data.decode("utf-8", errors="replace")):
+        if uses_cutlass(text):
             if toolchain.cutlass is None:
                 return _failure(source, f"cannot compile: the candidate includes CUTLASS, but {toolchain.cutlass_problem} "
                                         f"(run `cuco doctor`)", "toolchain")
@@ -235,6 +281,13 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
     except ValueError as e:
         return _failure(source, str(e), "toolchain")
     cache = cache if cache is not None else BuildCache()
+    libraries_seconds = 0.0
+    if tile_gemm_lib.uses_library(text):
+        linked = _link_gemm_libraries(source, text, toolchain, cache)
+        if isinstance(linked, BuildResult):
+            return linked
+        link, libraries_seconds = linked
+        flags += link  # the libraries' file names, hence their keys, are part of the candidate's key
     key = cache.key(data, flags, fingerprint)
 
     hit = cache.load(key)
@@ -257,7 +310,7 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
     except OSError as e:
         unlink_quietly(tmp)
         return _failure(source, f"cannot run nvcc ({toolchain.nvcc}): {e.strerror or e}", "toolchain", recorded, key)
-    seconds = time.monotonic() - started
+    seconds = time.monotonic() - started + libraries_seconds
 
     if rc is None:
         unlink_quietly(tmp)
