@@ -454,8 +454,7 @@ int main() {
                     s.g[1] == b.g[1] && s.b == b.b && s.y == b.y && s.flags == b.flags && s.signals == b.signals &&
                     s.order == b.order && s.reserved_sms == b.reserved_sms && s.trace.slots == b.trace.slots &&
                     s.trace.n == b.trace.n && s.site == b.site;
-  printf("roundtrip %s
-", same ? "ok" : "FAILED");
+  printf("roundtrip %s\n", same ? "ok" : "FAILED");
 
   char error[CUCO_ERROR_LEN];
   tg::FusedGemmLib gemm;
@@ -463,11 +462,9 @@ int main() {
   for (const tg::KernelConfig& k : configs) {
     strcpy(error, "(none)");
     const int rc = gemm.init(k, s, error, sizeof error);
-    printf("init %dx%d/%dx%d rc=%d: %s
-", k.block_m, k.block_n, k.cluster_m, k.cluster_n, rc, error);
+    printf("init %dx%d/%dx%d rc=%d: %s\n", k.block_m, k.block_n, k.cluster_m, k.cluster_n, rc, error);
   }
-  printf("launch without init: %d
-", (int)gemm.launch(nullptr, 1));
+  printf("launch without init: %d\n", (int)gemm.launch(nullptr, 1));
   return 0;
 }
 """
