@@ -1,10 +1,11 @@
 """The fused GEMM's runtime (`cuco_tile_gemm.cuh`, its prebuilt form `cuco_tile_gemm_lib.h`,
-`cuco_arrival.cuh`; namespace cuco::tile_gemm, usually aliased `tg`) as the classifier reads it. Its kernels, launcher and movers are defined
-outside the EVOLVE blocks, so what each of them does is known here rather than read from a body:
+`cuco_arrival.cuh`; namespace cuco::tile_gemm, usually aliased `tg`) as the classifier reads it.
+Its kernels, launcher and movers are defined outside the EVOLVE blocks, so what each of them does
+is known here rather than read from a body:
 
 - compute that waits: `<g>.launch(stream, e)` on a `FusedGemm<...>` or a `FusedGemmLib` (the same
-  kernel from its library), or a launch of `fused_gemm_kernel<...>`, is one kernel that waits on peers' arrival flags, row chunk by row
-  chunk, and computes (placement fused);
+  kernel from its library), or a launch of `fused_gemm_kernel<...>`, is one kernel that waits on
+  peers' arrival flags, row chunk by row chunk, and computes (placement fused);
 - chunks: the chunk count given to `make_row_layout(M, N, K, world, rank, chunks, block_m)`;
   a loop bounded by a layout's `.chunks` runs that many times;
 - movers: `ce_copy(dst, src, bytes, stream)` is a host-issued copy on the copy engines;
