@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cuco_tui.toolchain.nvcc import CUTLASS_FLAGS, child_env, cuda_arch  # noqa: E402
+from cuco_tui.toolchain.nvcc import CUTLASS_FLAGS, cuda_arch  # noqa: E402
+from cuco_tui.toolchain.process import child_env  # noqa: E402
 from cuco_tui.toolchain.toolchain import Toolchain, discover  # noqa: E402
 from cuco_tui.workload.manifest import load_workload  # noqa: E402
 

@@ -3,6 +3,9 @@ workload's seed and every strategy template at its default knobs and at each val
 (one knob changed at a time), plus gemm_allgather's hand-written candidates. The GPU tests and
 the benchmarks evaluate one candidate at a time, so without this each waits on nvcc in turn;
 the cache is keyed by source bytes, so a test that renders the same source finds it built.
+The fused GEMM libraries the candidates link (cuco_tile_gemm_lib.h: one CUTLASS build per kernel
+configuration) start first, side by side, and the candidates that link them are queued last, so
+that no builder waits on a library's lock while other candidates could compile.
 
   CUCO_CACHE_DIR=/tmp/cc/build python3 benchmarks/runs/prebuild.py [--jobs 12] [WORKLOAD ...]
 """
@@ -17,8 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cuco_tui.agents.offline import StrategyBook
-from cuco_tui.toolchain import BuildCache, compile_candidate
+from cuco_tui.toolchain import BuildCache, compile_candidate, tile_gemm_lib
 from cuco_tui.toolchain.attention import ensure_library
+from cuco_tui.toolchain.nvcc import ensure_gemm_library
 from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.workload.manifest import list_workloads, load_workload
 
@@ -48,8 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     srcs: dict[str, str] = {f"file/{Path(f).stem}": Path(f).read_text() for f in args.files or []}
     for n in names:
         srcs.update(sources(n))
-    # Identical renders (a knob the template ignores) compile once.
+    # Identical renders (a knob the template ignores) compile once; those that link a fused GEMM
+    # library go last (their builds wait for it).
     unique = {text: label for label, text in srcs.items()}
+    linking = {text for text in unique if tile_gemm_lib.uses_library(text)}
+    configs = sorted({c for text in linking for c in tile_gemm_lib.configs_named(text)[0]})
+    unique = dict(sorted(unique.items(), key=lambda item: item[0] in linking))
     toolchain, cache = discover(), BuildCache()
     tmp = Path(tempfile.mkdtemp(prefix="cuco-prebuild-"))
 
@@ -64,13 +72,20 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     failed = 0
     with ThreadPoolExecutor(args.jobs) as pool:
-        # The attention library (one long single-threaded compile) starts first, beside the candidates.
+        # The attention library and the fused GEMM libraries (each one long, mostly single-threaded
+        # compile) start first, beside each other and the candidates.
         attention = None
         if any("attention" in load_workload(n).libraries for n in names):
             attention = pool.submit(ensure_library, toolchain, cache)
+        gemm_libraries = [pool.submit(ensure_gemm_library, c, toolchain, cache) for c in configs]
         for label, ok, secs in pool.map(build, unique.items()):
             failed += not ok
             print(f"{'ok ' if ok else 'FAIL'} {secs:6.1f} s  {label}", flush=True)
+        for future in gemm_libraries:
+            lib = future.result()
+            failed += not lib.ok
+            print(f"{'ok ' if lib.ok else 'FAIL'} {lib.seconds:6.1f} s  fused GEMM library {lib.config.tag} "
+                  f"{'(cached) ' if lib.cached else ''}{lib.path or lib.problem}", flush=True)
         if attention is not None:
             lib = attention.result()
             failed += not lib.ok

@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuco_tui.toolchain.nvcc import BuildCache, run_tool, unlink_quietly
+from cuco_tui.toolchain.nvcc import BuildCache
+from cuco_tui.toolchain.process import run_tool, unlink_quietly
 from cuco_tui.toolchain.toolchain import RUNTIME_INCLUDE, Toolchain, package_dir
 
 SOURCE = Path(__file__).resolve().parent.parent / "harness" / "attention_lib" / "cuco_attn.cpp"

@@ -13,15 +13,14 @@ import hashlib
 import json
 import os
 import re
-import signal
-import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cuco_tui.toolchain import tile_gemm_lib
 from cuco_tui.toolchain.diagnostics import LEVEL, parse_nvcc_output
+from cuco_tui.toolchain.process import run_tool, unlink_quietly
 from cuco_tui.toolchain.toolchain import Toolchain
 from cuco_tui.core.result import Diagnostic
 
@@ -36,13 +35,6 @@ FORMAT = 1  # bump when the cache record's layout or meaning changes
 _USES_CUTLASS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:cutlass/|cute/|cuco_tile_gemm\.cuh)', re.M)
 CUTLASS_FLAGS = ("-DNDEBUG", "--expt-relaxed-constexpr")
 CUTLASS_TIMEOUT = 900.0
-
-# Project rule for every child process: no NVLink multicast / NVLS.
-CHILD_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "NVSHMEM_DISABLE_NVLS": "1",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-}
 
 
 @dataclass(frozen=True)
@@ -61,12 +53,6 @@ class BuildResult:
         d.pop("library")
         d.pop("cached")
         return d
-
-
-def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    env.update(CHILD_ENV)
-    return env
 
 
 def cuda_arch(env: dict[str, str] | None = None) -> str:
@@ -124,13 +110,6 @@ def _atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         unlink_quietly(Path(tmp))
         raise
-
-
-def unlink_quietly(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
 
 
 class BuildCache:
@@ -229,37 +208,46 @@ def _relabel(result: BuildResult, source: Path, old: str) -> BuildResult:
                        result.command, result.key)
 
 
-# Builds run at a lower CPU priority: several compile at once while the TUI must answer keys
-# within 100 ms on the same cores (measured on 2 cores with 4 builds: the UI starved otherwise).
-# `nice` and not preexec_fn, which is unsafe in a process with threads.
-_NICE = ["nice", "-n", "10"] if shutil.which("nice") else []
+def gemm_library_flags(toolchain: Toolchain) -> list[str]:
+    """What the fused GEMM libraries are compiled with, before their own additions: a CUTLASS
+    candidate's flags. Raises ValueError where there is no CUTLASS or the architecture is bad."""
+    return nvcc_flags(toolchain) + cutlass_flags(toolchain)
 
 
-def run_tool(command: list[str], cwd: Path, timeout: float) -> tuple[int | None, str]:
-    """(exit status or None on timeout, combined output). On a timeout the whole process group
-    (nvcc and the cicc/ptxas/gcc it started) is killed."""
-    proc = subprocess.Popen(_NICE + command, cwd=cwd, env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+def ensure_gemm_library(config: tile_gemm_lib.KernelConfig, toolchain: Toolchain,
+                        cache: BuildCache | None = None) -> tile_gemm_lib.GemmLibrary:
+    """The fused GEMM library of `config`, built now if `cache` (default: BuildCache()) lacks it: what
+    a candidate that names `config` would link (benchmarks/runs/prebuild.py builds them ahead)."""
     try:
-        out, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, out.decode("utf-8", errors="replace")
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            out, _ = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            out = b""
-        return None, (out or b"").decode("utf-8", errors="replace")
-    except BaseException:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.wait()
-        raise
+        base = gemm_library_flags(toolchain)
+    except ValueError as e:
+        return tile_gemm_lib.GemmLibrary(config, None, f"cannot build the fused GEMM library of {config.name}: {e}")
+    return tile_gemm_lib.ensure_library(config, toolchain, cache if cache is not None else BuildCache(), base,
+                                        CUTLASS_TIMEOUT)
+
+
+def _link_gemm_libraries(source: Path, text: str, toolchain: Toolchain,
+                         cache: BuildCache) -> tuple[list[str], float] | BuildResult:
+    """(the flags that link the prebuilt fused GEMM libraries `text` names, seconds spent building
+    them now), or the failure to report: a configuration without a library, no CUTLASS to build
+    one from, or a library that did not build (one line each)."""
+    configs, unknown = tile_gemm_lib.configs_named(text)
+    if unknown:
+        return _failure(source, f"{unknown[0]} has no fused GEMM library ({tile_gemm_lib.HEADER}): tiles 128x256 or "
+                                f"256x128, clusters 2x1 or 1x2", "toolchain")
+    if toolchain.cutlass is None:
+        return _failure(source, f"cannot compile: the candidate includes {tile_gemm_lib.HEADER}, whose library is built "
+                                f"from CUTLASS, but {toolchain.cutlass_problem} (run `cuco doctor`)", "toolchain")
+    try:
+        base = gemm_library_flags(toolchain)
+    except ValueError as e:
+        return _failure(source, str(e), "toolchain")
+    libraries = tile_gemm_lib.ensure_libraries(configs, toolchain, cache, base, CUTLASS_TIMEOUT)
+    failed = next((lib for lib in libraries if not lib.ok), None)
+    if failed is not None:
+        return _failure(source, failed.problem, "timeout" if failed.timed_out else "toolchain", log=failed.log,
+                        seconds=failed.seconds)
+    return tile_gemm_lib.link_flags(libraries), sum(lib.seconds for lib in libraries if not lib.cached)
 
 
 def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | None = None,
@@ -267,7 +255,9 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
     """Builds `source` into a shared library in `cache` (default: BuildCache()), or returns the
     cached build. Never raises for a bad candidate or toolchain: problems come back as error
     Diagnostics (codes: nvcc, ptxas, link, host-compiler, toolchain, timeout, source). A candidate
-    that includes CUTLASS gets cutlass_flags() and at least CUTLASS_TIMEOUT seconds."""
+    that includes CUTLASS gets cutlass_flags() and at least CUTLASS_TIMEOUT seconds; one that
+    includes cuco_tile_gemm_lib.h is linked against the fused GEMM libraries it names, built
+    first where the cache lacks them (tile_gemm_lib.py)."""
     source = Path(source).absolute()
     if not toolchain.can_compile:
         problems = "; ".join(toolchain.problems) or "the CUDA toolchain is incomplete"
@@ -277,9 +267,10 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
     except OSError as e:
         return _failure(source, f"cannot read the candidate: {e.strerror or e}", "source")
     fingerprint = toolchain.fingerprint()
+    text = data.decode("utf-8", errors="replace")
     try:
         flags = nvcc_flags(toolchain)
-        if uses_cutlass(data.decode("utf-8", errors="replace")):
+        if uses_cutlass(text):
             if toolchain.cutlass is None:
                 return _failure(source, f"cannot compile: the candidate includes CUTLASS, but {toolchain.cutlass_problem} "
                                         f"(run `cuco doctor`)", "toolchain")
@@ -290,6 +281,13 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
     except ValueError as e:
         return _failure(source, str(e), "toolchain")
     cache = cache if cache is not None else BuildCache()
+    libraries_seconds = 0.0
+    if tile_gemm_lib.uses_library(text):
+        linked = _link_gemm_libraries(source, text, toolchain, cache)
+        if isinstance(linked, BuildResult):
+            return linked
+        link, libraries_seconds = linked
+        flags += link  # the libraries' file names, hence their keys, are part of the candidate's key
     key = cache.key(data, flags, fingerprint)
 
     hit = cache.load(key)
@@ -312,7 +310,7 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
     except OSError as e:
         unlink_quietly(tmp)
         return _failure(source, f"cannot run nvcc ({toolchain.nvcc}): {e.strerror or e}", "toolchain", recorded, key)
-    seconds = time.monotonic() - started
+    seconds = time.monotonic() - started + libraries_seconds
 
     if rc is None:
         unlink_quietly(tmp)

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuco_tui.toolchain.nvcc import BuildCache, run_tool, unlink_quietly
+from cuco_tui.toolchain.nvcc import BuildCache
+from cuco_tui.toolchain.process import run_tool, unlink_quietly
 from cuco_tui.toolchain.toolchain import Toolchain
 
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "harness" / "perturb_lib"

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from cuco_tui.toolchain import BuildCache, BuildResult, compile_candidate, parse_nvcc_output
-from cuco_tui.toolchain.nvcc import CHILD_ENV, nvcc_flags
+from cuco_tui.toolchain.nvcc import nvcc_flags
+from cuco_tui.toolchain.process import CHILD_ENV
 from cuco_tui.toolchain.toolchain import Library, Toolchain, discover
 from repo_paths import REPO
 

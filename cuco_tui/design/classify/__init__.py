@@ -29,8 +29,9 @@ One reader per dimension, each with its rule for the declaration:
 `evidence` holds the records, `reading` the per-candidate state the readers share, `kernels` and
 `facts` what each launch and device function does, `peers` what reaches peer memory, `tile_gemm`
 what the fused GEMM runtime's kernels, launcher and movers do (their code is not in the
-candidate): `FusedGemm::launch` and `fused_gemm_kernel` wait per row chunk and compute,
-`ce_copy` is a copy-engine transfer, `push_chunks` a store kernel, `FlagWriter::post` a signal.
+candidate): `FusedGemm::launch`, `FusedGemmLib::launch` and `fused_gemm_kernel` wait per row
+chunk and compute, `ce_copy` is a copy-engine transfer, `push_chunks` a store kernel,
+`FlagWriter::post` a signal.
 """
 
 from cuco_tui.design.classify.classifier import classify

@@ -41,8 +41,8 @@ def read_launches(r: Reading) -> list[tuple[int, KernelLaunch]]:
 
 
 def _fused_gemm_launches(r: Reading) -> list[tuple[int, KernelLaunch]]:
-    """`gemm.launch(stream, e)` on a FusedGemm, in host code: the runtime launches its fused
-    kernel, which waits on the row chunks' arrival flags and computes."""
+    """`gemm.launch(stream, e)` on a FusedGemm or FusedGemmLib, in host code: the runtime launches
+    its fused kernel, which waits on the row chunks' arrival flags and computes."""
     out = []
     for call in r.tile_gemm.member_calls("launch", r.tile_gemm.gemms):
         if r.where(call.at) != "host" or not call.args:

@@ -1,10 +1,11 @@
-"""The fused GEMM's runtime (`cuco_tile_gemm.cuh`, `cuco_arrival.cuh`; namespace cuco::tile_gemm,
-usually aliased `tg`) as the classifier reads it. Its kernels, launcher and movers are defined
-outside the EVOLVE blocks, so what each of them does is known here rather than read from a body:
+"""The fused GEMM's runtime (`cuco_tile_gemm.cuh`, its prebuilt form `cuco_tile_gemm_lib.h`,
+`cuco_arrival.cuh`; namespace cuco::tile_gemm, usually aliased `tg`) as the classifier reads it.
+Its kernels, launcher and movers are defined outside the EVOLVE blocks, so what each of them does
+is known here rather than read from a body:
 
-- compute that waits: `<g>.launch(stream, e)` on a `FusedGemm<...>`, or a launch of
-  `fused_gemm_kernel<...>`, is one kernel that waits on peers' arrival flags, row chunk by row
-  chunk, and computes (placement fused);
+- compute that waits: `<g>.launch(stream, e)` on a `FusedGemm<...>` or a `FusedGemmLib` (the same
+  kernel from its library), or a launch of `fused_gemm_kernel<...>`, is one kernel that waits on
+  peers' arrival flags, row chunk by row chunk, and computes (placement fused);
 - chunks: the chunk count given to `make_row_layout(M, N, K, world, rank, chunks, block_m)`;
   a loop bounded by a layout's `.chunks` runs that many times;
 - movers: `ce_copy(dst, src, bytes, stream)` is a host-issued copy on the copy engines;
@@ -29,6 +30,9 @@ from cuco_tui.source.model import CodeView
 from cuco_tui.source.statements import Loop
 
 NAMESPACE = "cuco::tile_gemm"
+# The launchers of the fused kernel: the template over a Config, and the prebuilt one whose
+# configuration is a value (cuco_tile_gemm_lib.h); both launch `fused_gemm_kernel`.
+GEMM_TYPES = ("FusedGemm", "FusedGemmLib")
 _NAMESPACE_WORD = NAMESPACE.split("::")[-1]
 FUSED_KERNEL = "fused_gemm_kernel"
 MOVER_KERNEL = "push_chunks"
@@ -47,7 +51,7 @@ class RuntimeKernel:
 
 
 class TileGemm:
-    """What one candidate's EVOLVE view uses of the runtime: its `FusedGemm`s, `FlagWriter`s and
+    """What one candidate's EVOLVE view uses of the runtime: its fused GEMMs, `FlagWriter`s and
     row layouts (by the names that hold them) and the layouts' chunk count."""
 
     def __init__(self, view: CodeView) -> None:
@@ -57,9 +61,9 @@ class TileGemm:
         self.used = _NAMESPACE_WORD in view.code
         typed: dict[str, set[str]] = {}
         for d in view.declarations if self.used else ():
-            if d.type_name in ("FusedGemm", "FlagWriter", "RowLayout") and self._ours(d.type_qualifier):
+            if d.type_name in (*GEMM_TYPES, "FlagWriter", "RowLayout") and self._ours(d.type_qualifier):
                 typed.setdefault(d.type_name, set()).add(d.name)
-        self.gemms = frozenset(typed.get("FusedGemm", ()))
+        self.gemms = frozenset(name for t in GEMM_TYPES for name in typed.get(t, ()))
         self.writers = frozenset(typed.get("FlagWriter", ()))
         made = self.free_calls("make_row_layout")
         self.layouts = frozenset(self._layout_names(typed.get("RowLayout", set()), made) if self.used else ())

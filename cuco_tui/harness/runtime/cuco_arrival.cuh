@@ -196,6 +196,25 @@ inline int band_rows(TileOrder order, int clusters, int cm, int rows_per_cluster
   return std::max(1, std::min(cm, (int)(ideal + 0.5)));
 }
 
+// What the fused GEMM is set up with (cuco_tile_gemm.cuh's FusedGemm, and the same prebuilt,
+// cuco_tile_gemm_lib.h's FusedGemmLib). Pointers: x = this rank's rows [R, K]; g[0], g[1] = the
+// two gathered buffers [M, K] (launch e uses g[e % 2], so a peer can fill the next launch's
+// buffer while this one is read); b = [K, N]; y = [M, N]; flags = RowLayout::flag_count()
+// counters in this rank's memory.
+struct Setup {
+  RowLayout layout;
+  const void* x = nullptr;
+  const void* g[2] = {nullptr, nullptr};
+  const void* b = nullptr;
+  void* y = nullptr;
+  const unsigned long long* flags = nullptr;
+  unsigned long long signals = 1;  // flag increments per chunk and launch
+  TileOrder order = TileOrder::Auto;
+  int reserved_sms = 0;             // SMs left free for a communication kernel
+  Trace trace{nullptr, 0};
+  int site = 0;
+};
+
 // ---------------------------------------------------------------- movers
 
 // Stream-ordered 64-bit flag writes (cuStreamWriteValue64, found through the runtime's driver

@@ -10,8 +10,9 @@
 // reads are ordered after it). Consumers never wait on flags: they wait on the shared-memory
 // pipeline as in any CUTLASS kernel, so a late chunk stalls only the CTAs whose tiles need it.
 //
-// Used by the gemm_allgather template `fused_tile`, by agent-written candidates and by
-// benchmarks/fused_gemm.py: the same code everywhere.
+// Used by agent-written candidates, by benchmarks/fused_gemm.py and, built once per machine and
+// configuration, by the library behind cuco_tile_gemm_lib.h (which the gemm_allgather template
+// `fused_tile` links: a candidate then compiles in seconds): the same code everywhere.
 //
 // Needs sm_90a, the CUTLASS 4.2 headers and -DNDEBUG (with asserts on, ptxas serializes the
 // wgmma pipeline); cuco's toolchain adds all three to any candidate that includes this header.
@@ -247,23 +248,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fused_gemm_kernel(CUTE_GRID_
 }
 
 #endif  // __CUDACC__
-
-// What a launcher is set up with. Pointers: x = this rank's rows [R, K]; g[0], g[1] = the two
-// gathered buffers [M, K] (launch e uses g[e % 2], so a peer can fill the next launch's buffer
-// while this one is read); b = [K, N]; y = [M, N]; flags = RowLayout::flag_count() counters.
-struct Setup {
-  RowLayout layout;
-  const void* x = nullptr;
-  const void* g[2] = {nullptr, nullptr};
-  const void* b = nullptr;
-  void* y = nullptr;
-  const unsigned long long* flags = nullptr;
-  unsigned long long signals = 1;  // flag increments per chunk and launch
-  TileOrder order = TileOrder::Auto;
-  int reserved_sms = 0;             // SMs left free for a communication kernel
-  Trace trace{nullptr, 0};
-  int site = 0;
-};
 
 // The fused GEMM of one configuration, set up once per shape and launched once per iteration.
 template <class Cfg>

@@ -1,17 +1,21 @@
 """gemm_allgather's fused_tile strategy (a persistent CUTLASS GEMM waiting per row chunk, from
-cuco_tile_gemm.cuh) and the toolchain's CUTLASS support.
+cuco_tile_gemm.cuh, prebuilt per kernel configuration and linked through cuco_tile_gemm_lib.h) and
+the toolchain's CUTLASS support.
 
-Every point of the strategy's offline space is rendered and checked at L0 (fast). Compiling is
-minutes per kernel configuration (CUTLASS templates), so each distinct configuration (the
-`tile` and `cluster` knobs) is compiled once, with the other knobs varied across those builds
-so both movers and every tile order are compiled too: marked slow (deselect with -m "not slow").
+Every point of the strategy's offline space is rendered and checked at L0 (fast). Building a
+kernel configuration's library is minutes (CUTLASS templates), so each distinct configuration (the
+`tile` and `cluster` knobs) is built once, with the other knobs varied across the candidates
+that link it so both movers and every tile order are compiled too: marked slow (deselect with
+-m "not slow"). The library's flow with a fake nvcc: tests/toolchain/test_tile_gemm_lib.py.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,7 +26,8 @@ from cuco_tui.evaluate.static_checks import check_static, is_rejected
 from cuco_tui.evaluate.sync_checks import check_sync
 from cuco_tui.source.regions import design_of
 from cuco_tui.toolchain import BuildCache, compile_candidate
-from cuco_tui.toolchain.nvcc import CUTLASS_TIMEOUT, uses_cutlass
+from cuco_tui.toolchain.nvcc import CUTLASS_TIMEOUT, nvcc_flags, uses_cutlass
+from cuco_tui.toolchain.tile_gemm_lib import KernelConfig, configs_named, uses_library
 from cuco_tui.toolchain.toolchain import (Library, Toolchain, cutlass_report, cutlass_version, discover,
                                           find_cutlass)
 from cuco_tui.workload.manifest import load_workload
@@ -61,7 +66,11 @@ def test_every_point_renders_and_passes_l0():
         assert declared == FUSED.point(knobs), knobs
         assert not violations(declared, Capabilities(world=8)), knobs
         assert declared.placement == "fused"
-        assert uses_cutlass(src)
+        # No CUTLASS in the candidate: it links the library of its one kernel configuration.
+        assert uses_library(src) and not uses_cutlass(src)
+        bm, bn = map(int, knobs["tile"].split("x"))
+        cm, cn = map(int, knobs["cluster"].split("x"))
+        assert configs_named(src) == ((KernelConfig(bm, bn, cm, cn),), [])
         sources.add(src)
     assert len(sources) == len(points), "two knob settings render the same candidate"
 
@@ -145,12 +154,27 @@ def _fake_toolchain(tmp_path: Path, cutlass: Path | None) -> Toolchain:
                      "" if cutlass else "the CUTLASS headers were not found: pip install nvidia-cutlass")
 
 
+def template_api(src: str) -> str:
+    """A fused_tile render rewritten to instantiate cuco_tile_gemm.cuh's template itself, as a
+    hand-written candidate (or benchmarks/fused_gemm.py) does, instead of linking the library."""
+    m = re.search(r"constexpr tg::KernelConfig kConfig\{(\d+), (\d+), (\d+), (\d+)\};", src)
+    out = src.replace('#include "cuco_tile_gemm_lib.h"', '#include "cuco_tile_gemm.cuh"').replace(
+        m.group(0), f"using Cfg = tg::Config<{', '.join(m.groups())}>;").replace(
+        "tg::FusedGemmLib gemm;", "tg::FusedGemm<Cfg> gemm;").replace("kConfig.block_m", "Cfg::kBlockM").replace(
+        "c->gemm.init(kConfig, s,", "c->gemm.init(s,")
+    assert "kConfig" not in out and "FusedGemmLib" not in out
+    return out
+
+
+DIRECT = template_api(BOOK.render(FUSED, FUSED.default_knobs()))
+
+
 def test_a_cutlass_candidate_gets_its_flags_and_others_do_not(tmp_path):
     inc = fake_cutlass(tmp_path / "cutlass")
     tc = _fake_toolchain(tmp_path, inc)
     cache = BuildCache(tmp_path / "cache")
     fused = tmp_path / "fused.cu"
-    fused.write_text(BOOK.render(FUSED, FUSED.default_knobs()))
+    fused.write_text(DIRECT)
     r = compile_candidate(fused, tc, cache)
     assert r.ok
     args = (tmp_path / "args.txt").read_text().split()
@@ -165,10 +189,11 @@ def test_a_cutlass_candidate_gets_its_flags_and_others_do_not(tmp_path):
     assert CUTLASS_TIMEOUT >= 600
 
 
-def test_a_cutlass_candidate_without_cutlass_is_a_toolchain_diagnostic(tmp_path):
+@pytest.mark.parametrize("source", [DIRECT, BOOK.render(FUSED, FUSED.default_knobs())], ids=["direct", "library"])
+def test_a_cutlass_candidate_without_cutlass_is_a_toolchain_diagnostic(tmp_path, source):
     tc = _fake_toolchain(tmp_path, None)
     fused = tmp_path / "fused.cu"
-    fused.write_text(BOOK.render(FUSED, FUSED.default_knobs()))
+    fused.write_text(source)
     r = compile_candidate(fused, tc, BuildCache(tmp_path / "cache"))
     assert not r.ok and not (tmp_path / "args.txt").exists()  # nvcc never ran
     (d,) = r.diagnostics
@@ -190,8 +215,12 @@ def test_the_headers_are_shipped_with_the_runtime():
     assert "wait_geq" in arrival and "fence.proxy.async" in arrival
     assert not re.search(r'#\s*include\s*[<"](cutlass|cute)/', arrival)  # the protocol needs no CUTLASS
     assert not uses_cutlass('#include "cuco_arrival.cuh"\n')
+    lib = (TOOLCHAIN.runtime_include / "cuco_tile_gemm_lib.h").read_text()
+    assert '#include "cuco_arrival.cuh"' in lib and "class FusedGemmLib" in lib and "struct KernelConfig" in lib
+    assert not re.search(r'#\s*include\s*[<"](cutlass/|cute/|cuco_tile_gemm\.cuh)', lib)
     pyproject = (REPO / "pyproject.toml").read_text()
     assert '"harness/runtime/*.cuh"' in pyproject and "nvidia-cutlass" in pyproject
+    assert '"harness/runtime/*.h"' in pyproject and '"harness/tile_gemm_lib/*.cu"' in pyproject
 
 
 # ---------------------------------------------------------------- the benchmark's reading of its results
@@ -334,8 +363,6 @@ int main() {
 @pytest.mark.slow
 @can_compile
 def test_the_schedule_covers_every_tile_once_in_arrival_order(tmp_path):
-    import subprocess
-
     from cuco_tui.toolchain.nvcc import cutlass_flags
 
     src = tmp_path / "schedule_check.cu"
@@ -358,15 +385,119 @@ def test_the_schedule_covers_every_tile_once_in_arrival_order(tmp_path):
     assert case == "case-all order 3 4 5 0 9 6 1 10 7 2 11 8 band 1"
 
 
+def _tool_output(*command: str) -> str:
+    if shutil.which(command[0]) is None:
+        pytest.skip(f"needs {command[0]} (binutils)")
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+
 @pytest.mark.slow
 @can_compile
 @pytest.mark.parametrize("knobs", CONFIG_BUILDS, ids=lambda k: f"{k['tile']}-{k['cluster']}")
 def test_each_kernel_configuration_compiles(tmp_path, knobs):
+    """The configuration's library (built once into the session's cache), a candidate that links it
+    without seeing CUTLASS, and a second candidate of the configuration that reuses it."""
     path = tmp_path / "fused.cu"
-    path.write_text(BOOK.render(FUSED, {**FUSED.default_knobs(), **knobs}))
-    r = compile_candidate(path, TOOLCHAIN, BuildCache())  # the session's cache (conftest)
+    source = BOOK.render(FUSED, {**FUSED.default_knobs(), **knobs})
+    path.write_text(source)
+    cache = BuildCache()  # the session's cache (conftest)
+    r = compile_candidate(path, TOOLCHAIN, cache)
     assert r.ok, "\n".join(d.render() for d in r.diagnostics)
-    assert "-DNDEBUG" in r.command
+    [(config,), _] = configs_named(source)
+    assert "-DNDEBUG" not in r.command and not any(a.startswith(f"-I{TOOLCHAIN.cutlass}") for a in r.command)
+    [name] = [a.removeprefix("-l:") for a in r.command if a.startswith(f"-l:libcuco_tile_gemm-{config.tag}-")]
+    library = cache.root / name
+    built = library.stat()
+
+    # The library exports its entry point and none of our C++ (hidden: no clash with a candidate's
+    # own copies of the runtime's inline functions); the candidate needs it and finds it by rpath.
+    exported = _tool_output("nm", "-D", "--defined-only", str(library))
+    assert f" T {config.entry}" in exported and "_ZN4cuco" not in exported
+    dynamic = _tool_output("readelf", "-d", str(r.library))
+    assert f"[{name}]" in dynamic and str(cache.root.resolve()) in dynamic
+    assert f" w {config.entry}" in _tool_output("nm", "-D", str(r.library))
+
+    other = tmp_path / "other.cu"
+    other.write_text(BOOK.render(FUSED, FUSED.normalized({**FUSED.default_knobs(), **knobs, "chunks": 16,
+                                                          "mover": "sm_store", "mover_blocks": 16})))
+    second = compile_candidate(other, TOOLCHAIN, cache)
+    assert second.ok and f"-l:{name}" in second.command
+    after = library.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (built.st_ino, built.st_mtime_ns)  # not rebuilt
+
+
+C_ABI_CHECK = r"""
+#include "cuco_tile_gemm_lib.h"
+#include <cstring>
+namespace tg = cuco::tile_gemm;
+
+int main() {
+  // Every field of a Setup crosses the C ABI both ways.
+  tg::Setup s;
+  s.layout = tg::make_row_layout(4096, 2048, 100, 4, 3, 4, 128, tg::Fanout::All);
+  s.x = (const void*)0x1000;
+  s.g[0] = (const void*)0x2000;
+  s.g[1] = (const void*)0x3000;
+  s.b = (const void*)0x4000;
+  s.y = (void*)0x5000;
+  s.flags = (const unsigned long long*)0x6000;
+  s.signals = 16;
+  s.order = tg::TileOrder::Square;
+  s.reserved_sms = 16;
+  s.trace = cuco::Trace{(cuco_wait_slot*)0x7000, 4096};
+  s.site = 123;
+  const tg::Setup b = tg::setup_from_c(tg::setup_to_c(s));
+  const tg::RowLayout &l = s.layout, &m = b.layout;
+  const bool same = l.M == m.M && l.N == m.N && l.K == m.K && l.world == m.world && l.rank == m.rank &&
+                    l.rows_per_rank == m.rows_per_rank && l.chunk_rows == m.chunk_rows && l.chunks == m.chunks &&
+                    l.own_from_x == m.own_from_x && l.fanout == m.fanout && s.x == b.x && s.g[0] == b.g[0] &&
+                    s.g[1] == b.g[1] && s.b == b.b && s.y == b.y && s.flags == b.flags && s.signals == b.signals &&
+                    s.order == b.order && s.reserved_sms == b.reserved_sms && s.trace.slots == b.trace.slots &&
+                    s.trace.n == b.trace.n && s.site == b.site;
+  printf("roundtrip %s\n", same ? "ok" : "FAILED");
+
+  char error[CUCO_ERROR_LEN];
+  tg::FusedGemmLib gemm;
+  const tg::KernelConfig configs[] = {{128, 256, 2, 1}, {256, 128, 1, 2}, {64, 64, 1, 1}};
+  for (const tg::KernelConfig& k : configs) {
+    strcpy(error, "(none)");
+    const int rc = gemm.init(k, s, error, sizeof error);
+    printf("init %dx%d/%dx%d rc=%d: %s\n", k.block_m, k.block_n, k.cluster_m, k.cluster_n, rc, error);
+  }
+  printf("launch without init: %d\n", (int)gemm.launch(nullptr, 1));
+  return 0;
+}
+"""
+
+
+@pytest.mark.slow
+@can_compile
+def test_the_library_answers_through_its_c_abi(tmp_path):
+    """A host program links one configuration's library as a candidate does and calls it on the CPU:
+    the setup crosses the C ABI intact, the library's refusal comes back as its sentence, and a
+    configuration not linked or without a library is a sentence too, not a crash."""
+    from cuco_tui.toolchain.nvcc import ensure_gemm_library
+    from cuco_tui.toolchain.tile_gemm_lib import link_flags
+
+    lib = ensure_gemm_library(KernelConfig(128, 256, 2, 1), TOOLCHAIN, BuildCache())
+    assert lib.ok, lib.problem
+    src = tmp_path / "abi_check.cu"
+    src.write_text(C_ABI_CHECK)
+    exe = tmp_path / "abi_check"
+    flags = [f for f in nvcc_flags(TOOLCHAIN) if f != "-shared"] + link_flags([lib])
+    build = subprocess.run([str(TOOLCHAIN.nvcc), *flags, str(src), "-o", str(exe)], capture_output=True, text=True,
+                           timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "roundtrip ok"
+    # K = 100 is refused by the library's own launcher, before it touches a GPU.
+    assert lines[1] == "init 128x256/2x1 rc=1: K must be a multiple of 64 and N of 8 (TMA alignment): K=100 N=2048"
+    assert lines[2].startswith("init 256x128/1x2 rc=1: the fused GEMM library of 256x128 tiles, 1x2 clusters is "
+                               "not linked")
+    assert lines[3].startswith("init 64x64/1x1 rc=1: tg::KernelConfig{64, 64, 1, 1} has no fused GEMM library")
+    assert lines[4] == "launch without init: 1"  # cudaErrorInvalidValue
 
 
 # ---------------------------------------------------------------- what the classifier should see
@@ -386,6 +517,23 @@ def test_the_classifier_sees_a_fused_kernel(knobs, expected):
     src = BOOK.render(FUSED, {**FUSED.default_knobs(), **knobs})
     assert classify(src).inferred() == expected
     assert check_declaration(src, "fused.cu") == []
+
+
+@pytest.mark.parametrize("knobs", [{}, {"mover": "sm_store", "mover_blocks": 32, "chunks": 8, "tile": "256x128",
+                                             "cluster": "1x2", "fanout": "all"}], ids=["copy_engine", "sm_store"])
+def test_the_library_and_the_template_read_alike(knobs):
+    """The template's own FusedGemm<Config<...>> (a hand-written candidate) and the library's
+    FusedGemmLib (the strategy) are one fused kernel to the classifier."""
+    from cuco_tui.design.classify import check_declaration, classify
+
+    library = BOOK.render(FUSED, {**FUSED.default_knobs(), **knobs})
+    direct = template_api(library)
+    assert "tg::FusedGemmLib gemm;" in library and "tg::FusedGemm<Cfg> gemm;" in direct
+    assert classify(direct).inferred() == classify(library).inferred()
+    for src in (library, direct):
+        [fused] = [k for k in classify(src).launches if k.computes]
+        assert (fused.kernel, fused.waits, fused.pieces) == ("fused_gemm_kernel", True, knobs.get("chunks", 4))
+        assert check_declaration(src, "fused.cu") == []
 
 
 @pytest.mark.parametrize("chunks", [1, 2, 4, 8, 16])

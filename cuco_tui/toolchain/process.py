@@ -1,0 +1,65 @@
+"""Running the compiler: every child process's environment, a lower CPU priority, a time limit
+that kills the whole process group, and removing a temporary file whatever happened to it.
+Shared by the candidate build (nvcc.py) and the libraries built once per machine (attention.py,
+perturb.py, tile_gemm_lib.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+# Project rule for every child process: no NVLink multicast / NVLS.
+CHILD_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "NVSHMEM_DISABLE_NVLS": "1",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+}
+
+
+def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(CHILD_ENV)
+    return env
+
+
+def unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+# Builds run at a lower CPU priority: several compile at once while the TUI must answer keys
+# within 100 ms on the same cores (measured on 2 cores with 4 builds: the UI starved otherwise).
+# `nice` and not preexec_fn, which is unsafe in a process with threads.
+_NICE = ["nice", "-n", "10"] if shutil.which("nice") else []
+
+
+def run_tool(command: list[str], cwd: Path, timeout: float) -> tuple[int | None, str]:
+    """(exit status or None on timeout, combined output). On a timeout the whole process group
+    (nvcc and the cicc/ptxas/gcc it started) is killed."""
+    proc = subprocess.Popen(_NICE + command, cwd=cwd, env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out.decode("utf-8", errors="replace")
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            out = b""
+        return None, (out or b"").decode("utf-8", errors="replace")
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        raise
