@@ -11,9 +11,9 @@ nvidia-smi -L
 mkdir -p /tmp/v
 python3 benchmarks/render_strategy.py gemm_allgather fused_tile /tmp/v/ring1.cu chunks=1
 python3 benchmarks/render_strategy.py gemm_allgather fused_tile /tmp/v/ring2.cu chunks=2
-step prebuild "${PREBUILD_S:-150}" python3 benchmarks/runs/prebuild.py --jobs 48
+step prebuild "${PREBUILD_S:-130}" python3 benchmarks/runs/prebuild.py --jobs 48
 python3 benchmarks/runs/prebuild.py --jobs 4 --files /tmp/v/*.cu > "$OUT/prebuild-v.txt" 2>&1
-TAIL=45 step gpu-tests "${TESTS_S:-400}" bash scripts/gpu-tests.sh tests/evaluate tests/harness tests/core \
+TAIL=45 step gpu-tests "${TESTS_S:-330}" bash scripts/gpu-tests.sh tests/evaluate tests/harness tests/core \
   tests/workloads/gemm_reducescatter tests/workloads/gemm_allgather tests/workloads/kv_transfer \
   tests/workloads/tp_attn_out tests/workloads/moe_dispatch_combine tests/workloads/cp_attention \
   -q -rfE --tb=line --durations=15 -o console_output_style=classic
