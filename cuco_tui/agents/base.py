@@ -6,22 +6,19 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from cuco_tui.core.records import CandidateRecord
-from cuco_tui.core.result import Diagnostic
+from cuco_tui.core.result import StaticVerdict
 from cuco_tui.core.workload import Workload
 
 
-# The L0 static checks of a candidate, given to whoever screens sources early (an agent checking
-# its own edits, the engine's review gate): (source, the workload seed, file name) -> findings;
-# a finding of severity "error" rejects the source. The rules live in evaluate/ (check_static);
-# agents/factory.py and the engine hand them in, so the agents never import the evaluator.
-StaticScreen = Callable[[str, str, str], list[Diagnostic]]
+# L0 of a candidate, given to whoever screens sources early (the Claude agent checking its own
+# edits, the engine's review gate): (source, the workload seed, file name) -> its verdict, whose
+# errors reject the source. It is the cascade's own L0 (evaluate/l0.py's check_l0), so what the
+# screen passes the cascade's L0 passes. The agents themselves (offline/, claude/) never import
+# the evaluator: agents/factory.py, the wiring, and the engine hand it in.
+StaticScreen = Callable[[str, str, str], StaticVerdict]
 # Why a candidate's communication is still host-driven ("" when it is device-initiated): the
 # static classifier's word, which a fast-path judge's ACCEPT cannot overrule.
 HostDrivenCheck = Callable[[str], str]
-
-
-def screen_rejects(findings: list[Diagnostic]) -> bool:
-    return any(d.severity == "error" for d in findings)
 
 
 @dataclass(frozen=True)

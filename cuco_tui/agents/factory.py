@@ -1,6 +1,8 @@
 """Choosing and building the agent of a search, shared by `cuco search` and `cuco-tui`:
 Claude when ANTHROPIC_API_KEY is set, the offline agent otherwise, unless one is named. This is
-where an agent is wired to what it is given from other rooms (the L0 screen from evaluate/)."""
+where an agent is wired to what it is given from other rooms (the L0 screen from evaluate/): the
+one module of agents/ that imports the evaluator, which puts the room above evaluate/ in
+docs/architecture.md's floors."""
 
 from __future__ import annotations
 
@@ -66,11 +68,12 @@ def make_agent(kind: str, workload: Workload, *, world: int | None = None, gpus:
         from cuco_tui.agents.claude import DEFAULT_MODEL, ClaudeAgent
     except ImportError as exc:
         raise AgentUnavailable(f"the Claude agent is not available here ({exc}); use the offline agent") from exc
-    from cuco_tui.evaluate.static_checks import check_static
+    from cuco_tui.evaluate.l0 import check_l0
 
-    # The agent screens its own edits with L0, so a reply that breaks a frozen line or calls a
-    # forbidden function goes back to the model as a sentence, not to the GPUs.
-    return ClaudeAgent(model=model or DEFAULT_MODEL, budget_usd=budget_usd, screen=check_static,
+    # The agent screens its own edits with the cascade's own L0, so a reply that breaks a frozen
+    # line, calls a forbidden function or waits on a flag nothing writes goes back to the model as
+    # a sentence, not to the GPUs, and its warnings come back as the proposal's notes.
+    return ClaudeAgent(model=model or DEFAULT_MODEL, budget_usd=budget_usd, screen=check_l0,
                        host_driven=host_driven_reason)
 
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from cuco_tui.core.workload import Workload, WorkloadError
 from cuco_tui.design.space import BACKENDS
-from cuco_tui.evaluate.static_checks import check_static, is_rejected
-from cuco_tui.evaluate.sync_checks import check_sync
+from cuco_tui.evaluate.l0 import check_l0
 from cuco_tui.harness.env import child_env
 from cuco_tui.source.knobs import KnobError, seed_knobs
 from cuco_tui.workload.manifest import load_workload
@@ -84,11 +83,12 @@ def _reference(w: Workload, timeout: float) -> list[Finding]:
 
 def _seed(w: Workload, compile_seed: bool) -> list[Finding]:
     source = w.seed.read_text()
-    diags = check_static(source, source, w.seed.name) + check_sync(source, w.seed.name)
-    out = [(_error if d.severity == "error" else _warn)("seed L0", f"{d.file}:{d.line}: {d.message}") for d in diags]
-    if not is_rejected(diags):
+    l0 = check_l0(source, source, w.seed.name)  # the cascade's own L0
+    out = [(_error if d.severity == "error" else _warn)("seed L0", f"{d.file}:{d.line}: {d.message}")
+           for d in l0.diagnostics]
+    if not l0.rejected:
         out.insert(0, _ok("seed L0", "EVOLVE blocks, the C ABI and the calls it makes pass the static checks"))
-    if compile_seed and not is_rejected(diags):
+    if compile_seed and not l0.rejected:
         out.append(_compile(w))
     return out
 
@@ -129,7 +129,7 @@ def _offline(w: Workload) -> list[Finding]:
             except Exception as exc:
                 bad.append(f"{s.name} does not render: {exc}")
                 continue
-            if is_rejected(check_static(source, w.seed.read_text(), f"{s.name}.cu")):
+            if check_l0(source, w.seed.read_text(), f"{s.name}.cu").rejected:
                 bad.append(f"{s.name} fails L0 at its default knobs")
         if bad:
             return [_error("templates", b) for b in bad]

@@ -76,6 +76,32 @@ class Diagnostic:
 
 
 @dataclass(frozen=True)
+class StaticVerdict:
+    """L0's word on one source (evaluate/l0.py's `check_l0`, the one L0 that the cascade, the
+    search's review gate and the Claude agent's screen all ask): every finding, in order. A finding
+    of severity "error" rejects the source; warnings do not."""
+
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+    @property
+    def errors(self) -> tuple[Diagnostic, ...]:
+        return tuple(d for d in self.diagnostics if d.severity == "error")
+
+    @property
+    def warnings(self) -> tuple[Diagnostic, ...]:
+        return tuple(d for d in self.diagnostics if d.severity == "warning")
+
+    @property
+    def rejected(self) -> bool:
+        return bool(self.errors)
+
+    @property
+    def reason(self) -> str:
+        """The cascade's reason for a rejected source (its first error), or "" when it passes."""
+        return f"rejected by static checks: {self.errors[0].message}" if self.errors else ""
+
+
+@dataclass(frozen=True)
 class Spread:
     """Summary of repeated timings in milliseconds."""
 

@@ -1,4 +1,4 @@
-"""The evaluation cascade: L0 static checks, L1 compile, L2 run + verify at the verify
+"""The evaluation cascade: L0 (evaluate/l0.py), L1 compile, L2 run + verify at the verify
 size, L3 benchmark at every bench shape. Each level runs only if the one before passed;
 the result says how far the candidate got and why it stopped."""
 
@@ -23,13 +23,13 @@ from cuco_tui.core.result import (
     Level,
     ShapeTiming,
     Spread,
+    StaticVerdict,
     Status,
     Verification,
 )
 from cuco_tui.evaluate.levels import EvaluationLevel, LevelUnavailable, RunFacts, Setup, prepare_all, reading_of
-from cuco_tui.evaluate.static_checks import check_static, is_rejected, size_diagnostic
-from cuco_tui.evaluate.sync_checks import check_sync
-from cuco_tui.source.model import CandidateSource
+from cuco_tui.evaluate.l0 import check_l0
+from cuco_tui.evaluate.static_checks import size_diagnostic
 from cuco_tui.harness.deadlock import describe_hang
 from cuco_tui.harness.gpus import inventory, is_shared
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
@@ -171,18 +171,6 @@ def run_deadline(plan: RunPlan) -> float:
     return (180.0 + 120.0 * len(plan.shapes)) * plan.limits.time_scale
 
 
-def static_level(source: str, name: str, workload: Workload) -> tuple[list[Diagnostic], str]:
-    """L0: (the static checks' diagnostics, the reason they reject the candidate, or "")."""
-    parsed = CandidateSource(source, name)  # one parse, read by every check
-    diags = check_static(parsed, workload.seed.read_text(), name)
-    if not any(d.code == "size" for d in diags):  # one too large to check is read no further
-        diags += check_sync(parsed, name)
-    if not is_rejected(diags):
-        return diags, ""
-    first = next(d for d in diags if d.severity == "error")
-    return diags, f"rejected by static checks: {first.message}"
-
-
 def evaluate(
     candidate: Path,
     workload: Workload,
@@ -202,9 +190,9 @@ def evaluate(
     base = dict(candidate=str(candidate), workload=workload.name)
     try:
         too_large = size_diagnostic(candidate.stat().st_size, candidate.name)
-        if too_large:  # refused before a byte is read (see MAX_SOURCE_BYTES)
+        if too_large:  # refused before a byte is read (see MAX_SOURCE_BYTES): L0's first finding
             return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC, diagnostics=[too_large],
-                                 reason=f"rejected by static checks: {too_large.message}")
+                                 reason=StaticVerdict((too_large,)).reason)
         source = candidate.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC,
@@ -214,9 +202,10 @@ def evaluate(
 
     # L0: static checks, before anything touches a compiler or a GPU.
     say(Progress(Level.STATIC, "static checks"))
-    diags, rejected = static_level(source, candidate.name, workload)
-    if rejected:
-        return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC, diagnostics=diags, reason=rejected)
+    l0 = check_l0(source, workload.seed.read_text(), candidate.name)  # the one L0 (evaluate/l0.py)
+    diags = list(l0.diagnostics)
+    if l0.rejected:
+        return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC, diagnostics=diags, reason=l0.reason)
 
     # L1: compile.
     say(Progress(Level.COMPILE, "compiling with nvcc"))

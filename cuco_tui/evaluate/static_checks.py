@@ -1,4 +1,5 @@
-"""L0 of the cascade: static checks of a candidate's source, before a compiler sees it.
+"""The static checks of a candidate's source, the first part of L0 (evaluate/l0.py's check_l0,
+which adds the sync checks and the design declaration check), before a compiler sees it.
 
 A candidate is one `.cu` file. Only the code between a line `// EVOLVE-BLOCK-START` and a
 line `// EVOLVE-BLOCK-END` may change; everything else (the "frozen" text) must equal the
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from cuco_tui.core.result import Diagnostic, Level
+from cuco_tui.core.result import Diagnostic, Level, StaticVerdict
 from cuco_tui.source.arguments import split_args
 from cuco_tui.source.lexer import IDENT_CHARS, INCLUDE_LINE, SourceText, closing_bracket
 from cuco_tui.source.model import CandidateSource
@@ -398,4 +399,5 @@ def check_static(source: str | CandidateSource, seed: str, file_name: str) -> li
 
 
 def is_rejected(diags: list[Diagnostic]) -> bool:
-    return any(d.severity == "error" for d in diags)
+    """Whether findings reject a source, by L0's one rule (StaticVerdict: an error rejects)."""
+    return StaticVerdict(tuple(diags)).rejected

@@ -33,7 +33,7 @@ from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.core.workload import Workload
 from cuco_tui.design.space import DesignPoint
 from cuco_tui.evaluate.cascade import evaluate
-from cuco_tui.evaluate.static_checks import check_static
+from cuco_tui.evaluate.l0 import check_l0
 from cuco_tui.executors import Executor
 from cuco_tui.executors.base import JobExecutor
 from cuco_tui.search import outcomes
@@ -118,7 +118,7 @@ class SearchEngine:
                                   cap_agent=lambda cap: cap_agent(self.agent, cap))
         self._proposer = Proposer(workload, agent, config, self._drafts, population=lambda: self._population,
                                   lock=self._cond, publish=self._publish, account=self._steering.account,
-                                  screen=check_static, design_context=design_context)
+                                  screen=check_l0, design_context=design_context)
         self._scheduler = Scheduler(workload, config, evaluate_fn, executor=gpu_pool, compile_ahead=compile_ahead,
                                     scratch=self.scratch, cond=self._cond, publish=self._publish,
                                     commit=self._commit, drafts=self._drafts)

@@ -2,10 +2,10 @@
 agent reads (the failure to learn from, the design context for the parent's point, the
 meta-summary, the engineer's hints), the call to the agent, and the first screens of its answer:
 no code at all, a duplicate (novelty), and, for the review gate, what is risky about it (a
-backend change, the L0 static checks' warnings, a design line the code contradicts).
+backend change, L0's warnings: the static and sync checks', a design line the code contradicts).
 
-The L0 checks are given as a callable (`StaticScreen`, the engine passes evaluate's
-check_static), so proposing depends on no evaluator."""
+L0 is given as a callable (`StaticScreen`, the engine passes evaluate's check_l0, the cascade's
+own), so the gate warns of what the cascade will report and proposing depends on no evaluator."""
 
 from __future__ import annotations
 
@@ -224,30 +224,19 @@ class Proposer:
         return replace(request, feedback="\n\n".join(x for x in (request.feedback, note) if x))
 
     def review_concerns(self, record: CandidateRecord) -> list[str]:
-        """What makes the proposal risky: a backend change from its parent, L0 warnings."""
+        """What makes the proposal risky: a backend change from its parent, L0's warnings (those
+        the cascade will report)."""
         reasons = []
         parent = self._population().records.get(record.parents[0]) if record.parents else None
         if parent is not None:
             old, new = design_point(parent).backend, design_point(record).backend
             if old != new:
                 reasons.append(f"it changes the backend from {old} to {new}")
-        warnings = list(dict.fromkeys(d.message for d in self._l0_findings(record) if d.severity == "warning"))
+        verdict = self._screen(record.source, self._seed_source, f"{record.id}.cu")
+        warnings = list(dict.fromkeys(d.message for d in verdict.warnings))
         if warnings:
             reasons.append("the static checks warn: " + "; ".join(warnings[:3]))
         return reasons
-
-    def _l0_findings(self, record: CandidateRecord) -> list:
-        """What L0 says of the proposal: the static checks, and the design classifier's
-        comparison of the declared design with the code."""
-        found = self._screen(record.source, self._seed_source, f"{record.id}.cu")
-        try:
-            from cuco_tui.design.classify import check_declaration
-
-            found += check_declaration(record.source, f"{record.id}.cu")
-        except Exception as exc:  # the classifier is advice; its failure must not hold the search
-            self._publish(EngineError(message=f"the design classifier failed on {record.id}: {exc}",
-                                      candidate=record.id))
-        return found
 
     # ------------------------------------------------------------------ the meta-summary
 

@@ -15,6 +15,7 @@ from cuco_tui.agents.claude import ClaudeAgent
 from cuco_tui.agents.claude.accounting import DEFAULT_PRICE, PRICES, Ledger, Price, price_for
 from cuco_tui.agents.claude.edits import apply_diffs, apply_full, explanation_of
 from cuco_tui.agents.claude.prompts import PROMPTS_DIR, Prompts, evolve_blocks, parse_judge
+from cuco_tui.evaluate.l0 import check_l0
 from cuco_tui.evaluate.static_checks import check_static, is_rejected
 from cuco_tui.source.regions import design_of
 from cuco_tui.core.records import CandidateRecord
@@ -119,7 +120,7 @@ def make_agent(server, sleeps):
         kw.setdefault("budget_usd", 10.0)
         kw.setdefault("retry_base_delay", 0.001)
         kw.setdefault("timeout", 10.0)
-        kw.setdefault("screen", check_static)  # as agents/factory.py wires it
+        kw.setdefault("screen", check_l0)  # as agents/factory.py wires it
         return ClaudeAgent(base_url=server.url, sleep=sleeps.append, rng=random.Random(0), **kw)
     return make
 
@@ -407,37 +408,37 @@ def test_agent_protocol_surface():
 
 def test_diff_search_must_match_exactly_once():
     reply = "<<<<<<< SEARCH\n  cuco_ctx* ctx = c->ctx;\n=======\n  cuco_ctx* ctx = c->ctx;  // x\n>>>>>>> REPLACE\n"
-    r = apply_diffs(SEED, reply, screen=check_static)
+    r = apply_diffs(SEED, reply, screen=check_l0)
     assert not r.ok and "matches the parent 2 times (at lines 35, 51)" in r.error
 
 
 def test_diff_no_match_says_where_it_diverges():
     reply = ("<<<<<<< SEARCH\n  const int W = ctx->world;\n  const size_t shard = (size_t)(c->M / W) * c->Q;\n"
              "=======\n  x\n>>>>>>> REPLACE\n")
-    r = apply_diffs(SEED, reply, screen=check_static)
+    r = apply_diffs(SEED, reply, screen=check_l0)
     assert "does not match" in r.error and "parent line 37" in r.error
 
 
 def test_diff_trailing_whitespace_fallback():
     reply = ("<<<<<<< SEARCH\n  c->ctx = ctx;   \n  c->M = cuco::dim(ctx, \"M\");\n=======\n  c->ctx = ctx;\n"
              "  c->M = cuco::dim(ctx, \"M\");  // rows\n>>>>>>> REPLACE\n")
-    r = apply_diffs(SEED, reply, seed=SEED, screen=check_static)
+    r = apply_diffs(SEED, reply, seed=SEED, screen=check_l0)
     assert r.ok and "// rows" in r.source
     assert any("trailing whitespace" in n for n in r.notes)
 
 
 def test_diff_marker_lines_as_unchanged_context_are_fine_but_insertions_outside_are_not():
     ok = apply_diffs(SEED, "<<<<<<< SEARCH\n// EVOLVE-BLOCK-END\n=======\n// new last line\n// EVOLVE-BLOCK-END\n"
-                           ">>>>>>> REPLACE\n", screen=check_static)
+                           ">>>>>>> REPLACE\n", screen=check_l0)
     assert ok.ok and "// new last line\n// EVOLVE-BLOCK-END" in ok.source
     bad = apply_diffs(SEED, "<<<<<<< SEARCH\n// EVOLVE-BLOCK-END\n=======\n// EVOLVE-BLOCK-END\n// after\n"
-                            ">>>>>>> REPLACE\n", screen=check_static)
+                            ">>>>>>> REPLACE\n", screen=check_l0)
     assert "inserts code after line 58, outside the EVOLVE blocks" in bad.error
 
 
 def test_static_checks_have_the_final_word():
     reply = "<<<<<<< SEARCH\n  c->ctx = ctx;\n=======\n  c->ctx = ctx;\n  system(\"nvidia-smi\");\n>>>>>>> REPLACE\n"
-    r = apply_diffs(SEED, reply, seed=SEED, screen=check_static)
+    r = apply_diffs(SEED, reply, seed=SEED, screen=check_l0)
     assert not r.ok and r.source == "" and "static checks" in r.error and "`system`" in r.error
     assert "system(" in r.draft
 
@@ -449,7 +450,7 @@ def test_the_factory_wires_the_l0_screen_into_the_claude_agent(server, monkeypat
     server.reply("<<<<<<< SEARCH\n  c->ctx = ctx;\n=======\n  c->ctx = ctx;\n  system(\"nvidia-smi\");\n"
                  ">>>>>>> REPLACE\n")
     agent = build_agent("claude", WORKLOAD, budget_usd=1.0)
-    assert agent.screen is check_static
+    assert agent.screen is check_l0
     p = agent.propose(_request("diff"))
     assert p.source == "" and "static checks" in p.error and "`system`" in p.error
     assert "system(" in p.extra["draft"]
@@ -464,12 +465,12 @@ def test_without_a_screen_the_edit_is_left_to_the_cascade():
 
 def test_full_rewrite_whole_file_and_block_count():
     whole = apply_full(SEED, "```cpp\n" + LSA.replace("CUCO_EXPORT int cuco_teardown", "CUCO_EXPORT int  cuco_teardown")
-                       + "```\n", screen=check_static)
+                       + "```\n", screen=check_l0)
     assert whole.ok and whole.source == LSA  # frozen text of the reply ignored, with a note
     assert any("outside the EVOLVE blocks differs" in n for n in whole.notes)
-    two = apply_full(SEED, "```cuda\n" + LSA_BLOCKS + "\n" + LSA_BLOCKS + "\n```\n", screen=check_static)
+    two = apply_full(SEED, "```cuda\n" + LSA_BLOCKS + "\n" + LSA_BLOCKS + "\n```\n", screen=check_l0)
     assert not two.ok and "has 2 EVOLVE blocks but the parent has 1" in two.error
-    nomark = apply_full(SEED, "```cuda\nint x;\n```\n", screen=check_static)
+    nomark = apply_full(SEED, "```cuda\nint x;\n```\n", screen=check_l0)
     assert "no EVOLVE-BLOCK markers" in nomark.error
 
 

@@ -525,7 +525,7 @@ def test_is_rejected():
 def test_a_source_past_the_size_limit_is_one_finding_before_any_other():
     """The first check (search candidates from an agent come through it, as `cuco eval`'s do):
     a candidate that passes every other check is refused for its size alone, one byte past it."""
-    from cuco_tui.evaluate.cascade import static_level
+    from cuco_tui.evaluate.l0 import check_l0
     from cuco_tui.evaluate.static_checks import MAX_SOURCE_BYTES
     from cuco_tui.workload.manifest import load_workload
 
@@ -539,5 +539,6 @@ def test_a_source_past_the_size_limit_is_one_finding_before_any_other():
     assert [(d.code, d.severity) for d in found] == [("size", "error")], found
     assert "cand.cu is 1.0 MiB; a candidate may be at most 1 MiB" in found[0].message
     assert len(check("é" * (MAX_SOURCE_BYTES // 2 + 1))) == 1  # bytes are counted, not characters
-    diags, reason = static_level(past, "cand.cu", load_workload("gemm_allgather"))
-    assert [d.code for d in diags] == ["size"] and reason.startswith("rejected by static checks: cand.cu is")
+    verdict = check_l0(past, load_workload("gemm_allgather").seed.read_text(), "cand.cu")
+    assert [d.code for d in verdict.diagnostics] == ["size"]
+    assert verdict.reason.startswith("rejected by static checks: cand.cu is")

@@ -3,8 +3,9 @@ AG+GEMM) and arrival_pipeline of moe_dispatch_combine, on a CPU.
 
 What is real: the SearchEngine (islands, explore -> exploit, parent selection, novelty filter,
 commits), the OfflineAgent (strategies no evaluation has seen first, then by score; one-knob
-diffs, crossovers, rendering of the workload's templates), the cascade's L0 (`static_level`: the
-static and sync checks; a rejection is returned as the cascade returns it) and, for the candidates of the new strategies, the design classifier.
+diffs, crossovers, rendering of the workload's templates), the cascade's L0 (`check_l0`: the
+static, sync and design declaration checks; a rejection is returned as the cascade returns it)
+and, for the candidates of the new strategies, the design classifier.
 
 What stands in for nvcc and the GPU (`L0ThenModel`): after L0, a candidate is either "compiled
 only" (Status.NO_GPU, as the cascade answers on a machine without GPUs), or "measured" with a
@@ -36,7 +37,8 @@ from cuco_tui.core.records import CandidateRecord
 from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.design.classify import classify
 from cuco_tui.design.space import Capabilities
-from cuco_tui.evaluate.cascade import Progress, static_level
+from cuco_tui.evaluate.cascade import Progress
+from cuco_tui.evaluate.l0 import check_l0
 from cuco_tui.executors import GpuGroup, GpuPool
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.engine import SearchEngine
@@ -106,7 +108,7 @@ class Recording:
 
 
 class L0ThenModel:
-    """The cascade's L0 (static_level, as evaluate() runs it); then, for what passes, either "compiled
+    """The cascade's L0 (check_l0, as evaluate() runs it); then, for what passes, either "compiled
     only, no GPU" or a measurement from `modelled_speedup`."""
 
     def __init__(self, case: NewStrategy, agent: Recording | None, measured: bool) -> None:
@@ -120,10 +122,11 @@ class L0ThenModel:
         source = path.read_text()
         base = {"candidate": str(path), "workload": workload.name, "world": 2, "gpus": list(options.gpus or ())}
         say(Progress(Level.STATIC, "static checks"))
-        diags, rejected = static_level(source, path.name, workload)
-        if rejected:
+        l0 = check_l0(source, workload.seed.read_text(), path.name)
+        diags = list(l0.diagnostics)
+        if l0.rejected:
             return CascadeResult(**base, status=Status.REJECTED, level=Level.STATIC, diagnostics=diags,
-                                 reason=rejected)
+                                 reason=l0.reason)
         say(Progress(Level.COMPILE, "compiling with nvcc (not here: a stand-in)"))
         if not self.measured:
             return CascadeResult(**base, status=Status.NO_GPU, level=Level.COMPILE, diagnostics=diags,

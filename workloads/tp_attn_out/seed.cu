@@ -7,7 +7,7 @@
 #include "cuco_runtime.cuh"
 
 // EVOLVE-BLOCK-START
-// cuco-design: backend=nccl_host placement=after sync=global issuer=host chunk=full streams=2 comm_sms=0
+// cuco-design: backend=nccl_host placement=after sync=global issuer=host chunk=full streams=3 comm_sms=0
 // Host-driven, chunked over tokens (TokenWeave's idea with NCCL): the rows are cut into kChunks
 // blocks; each block's GEMM runs on a compute stream, then its all-reduce and its residual + RMSNorm
 // on a communication stream, so block k's all-reduce overlaps block k+1's GEMM. With kChunks = 1 it

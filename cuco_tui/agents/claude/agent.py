@@ -12,7 +12,7 @@
 - `crossover`: 2-3 parents combined into one full rewrite.
 
 Every reply goes through `edits.apply_diffs` / `edits.apply_full`, which end with the `screen`
-the agent was given (the L0 static checks, wired by agents/factory.py); a reply that cannot be
+the agent was given (the cascade's L0, wired by agents/factory.py); a reply that cannot be
 used becomes a `Proposal` with `error` set and `source == ""`, never an exception. API failures that outlast the retries (or cannot be retried) come back the
 same way. `BudgetExhausted` is raised before a call once the ledger has reached the cap; within
 one `propose`, only its first call raises it (a fast path that runs out after its first call

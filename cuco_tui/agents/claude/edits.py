@@ -22,7 +22,7 @@ Two reply formats:
   of the blocks are taken; they replace the parent's, one for one, and the parent's frozen text
   stays as it is.
 
-Either way the result goes through the `screen` given (the L0 static checks against the workload
+Either way the result goes through the `screen` given (the cascade's L0 against the workload
 seed, handed in by agents/factory.py) as the final word; without one it is not screened here,
 and the cascade's L0 still judges it.
 Nothing here raises on a bad reply: every problem comes back as `EditResult.error`, one or two
@@ -35,7 +35,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from cuco_tui.agents.base import StaticScreen, screen_rejects
+from cuco_tui.agents.base import StaticScreen
+from cuco_tui.core.result import StaticVerdict
 from cuco_tui.source.regions import split_regions
 
 __all__ = [
@@ -250,14 +251,14 @@ def _spans_text(spans: list[tuple[int, int]]) -> str:
 
 def _final(source: str, seed: str, file_name: str, applied: int, notes: list[str],
            screen: StaticScreen | None) -> EditResult:
-    diags = screen(source, seed, file_name) if screen is not None else []
-    if screen_rejects(diags):
-        errors = [d for d in diags if d.severity == "error"]
+    verdict = screen(source, seed, file_name) if screen is not None else StaticVerdict()
+    if verdict.rejected:
+        errors = verdict.errors
         shown = "; ".join(_one_line(d.render()) for d in errors[:_MAX_ERRORS_SHOWN])
         more = f" (and {len(errors) - _MAX_ERRORS_SHOWN} more)" if len(errors) > _MAX_ERRORS_SHOWN else ""
         return EditResult("", applied, f"the edited candidate fails the static checks (L0): {shown}{more}",
                           draft=source, notes=tuple(notes))
-    notes = notes + [_one_line(d.render()) for d in diags]  # warnings only
+    notes = notes + [_one_line(d.render()) for d in verdict.diagnostics]  # warnings only
     return EditResult(source, applied, "", draft=source, notes=tuple(notes))
 
 
