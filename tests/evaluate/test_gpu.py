@@ -115,10 +115,21 @@ def test_illegal_address_is_a_runtime_error():
     _healthy_after()
 
 
+def _line(source: str, text: str) -> int:
+    return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
+
+
 def test_a_candidate_that_never_returns_is_a_deadlock_with_its_wait_site():
+    """hang.cu names its wait where it launches it (CUCO_WAIT_SITE("neighbour go") in the launch's
+    arguments): each rank is reported waiting at that line for the named flag, not at the device
+    line of the wait inside the kernel."""
     r = evaluate(FAULTS / "hang.cu", W, VERIFY_ONLY)
     assert r.status == Status.DEADLOCK, r.reason
     assert r.run_seconds < 20 + 3 + 30 + 10
-    line = next(i for i, text in enumerate((FAULTS / "hang.cu").read_text().splitlines(), 1) if "wait_geq" in text)
-    assert f"line {line}" in r.deadlock_report, r.deadlock_report
+    source = (FAULTS / "hang.cu").read_text()
+    site, wait = _line(source, 'CUCO_WAIT_SITE("neighbour go")'), _line(source, "cuco::wait_geq")
+    for rank, peer in ((0, 1), (1, 0)):
+        assert (f"rank {rank} waits on rank {peer} (hang.cu:{site}, 'neighbour go' (flag 7): wants 1, saw 0)"
+                in r.deadlock_report), r.deadlock_report
+    assert f"line {wait}" not in r.deadlock_report and f"hang.cu:{wait}:" not in r.deadlock_report
     _healthy_after()
