@@ -27,6 +27,7 @@ from cuco_tui.core.result import (
     Status,
     Verification,
 )
+from cuco_tui.evaluate.launch_sites import launch_locator
 from cuco_tui.evaluate.levels import EvaluationLevel, LevelUnavailable, RunFacts, Setup, prepare_all, reading_of
 from cuco_tui.evaluate.l0 import check_l0
 from cuco_tui.evaluate.static_checks import size_diagnostic
@@ -385,7 +386,7 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
 
     timeouts = [(o, t) for o in outcomes if (t := o.last(TimedOut))]
     if timeouts:
-        report = describe_hang(outcomes, file, source)
+        report = describe_hang(outcomes, file, source, launch_locator(source, file))
         o, timeout = timeouts[0]
         diags.append(Diagnostic(level=int(level), severity="error", message=timeout.message, rank=o.rank,
                                 code="timeout"))
@@ -426,7 +427,7 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
                              reason=f"wrong output at {v.shape}: {what}" + released)
 
     if group.deadline_hit:
-        report = describe_hang(outcomes, file, source)
+        report = describe_hang(outcomes, file, source, launch_locator(source, file))
         return CascadeResult(**common, status=Status.DEADLOCK, level=level, diagnostics=diags, deadlock_report=report,
                              reason=f"the run did not finish within its deadline of {group.seconds:.0f} s" + released)
 

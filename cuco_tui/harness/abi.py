@@ -8,13 +8,14 @@ import ctypes
 from dataclasses import dataclass
 from pathlib import Path
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 MAX_BUFFERS = 8
 MAX_DIMS = 8
 NAME_LEN = 16
 ERROR_LEN = 1024
 NCCL_ID_BYTES = 128
 WAIT_LABEL_LEN = 24
+WAIT_FUNCTION_LEN = 32
 
 DTYPES = {"bf16": 1, "f16": 2, "f32": 3, "i32": 4, "i64": 5, "u8": 6}
 WAIT_KINDS = {1: "flag", 2: "signal", 3: "barrier"}
@@ -43,6 +44,7 @@ class CWaitSlot(ctypes.Structure):
         ("observed", ctypes.c_uint64),
         ("completed", ctypes.c_uint64),
         ("label", ctypes.c_char * WAIT_LABEL_LEN),
+        ("function", ctypes.c_char * WAIT_FUNCTION_LEN),
     ]
 
 
@@ -80,6 +82,7 @@ class WaitRecord:
     observed: int
     completed: int
     label: str = ""  # the wait's name (cuco::WaitSite); "" for a wait at a device line (CUCO_SITE)
+    function: str = ""  # the function whose code waits: the kernel, or a device function it calls
 
 
 def decode_slots(raw: bytes) -> list[WaitRecord]:
@@ -102,6 +105,7 @@ def decode_slots(raw: bytes) -> list[WaitRecord]:
                 observed=s.observed,
                 completed=s.completed,
                 label=s.label.decode(errors="replace"),
+                function=s.function.decode(errors="replace"),
             )
         )
     return out

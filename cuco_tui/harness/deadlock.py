@@ -11,18 +11,38 @@ of the whole team. From the graph and from what the other ranks were doing:
 
 A wait is named where the host launched it when the candidate passes a cuco::WaitSite
 (CUCO_WAIT_SITE("arrived")): the report then gives the handshake's name and the launch line;
-an unnamed wait (CUCO_SITE) gives the device line of the wait and the flag's id. With the
-candidate's source at hand, the report quotes the line of each wait.
+an unnamed wait (CUCO_SITE) gives the device line of the wait and the flag's id and, with the
+candidate's source at hand, where the candidate launched the kernel that waits, as "c.cu:46 (in
+wait_for_neighbour at line 13)": the cascade hands in a `locate` (evaluate/launch_sites.py) that
+finds it in the source from the function the trace slot says waits. With the source, the report
+also quotes the line of each wait and launch.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Optional
 
 from cuco_tui.harness.launcher import RankOutcome
 from cuco_tui.harness.rank_events import Aborted, Done, Failed, TimedOut
+
+
+@dataclass(frozen=True)
+class LaunchSite:
+    """Where the candidate launched the kernel whose blocks wait. `lines`: the candidate's lines
+    that launch it (each launch of it, or of every kernel that runs the waiting function), in
+    order; `function`: the function that waits, in words; `line`: the wait's own line in the
+    candidate, 0 when it has none there (a wait in the runtime's code, or one whose site the
+    host passed at the launch)."""
+
+    lines: tuple[int, ...]
+    function: str
+    line: int = 0
+
+
+# (site, function) of an unnamed wait -> its launch in the candidate, or None when not known.
+Locate = Callable[[int, str], Optional[LaunchSite]]
 
 
 @dataclass(frozen=True)
@@ -37,11 +57,26 @@ class Wait:
     blocks: int  # how many blocks of this rank wait here
     label: str = ""  # the wait's name (a cuco::WaitSite), "" for an unnamed wait
     file: str = ""  # the candidate's file name, when known: sites read "file.cu:97"
+    launch: LaunchSite | None = None  # an unnamed wait's launch, found in the candidate's source
 
     def where(self) -> str:
         """A named wait's site is the host line that launched it ("ce_overlap.cu:97"); an unnamed
-        one's is the device line of the wait ("line 31")."""
-        return f"{self.file}:{self.site}" if self.file and self.label else f"line {self.site}"
+        one's is the device line of the wait ("line 31") or, where the source says, the launch
+        of its kernel and the function and line that wait ("c.cu:46 (in wait_for_neighbour at
+        line 13)"; "c.cu:46 or 52 (...)" for a kernel launched from two places)."""
+        if self.label or self.launch is None:
+            return f"{self.file}:{self.site}" if self.file and self.label else f"line {self.site}"
+        first, *more = self.launch.lines
+        places = (f"{self.file}:{first}" if self.file else f"line {first}") + "".join(f" or {n}" for n in more)
+        inside = self.launch.function + (f" at line {self.launch.line}" if self.launch.line else "")
+        return f"{places} (in {inside})"
+
+    @property
+    def lines(self) -> tuple[int, ...]:
+        """The candidate's lines this wait points at: its launches and its own line."""
+        if self.label or self.launch is None:
+            return (self.site,)
+        return tuple(sorted({*self.launch.lines, *((self.launch.line,) if self.launch.line else ())}))
 
     def what(self) -> str:
         """The awaited flag by name where the candidate gave one: "'arrived' (flag 1)", else "flag 1"."""
@@ -75,23 +110,27 @@ class HangDiagnosis:
         return "\n".join((self.summary,) + tuple(f"  {d}" for d in self.details))
 
 
-def _waits(rank: int, trace: tuple[dict[str, Any], ...], file: str = "") -> tuple[Wait, ...]:
+def _waits(rank: int, trace: tuple[dict[str, Any], ...], file: str = "", locate: Locate | None = None
+           ) -> tuple[Wait, ...]:
     grouped: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for slot in trace:
         if slot.get("state") == "waiting":
-            # Dumps recorded before waits had names carry no label.
-            key = (slot["site"], slot.get("label", ""), slot["kind"], slot["peer"],
+            # Dumps recorded before waits had names carry no label, before slots named their
+            # function no function.
+            key = (slot["site"], slot.get("label", ""), slot.get("function", ""), slot["kind"], slot["peer"],
                    slot["id"] if slot["kind"] != "barrier" else 0, slot["expected"])
             grouped[key].append(slot)
     out = []
-    for (site, label, kind, peer, ident, expected), slots in sorted(grouped.items()):
+    for (site, label, function, kind, peer, ident, expected), slots in sorted(grouped.items()):
         observed = min(s["observed"] for s in slots)
         ident = slots[0]["id"] if kind != "barrier" else min(s["id"] for s in slots)
-        out.append(Wait(rank, site, kind, peer, ident, expected, observed, len(slots), label, file))
+        launch = locate(site, function) if locate is not None and not label else None
+        out.append(Wait(rank, site, kind, peer, ident, expected, observed, len(slots), label, file, launch))
     return tuple(out)
 
 
-def rank_views(outcomes: list[RankOutcome], file: str = "") -> list[RankView]:
+def rank_views(outcomes: list[RankOutcome], file: str = "", locate: Locate | None = None) -> list[RankView]:
+    """What each rank was doing; `locate` finds where unnamed waits were launched."""
     views = []
     for o in outcomes:
         event = o.last(TimedOut) or o.last(Aborted) or o.last(Failed)
@@ -103,7 +142,7 @@ def rank_views(outcomes: list[RankOutcome], file: str = "") -> list[RankView]:
         # "candidate launch (check 1)", "two candidate launches back to back (perturbed, seed 7)", "cuco_init"
         in_launch = "candidate launch" in what or what.startswith("cuco_")
         views.append(RankView(o.rank, "in_launch" if in_launch else "past_launch", what,
-                              _waits(o.rank, event.trace, file)))
+                              _waits(o.rank, event.trace, file, locate)))
     return views
 
 
@@ -146,17 +185,18 @@ def _activity(view: RankView) -> str:
 
 
 def _quotes(views: list[RankView], file: str, source: str) -> tuple[str, ...]:
-    """The source line of every wait that is waiting, and a hint where unnamed waits that differ
-    (another peer or flag) share one line: the line of a helper kernel, which says little."""
+    """The source line of every wait that is waiting and of its launch, and a hint where unnamed
+    waits that differ (another peer or flag) share one line and no one launch tells them apart:
+    the line of a helper kernel launched from several places, which says little."""
     waits = [w for v in views for w in v.waits]
     lines = source.splitlines()
     out = []
-    for site in sorted({w.site for w in waits}):
+    for site in sorted({line for w in waits for line in w.lines}):
         if 0 < site <= len(lines):
             out.append(f"{file or 'line'}:{site}: {_statement(lines, site)}")
     shared = defaultdict(set)
     for w in waits:
-        if not w.label and w.kind != "barrier":
+        if not w.label and w.kind != "barrier" and (w.launch is None or len(w.launch.lines) > 1):
             shared[w.site].add((w.peer, w.id))
     if any(len(v) > 1 for v in shared.values()):
         out.append("waits for different flags are reported at one line, the wait inside a helper kernel: pass "
@@ -180,10 +220,12 @@ def _statement(lines: list[str], site: int) -> str:
     return text if len(text) <= 240 else text[:237] + "..."
 
 
-def analyze(outcomes: list[RankOutcome], world: int | None = None, file: str = "", source: str = "") -> HangDiagnosis:
+def analyze(outcomes: list[RankOutcome], world: int | None = None, file: str = "", source: str = "",
+            locate: Locate | None = None) -> HangDiagnosis:
     """`file` and `source`: the candidate's file name and text, when known, for sites as
-    file:line and the quoted lines of the waits."""
-    views = rank_views(outcomes, file)
+    file:line and the quoted lines of the waits and launches; `locate`: where the candidate
+    launched an unnamed wait's kernel (evaluate.launch_sites.launch_locator of its source)."""
+    views = rank_views(outcomes, file, locate)
     world = world or len(views)
     by_rank = {v.rank: v for v in views}
     details = tuple(f"rank {v.rank}: {_activity(v)}" for v in views) + _quotes(views, file, source)
@@ -239,6 +281,7 @@ def analyze(outcomes: list[RankOutcome], world: int | None = None, file: str = "
                          details, (), tuple(views))
 
 
-def describe_hang(outcomes: list[RankOutcome], file: str = "", source: str = "") -> str:
-    """The deadlock report stored in a CascadeResult (`file`, `source`: the candidate's name and text)."""
-    return analyze(outcomes, file=file, source=source).render()
+def describe_hang(outcomes: list[RankOutcome], file: str = "", source: str = "", locate: Locate | None = None) -> str:
+    """The deadlock report stored in a CascadeResult (`file`, `source`: the candidate's name and
+    text; `locate`: see analyze)."""
+    return analyze(outcomes, file=file, source=source, locate=locate).render()

@@ -17,4 +17,6 @@ sync checks, the design classifier). Plain text processing: no preprocessor, no 
   aliases and using-directives.
 - `statements`: statement ends, loops with trip counts, `if`/`else`.
 - `assignments`: assignments, compound assignments and increments, and names derived through them.
+- `reach`: from a function to the kernels that run it and their launches, and the launch a line
+  belongs to.
 """

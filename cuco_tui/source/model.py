@@ -33,6 +33,11 @@ class CodeView:
         """1-based line of an offset."""
         return self._lexed.pos(offset)[0]
 
+    @property
+    def line_starts(self) -> list[int]:
+        """The offset where each line starts (line 1 at index 0)."""
+        return self._lexed.starts
+
     def closing(self, open_at: int) -> int:
         return closing_bracket(self.code, open_at)
 

@@ -512,6 +512,46 @@ def test_a_deadlock_of_named_waits_gives_one_account():
     assert "No traced wait" not in future and "rank 0: waits: 1 warp at a new kind of wait" in future
 
 
+def test_a_deadlock_at_the_launch_of_an_unnamed_wait_reads_back_into_the_table():
+    """Issue 32: an unnamed wait is reported at its kernel's launch ("c0004.cu:47 (in peer_wait at
+    line 13)"); the table reads it back whole, shows the launch in its "at" column, and the Source
+    tab marks both the launch and the wait."""
+    from cuco_tui.evaluate.launch_sites import launch_locator
+
+    source = SEED.replace("struct Candidate {", "__global__ void peer_wait(const unsigned* f, int peer, cuco::Trace t) {\n"
+                          "  if (threadIdx.x == 0) cuco::wait_geq<unsigned>(t, CUCO_SITE, peer, 3, f, 1u);\n}\n\n"
+                          "struct Candidate {", 1)
+    once = source.replace("  return 0;\n}\n\nstatic int candidate_teardown",
+                          "  peer_wait<<<1, 32, 0, stream>>>(c->flag, (ctx->rank + 1) % W, cuco::trace_of(ctx));\n"
+                          "  return 0;\n}\n\nstatic int candidate_teardown", 1)
+    twice = once.replace("  peer_wait<<<", "  peer_wait<<<1, 32, 0, stream>>>(c->flag, 0, cuco::trace_of(ctx));\n"
+                         "  peer_wait<<<", 1)
+    for text in (once, twice):
+        lines = text.splitlines()
+        wait = next(i for i, line in enumerate(lines, 1) if "cuco::wait_geq" in line)
+        launches = [i for i, line in enumerate(lines, 1) if "peer_wait<<<" in line]
+        d = analyze([hung_rank(0, [{**slot(wait, "flag", 1, 3), "function": "peer_wait"}]),
+                     hung_rank(1, [{**slot(wait, "barrier", -1, 0), "function": "peer_wait"}])],
+                    file="c0004.cu", source=text, locate=launch_locator(text, "c0004.cu"))
+        view = parse_report(d.render())
+        for parsed, truth in zip(view.ranks, d.ranks, strict=True):
+            assert [w.describe() for w in parsed.waits] == [w.describe() for w in truth.waits]
+            assert [w.lines for w in parsed.waits] == [w.lines for w in truth.waits] == [tuple(sorted((*launches, wait)))]
+        at = f"c0004.cu:{launches[0]}" + "".join(f" or {n}" for n in launches[1:]) + f" (in peer_wait at line {wait})"
+        assert truth.waits[0].where() == at
+        result = CascadeResult(candidate="/scratch/c0004.cu", workload="gemm_allgather", status=Status.DEADLOCK,
+                               level=Level.VERIFY, reason="rank 0: hung", world=2, gpus=[0, 1],
+                               deadlock_report=d.render())
+        record = CandidateRecord(id="c0004", generation=2, island=0, kind="diff", parents=("c0000",), source=text,
+                                 design={}, rationale="", agent="offline", status="deadlock", result=result.to_dict())
+        cview = CandidateView("demo", record, result, (), ())
+        shown = rendered(sections.deadlock(cview).parts)
+        assert "No traced wait" not in shown and "rank 0: waits:" not in shown  # every wait read into the table
+        row = next(line for line in shown.splitlines() if line.strip().startswith("0 "))
+        assert at in row and "rank 1" in row
+        assert {wait, *launches} <= sections._marked_lines(cview)
+
+
 def rendered(parts) -> str:
     """A section's parts as plain text, each at its natural width."""
     from rich.console import Console

@@ -129,6 +129,17 @@ def test_recorded_hang_is_a_deadlock_with_the_wait_site():
     assert "rank 1 waits on rank 0 (line 13, flag 7: wants 1, saw 0)" in r.deadlock_report
 
 
+def test_recorded_hang_with_its_candidate_names_the_launch_of_the_kernel_that_hangs():
+    """Issue 32: the wait has no CUCO_WAIT_SITE, its dump no function's name; the candidate the run
+    evaluated (kept beside the run) says the wait at line 13 is wait_for_neighbour's, launched at 46."""
+    source = (DATA / "hang" / "hang.cu").read_text()
+    r = interpret(_recorded("hang", [124, 124]), W, dict(BASE, candidate="/scratch/hang.cu"), source=source)
+    assert r.status == Status.DEADLOCK
+    assert "rank 0 waits on rank 1 (hang.cu:46 (in wait_for_neighbour at line 13), flag 7: wants 1, saw 0)" \
+        in r.deadlock_report
+    assert "hang.cu:46: wait_for_neighbour<<<1, 32, 0, stream>>>(c->flag" in r.deadlock_report
+
+
 def test_a_rank_that_dies_silently_is_a_runtime_error():
     run = _recorded("measured", [0, 0])
     run.ranks[1].events = run.ranks[1].events[:3]

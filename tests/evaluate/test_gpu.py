@@ -115,10 +115,43 @@ def test_illegal_address_is_a_runtime_error():
     _healthy_after()
 
 
+def _line(source: str, text: str) -> int:
+    return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
+
+
 def test_a_candidate_that_never_returns_is_a_deadlock_with_its_wait_site():
+    """hang.cu names its wait where it launches it (CUCO_WAIT_SITE("neighbour go") in the launch's
+    arguments): each rank is reported waiting at that line for the named flag, not at the device
+    line of the wait inside the kernel."""
     r = evaluate(FAULTS / "hang.cu", W, VERIFY_ONLY)
     assert r.status == Status.DEADLOCK, r.reason
     assert r.run_seconds < 20 + 3 + 30 + 10
-    line = next(i for i, text in enumerate((FAULTS / "hang.cu").read_text().splitlines(), 1) if "wait_geq" in text)
-    assert f"line {line}" in r.deadlock_report, r.deadlock_report
+    source = (FAULTS / "hang.cu").read_text()
+    site, wait = _line(source, 'CUCO_WAIT_SITE("neighbour go")'), _line(source, "cuco::wait_geq")
+    for rank, peer in ((0, 1), (1, 0)):
+        assert (f"rank {rank} waits on rank {peer} (hang.cu:{site}, 'neighbour go' (flag 7): wants 1, saw 0)"
+                in r.deadlock_report), r.deadlock_report
+    assert f"line {wait}" not in r.deadlock_report and f"hang.cu:{wait}:" not in r.deadlock_report
+    _healthy_after()
+
+
+def test_a_wait_without_a_name_is_reported_at_the_launch_of_its_kernel(tmp_path):
+    """The same hang with its wait unnamed (CUCO_SITE, the device line): each block's trace slot
+    records the function it waits in, and the report names where the candidate launched it."""
+    from cuco_tui.harness.rank_events import TimedOut
+
+    source = (FAULTS / "hang.cu").read_text().replace("cuco::wait_geq<unsigned>(trace, site,",
+                                                      "cuco::wait_geq<unsigned>(trace, CUCO_SITE,", 1)
+    assert "CUCO_SITE," in source
+    path = tmp_path / "unnamed.cu"
+    path.write_text(source)
+    events = []
+    r = evaluate(path, W, VERIFY_ONLY, events_out=events)
+    assert r.status == Status.DEADLOCK, r.reason
+    waiting = [s for e in events if isinstance(e, TimedOut) for s in e.trace if s["state"] == "waiting"]
+    assert waiting and all(s["function"] == "wait_for_neighbour" and not s["label"] for s in waiting), waiting
+    wait, launch = _line(source, "cuco::wait_geq"), _line(source, "wait_for_neighbour<<<")
+    for rank, peer in ((0, 1), (1, 0)):
+        assert (f"rank {rank} waits on rank {peer} (unnamed.cu:{launch} (in wait_for_neighbour at line {wait}), "
+                "flag 7: wants 1, saw 0)") in r.deadlock_report, r.deadlock_report
     _healthy_after()

@@ -14,7 +14,7 @@ FIELDS = {
                                 "outputs", "n_dims", "trace_slots", "dim_names", "dims", "nccl_id", "trace", "error"]),
     "cuco_buffer": (abi.CBuffer, ["ptr", "bytes", "shape", "ndim", "dtype", "name"]),
     "cuco_wait_slot": (abi.CWaitSlot, ["state", "site", "kind", "peer", "id", "expected", "observed", "completed",
-                                                   "label"]),
+                                       "label", "function"]),
 }
 
 
@@ -53,12 +53,13 @@ def test_wait_slots_decode_and_skip_unused():
     slots[3].observed = 4
     slots[3].completed = 9
     slots[3].label = b"arrived"
+    slots[3].function = b"wait_flag"
     records = abi.decode_slots(bytes(slots))
     assert [r.slot for r in records] == [1, 3]
     assert records[0].state == "waiting" and records[0].kind == "barrier" and records[0].site == 42
-    assert records[0].label == ""
+    assert records[0].label == "" and records[0].function == ""
     assert records[1].state == "done" and records[1].kind == "flag" and records[1].completed == 9
-    assert records[1].label == "arrived"
+    assert records[1].label == "arrived" and records[1].function == "wait_flag"
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler")

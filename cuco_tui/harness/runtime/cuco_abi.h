@@ -16,13 +16,14 @@
 
 #include <stdint.h>
 
-#define CUCO_ABI_VERSION 2
+#define CUCO_ABI_VERSION 3
 #define CUCO_MAX_BUFFERS 8
 #define CUCO_MAX_DIMS 8
 #define CUCO_NAME_LEN 16
 #define CUCO_ERROR_LEN 1024
 #define CUCO_NCCL_ID_BYTES 128
 #define CUCO_WAIT_LABEL_LEN 24
+#define CUCO_WAIT_FUNCTION_LEN 32
 
 /* Element types of harness buffers. */
 enum cuco_dtype { CUCO_BF16 = 1, CUCO_F16 = 2, CUCO_F32 = 3, CUCO_I32 = 4, CUCO_I64 = 5, CUCO_U8 = 6 };
@@ -53,6 +54,9 @@ typedef struct cuco_wait_slot {
   uint64_t completed;          /* recorded waits this slot has finished: progress (a flag wait
                                   satisfied within the grace polls is not recorded) */
   char label[CUCO_WAIT_LABEL_LEN]; /* the wait's name ("ready", "arrived"; NUL-padded), "" when unnamed */
+  char function[CUCO_WAIT_FUNCTION_LEN]; /* the function whose code waits (the kernel, or the device function
+                                  it calls), by name: the deadlock report finds where the candidate launched
+                                  the kernel from it (NUL-padded; longer names are cut) */
 } cuco_wait_slot;
 
 typedef struct cuco_ctx {

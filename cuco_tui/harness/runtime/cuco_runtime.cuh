@@ -5,10 +5,11 @@
 //    input and output buffers, the problem dimensions, a fresh NCCL unique id;
 //  - host helpers: a NCCL communicator from that id, NCCL device-API (LSA) setup with
 //    symmetric windows and a device communicator, CUDA-IPC peer pointers;
-//  - trace points: waits that record, per block, where they wait and for what, in pinned
-//    host memory the harness reads while a kernel hangs. Name each wait where the host launches
-//    it, with CUCO_WAIT_SITE("arrived") passed into the kernel: the deadlock report then says
-//    which handshake stalled and at which launch line, not only the line of a shared helper.
+//  - trace points: waits that record, per block, where they wait, for what and in which
+//    function, in pinned host memory the harness reads while a kernel hangs. The deadlock report
+//    finds from the function where the candidate launched the kernel that waits; name a wait
+//    where the host launches it, with CUCO_WAIT_SITE("arrived") passed into the kernel, and the
+//    report also says which handshake stalled.
 //
 // Error handling: host helpers return 0 or a nonzero code after writing a sentence into
 // ctx->error. The CUCO_TRY_* macros are the one place where a macro returns from the
@@ -24,6 +25,7 @@
 #include <nccl_device.h>
 
 #include <cstdarg>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -32,7 +34,9 @@
 
 #define CUCO_EXPORT extern "C" __attribute__((visibility("default")))
 
-// The wait site of a trace point: the source line, so a report can point at it.
+// The wait site of a trace point: the source line, so a report can point at it. (The function
+// that waits is recorded too, without being passed: each wait's last parameter defaults to
+// __builtin_FUNCTION(), the name of the function that calls it.)
 #define CUCO_SITE __LINE__
 
 // A named wait site, built on the host where the wait is launched and passed into the kernel
@@ -232,15 +236,35 @@ __device__ inline volatile cuco_wait_slot* slot_of(Trace t) {
 // it has spun longer than kWaitGracePolls, and then only with posted writes.
 constexpr uint32_t kWaitGracePolls = 256;
 
+static_assert(offsetof(cuco_wait_slot, function) % 8 == 0, "the function's name is written in 8-byte words");
+
+// The name of the function that waits (a string literal, __builtin_FUNCTION()), into the slot in
+// four 8-byte posted writes rather than 32 single bytes: read up to its NUL, the rest zero, cut
+// to leave a NUL at the end. Bytes go into the words little-endian, as GPUs and x86 store them.
+__device__ inline void record_function(volatile cuco_wait_slot* s, const char* name) {
+  volatile uint64_t* words = reinterpret_cast<volatile uint64_t*>(s->function);
+  bool ended = name == nullptr;
+  for (int w = 0; w < CUCO_WAIT_FUNCTION_LEN / 8; ++w) {
+    uint64_t word = 0;
+    for (int b = 0; b < 8; ++b) {
+      const int i = 8 * w + b;
+      ended = ended || i == CUCO_WAIT_FUNCTION_LEN - 1 || name[i] == 0;
+      if (!ended) word |= (uint64_t)(unsigned char)name[i] << (8 * b);
+    }
+    words[w] = word;
+  }
+}
+
 // Called by one thread of the block once it has waited past the grace polls: records the wait
-// (`label`: its name, nullptr for an unnamed one) and returns the slot's count of finished waits
-// (read now, while the thread waits anyway).
-__device__ inline uint64_t wait_begin(Trace t, int site, const char* label, int kind, int peer, uint64_t id,
-                                      uint64_t expected, uint64_t observed) {
+// (`label`: its name, nullptr for an unnamed one; `function`: the function that waits) and
+// returns the slot's count of finished waits (read now, while the thread waits anyway).
+__device__ inline uint64_t wait_begin(Trace t, int site, const char* label, const char* function, int kind, int peer,
+                                      uint64_t id, uint64_t expected, uint64_t observed) {
   volatile cuco_wait_slot* s = slot_of(t);
   if (!s) return 0;
   s->site = site;
   for (int i = 0; i < CUCO_WAIT_LABEL_LEN; ++i) s->label[i] = label != nullptr ? label[i] : 0;
+  record_function(s, function);
   s->kind = kind;
   s->peer = peer;
   s->id = id;
@@ -269,14 +293,15 @@ __device__ inline void wait_end(Trace t, uint64_t observed, uint64_t completed_b
 // one is recorded, its observed value refreshed every 1024 polls so a hang shows how far it
 // got, and its slot's `completed` counts it when it ends.
 template <typename T>
-__device__ inline T wait_geq_at(Trace t, int site, const char* label, int peer, uint64_t id, const T* flag,
-                                T expected) {
+__device__ inline T wait_geq_at(Trace t, int site, const char* label, const char* function, int peer, uint64_t id,
+                                const T* flag, T expected) {
   cuda::atomic_ref<const T, cuda::thread_scope_system> ref(*flag);
   T seen = ref.load(cuda::memory_order_acquire);
   uint32_t polls = 1;
   for (; seen < expected && polls < kWaitGracePolls; ++polls) seen = ref.load(cuda::memory_order_acquire);
   if (seen >= expected) return seen;
-  const uint64_t done = wait_begin(t, site, label, CUCO_WAIT_FLAG, peer, id, (uint64_t)expected, (uint64_t)seen);
+  const uint64_t done =
+      wait_begin(t, site, label, function, CUCO_WAIT_FLAG, peer, id, (uint64_t)expected, (uint64_t)seen);
   for (; seen < expected; ++polls) {
     if ((polls & 1023u) == 0) wait_observe(t, (uint64_t)seen);
     seen = ref.load(cuda::memory_order_acquire);
@@ -286,40 +311,46 @@ __device__ inline T wait_geq_at(Trace t, int site, const char* label, int peer, 
 }
 
 // The wait at a named site (CUCO_WAIT_SITE("arrived"), built where the host launched it): the
-// report names the handshake and the launch line.
+// report names the handshake and the launch line. `function`: leave it to its default.
 template <typename T>
-__device__ inline T wait_geq(Trace t, const WaitSite& site, int peer, uint64_t id, const T* flag, T expected) {
-  return wait_geq_at(t, site.line, site.label, peer, id, flag, expected);
+__device__ inline T wait_geq(Trace t, const WaitSite& site, int peer, uint64_t id, const T* flag, T expected,
+                             const char* function = __builtin_FUNCTION()) {
+  return wait_geq_at(t, site.line, site.label, function, peer, id, flag, expected);
 }
 
-// The wait at a device source line (CUCO_SITE): unnamed; the report shows the line and the id.
+// The wait at a device source line (CUCO_SITE): unnamed; the report shows the line and the id,
+// and where the candidate launched the kernel that waits (found from `function`).
 template <typename T>
-__device__ inline T wait_geq(Trace t, int site, int peer, uint64_t id, const T* flag, T expected) {
-  return wait_geq_at(t, site, nullptr, peer, id, flag, expected);
+__device__ inline T wait_geq(Trace t, int site, int peer, uint64_t id, const T* flag, T expected,
+                             const char* function = __builtin_FUNCTION()) {
+  return wait_geq_at(t, site, nullptr, function, peer, id, flag, expected);
 }
 
 // An LSA barrier sync with its wait recorded (peer -1: the whole team; id: the barrier index).
 template <typename Coop>
-__device__ inline void lsa_barrier_sync_at(Trace t, int site, const char* label, ncclLsaBarrierSession<Coop>& bar,
-                                           Coop coop, uint32_t barrier_index, cuda::memory_order order) {
+__device__ inline void lsa_barrier_sync_at(Trace t, int site, const char* label, const char* function,
+                                           ncclLsaBarrierSession<Coop>& bar, Coop coop, uint32_t barrier_index,
+                                           cuda::memory_order order) {
   const bool leader = coop.thread_rank() == 0;
   // The barrier spins inside NCCL, so it is recorded before it starts: posted writes and one
   // read of the slot's count (about 1 us for the leader thread; the barrier itself takes longer).
-  const uint64_t done = leader ? wait_begin(t, site, label, CUCO_WAIT_BARRIER, -1, barrier_index, 0, 0) : 0;
+  const uint64_t done = leader ? wait_begin(t, site, label, function, CUCO_WAIT_BARRIER, -1, barrier_index, 0, 0) : 0;
   bar.sync(coop, order);
   if (leader) wait_end(t, 0, done);
 }
 
 template <typename Coop>
 __device__ inline void lsa_barrier_sync(Trace t, const WaitSite& site, ncclLsaBarrierSession<Coop>& bar, Coop coop,
-                                        uint32_t barrier_index, cuda::memory_order order) {
-  lsa_barrier_sync_at(t, site.line, site.label, bar, coop, barrier_index, order);
+                                        uint32_t barrier_index, cuda::memory_order order,
+                                        const char* function = __builtin_FUNCTION()) {
+  lsa_barrier_sync_at(t, site.line, site.label, function, bar, coop, barrier_index, order);
 }
 
 template <typename Coop>
 __device__ inline void lsa_barrier_sync(Trace t, int site, ncclLsaBarrierSession<Coop>& bar, Coop coop,
-                                        uint32_t barrier_index, cuda::memory_order order) {
-  lsa_barrier_sync_at(t, site, nullptr, bar, coop, barrier_index, order);
+                                        uint32_t barrier_index, cuda::memory_order order,
+                                        const char* function = __builtin_FUNCTION()) {
+  lsa_barrier_sync_at(t, site, nullptr, function, bar, coop, barrier_index, order);
 }
 
 #endif  // __CUDACC__

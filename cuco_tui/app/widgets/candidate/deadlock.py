@@ -18,12 +18,15 @@ from rich.table import Table
 from rich.text import Text
 
 from cuco_tui.app.widgets.candidate.timings import TABLE_STYLE
-from cuco_tui.harness.deadlock import Wait
+from cuco_tui.harness.deadlock import LaunchSite, Wait
 
 _RANK = re.compile(r"^  rank (\d+): (.*)$")
-# Wait.describe()'s two ways of naming a place and a flag: a named wait (a cuco::WaitSite) is
-# "at c0004.cu:46" and "'neighbour go' (flag 7)", an unnamed one "at line 46" and "flag 7".
-_WHERE = r"(?:line (?P<line>\d+)|(?P<file>\S+):(?P<fline>\d+))"
+# Wait.describe()'s ways of naming a place and a flag: a named wait (a cuco::WaitSite) is "at
+# c0004.cu:46" and "'neighbour go' (flag 7)", an unnamed one "at line 46" and "flag 7", or, where
+# the report found the launch of its kernel, "at c0004.cu:46 (in wait_for_neighbour at line 13)"
+# ("c0004.cu:46 or 52 (...)" for several launches, "(in the fused GEMM's wait_rows)" with no line).
+_WHERE = (r"(?:line (?P<line>\d+)|(?P<file>\S+):(?P<fline>\d+))(?P<more>(?: or \d+)*)"
+          r"(?: \(in (?P<inside>[^()]+?)(?: at line (?P<wline>\d+))?\))?")
 _END = r"(?:; |$)"  # waits are joined by "; " (which a wait's name may hold too)
 _FLAG = re.compile(r"(?P<blocks>\d+) block\(s\) at " + _WHERE + r" wait for "
                    r"(?:'(?P<label>.*?)' \((?P<lkind>\w+) (?P<lid>-?\d+)\)|(?P<kind>\w+) (?P<id>-?\d+)) "
@@ -63,8 +66,15 @@ class DeadlockView:
         return {int(m.group(1)) for note in self.notes if (m := _QUOTE.match(note))}
 
 
-def _site(m: re.Match) -> tuple[int, str]:
-    return (int(m["line"]), "") if m["line"] is not None else (int(m["fline"]), m["file"])
+def _site(m: re.Match) -> tuple[int, str, LaunchSite | None]:
+    """The site, the file and the launch of a wait's place. An unnamed wait at its launch has its
+    own line inside the parentheses (when it has one in the candidate)."""
+    first, file = (int(m["line"]), "") if m["line"] is not None else (int(m["fline"]), m["file"])
+    if m["inside"] is None:
+        return first, file, None
+    lines = (first, *(int(n) for n in m["more"].split(" or ")[1:]))
+    line = int(m["wline"]) if m["wline"] else 0
+    return line or first, file, LaunchSite(lines, m["inside"], line)
 
 
 def parse_waits(rank: int, activity: str) -> tuple[Wait, ...]:
@@ -75,14 +85,15 @@ def parse_waits(rank: int, activity: str) -> tuple[Wait, ...]:
     text, at = activity[len(WAITS):], 0
     while at < len(text):
         if m := _FLAG.match(text, at):
-            site, file = _site(m)
+            site, file, launch = _site(m)
             label = m["label"] or ""
             kind, ident = (m["lkind"], m["lid"]) if m["label"] is not None else (m["kind"], m["id"])
             waits.append(Wait(rank, site, kind, int(m["peer"]), int(ident), int(m["expected"]), int(m["observed"]),
-                              int(m["blocks"]), label, file))
+                              int(m["blocks"]), label, file, launch))
         elif m := _BARRIER.match(text, at):
-            site, file = _site(m)
-            waits.append(Wait(rank, site, "barrier", -1, int(m["id"]), 0, 0, int(m["blocks"]), m["label"] or "", file))
+            site, file, launch = _site(m)
+            waits.append(Wait(rank, site, "barrier", -1, int(m["id"]), 0, 0, int(m["blocks"]), m["label"] or "", file,
+                              launch))
         else:  # a wait in words this version does not know: the rest is not read
             break
         at = m.end()
@@ -116,7 +127,7 @@ def _source(lines: list[str], site: int) -> str:
 def waits_table(view: DeadlockView, source_lines: list[str]) -> Table:
     """One row per group of waiting blocks; the source column only when the report does not
     quote the lines itself (reports made before it did)."""
-    quoted = {w.site for r in view.ranks for w in r.waits} <= view.quoted_sites
+    quoted = {line for r in view.ranks for w in r.waits for line in w.lines} <= view.quoted_sites
     table = Table(title="Waits at the time of the hang (blocks grouped by what they wait for)",
                   title_justify="left", **TABLE_STYLE)
     # Most telling first: a narrow pane shows who waits where, for what, and what it last saw.

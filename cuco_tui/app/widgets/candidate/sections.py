@@ -55,7 +55,7 @@ def _marked_lines(view: CandidateView) -> set[int]:
     """Source lines worth a highlight: where diagnostics point, where ranks hung."""
     lines = {d.line for d in view.located_diagnostics() if d.line}
     if view.result is not None and view.result.deadlock_report:
-        lines |= {w.site for r in parse_report(view.result.deadlock_report).ranks for w in r.waits}
+        lines |= {line for r in parse_report(view.result.deadlock_report).ranks for w in r.waits for line in w.lines}
     return lines
 
 
