@@ -16,11 +16,8 @@ from cuco_tui.app.screens.evaluate import EvaluateScreen, SourceScreen
 from cuco_tui.app.widgets.candidate_list import CandidateList
 from cuco_tui.core.result import CascadeResult, Level, ShapeTiming, Spread, Status, Verification
 from cuco_tui.workload.manifest import load_workload
-from pilot_helpers import wait_until as _wait_until
+from pilot_helpers import BACKSTOP_S, wait_until
 
-
-async def wait_until(pilot, predicate, timeout_s: float = 60.0) -> bool:
-    return await _wait_until(pilot, predicate, timeout_s)
 
 
 SIZE = (120, 40)
@@ -30,9 +27,8 @@ COMPILE_ERROR = WORKLOAD.root / "faults" / "compile_error.cu"
 
 
 @pytest.fixture(autouse=True)
-def no_gpu(monkeypatch, tmp_path):
-    monkeypatch.setenv("CUCO_NO_GPU", "1")
-    monkeypatch.setenv("CUCO_CACHE_DIR", str(tmp_path / "cache"))
+def no_gpu(monkeypatch):
+    monkeypatch.setenv("CUCO_NO_GPU", "1")  # the build cache is the session's (conftest): the seed is built once a run
 
 
 def text(app: CucoApp, selector: str) -> str:
@@ -119,7 +115,7 @@ async def test_progress_states_and_measured_result():
     def fake(candidate, workload, options, progress):
         progress(type("P", (), {"level": Level.COMPILE, "message": "compiling with nvcc"})())
         progress(type("P", (), {"level": Level.BENCHMARK, "message": "bench square-8k"})())
-        assert gate.wait(30)
+        assert gate.wait(BACKSTOP_S)
         return measured(candidate)
 
     app = CucoApp(evaluate_fn=fake)

@@ -54,7 +54,7 @@ from cuco_tui.search.events import AwaitingReview, CandidateCommitted
 from candidate_session import BROKEN, _record, _result, _timing, build_session, open_candidate, section_text
 from dashboard_helpers import H200
 from dashboard_helpers import make_app as make_dashboard_app
-from pilot_helpers import screen_lines, wait_until
+from pilot_helpers import run_from_palette, screen_lines, wait_until
 from engine_helpers import W
 from engine_helpers import make as make_engine
 
@@ -414,9 +414,7 @@ async def test_browsing_turns_off_rebenchmark_and_make_parent_and_says_why(tmp_p
                                                    for n in app._notifications), 5)
         await pilot.press("ctrl+p")
         assert await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette), 5)
-        await pilot.press(*"next proposal")
-        await pilot.pause(0.5)
-        await pilot.press("enter")
+        await run_from_palette(pilot, "next proposal", "Candidate: use it as the parent")
         assert await wait_until(pilot, lambda: any("use as parent needs a running search" in n.message
                                                    for n in app._notifications), 5)
     repo.close()

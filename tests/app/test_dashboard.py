@@ -29,11 +29,8 @@ from cuco_tui.evaluate.cascade import Progress
 from cuco_tui.core.result import Level
 from cuco_tui.lineage import SessionRepo
 from dashboard_helpers import dashboard, fake_evaluate, make_app, queue, stop, text
-from pilot_helpers import wait_until as _wait_until
+from pilot_helpers import BACKSTOP_S, run_from_palette, wait_until
 
-
-async def wait_until(pilot, predicate, timeout_s: float = 20.0) -> bool:
-    return await _wait_until(pilot, predicate, timeout_s)
 
 SIZE = (120, 40)
 
@@ -193,7 +190,7 @@ async def test_evaluations_in_flight_show_stage_and_gpu_group(tmp_path):
     def slow(path, workload, options, progress=None):
         if Path(path).stem != "c0000":  # the seed goes through at once
             progress(Progress(Level.BENCHMARK, "bench square-8k"))
-            assert gate.wait(20)
+            assert gate.wait(BACKSTOP_S)
         return fake_evaluate(path, workload, options)
 
     app = make_app(tmp_path)
@@ -219,9 +216,7 @@ async def test_command_palette_pauses_the_search(tmp_path):
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen) and queue(app).ids)
         await pilot.press("ctrl+p")
         assert await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette), 5)
-        await pilot.press(*"pause or resume")
-        await pilot.pause(0.5)
-        await pilot.press("enter")
+        await run_from_palette(pilot, "pause or resume", "Search: pause or resume")
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen), 5)
         assert await wait_until(pilot, lambda: text(app, "#state-run") == "paused", 5)
         await stop(pilot, app)
@@ -236,8 +231,7 @@ async def test_a_search_that_cannot_start_says_why(tmp_path):
                                 and text(app, "#state-run") == "failed", 10)
         assert any("the search stopped" in n.message for n in app._notifications)
         await pilot.press("p")  # nothing to steer: a warning, not a crash
-        await pilot.pause(0.2)
-        assert any("the search is over" in n.message for n in app._notifications)
+        assert await wait_until(pilot, lambda: any("the search is over" in n.message for n in app._notifications))
 
 
 def test_a_compile_shows_its_time_so_far_and_the_builds_queued_behind_it():

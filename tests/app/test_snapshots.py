@@ -15,7 +15,8 @@ from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.core.bounds import Bounds, ShapeBound, Work
 from cuco_tui.lineage import import_bundle
-from pilot_helpers import underlines_placed, wait_until
+from cuco_tui.app.widgets.telemetry.panel import TelemetryPanel
+from pilot_helpers import picture_settled, underlines_placed, wait_until
 from candidate_session import BUNDLE, build_session, open_candidate
 from dashboard_helpers import H200, fake_bounds, make_app, no_gpu_app, queue, with_engine
 
@@ -28,10 +29,11 @@ def _no_gpu(monkeypatch):
     monkeypatch.setenv("CUCO_NO_GPU", "1")
 
 
-async def settled(app, pilot, seconds: float) -> None:
-    """A tab's underline slides into place after a refresh: a loaded machine took the picture before."""
+async def settled(app, pilot) -> None:
+    """A tab's underline slides into place after a refresh, and workers land when they land: a
+    loaded machine took the picture before. The picture is taken once it stops changing."""
     assert await wait_until(pilot, lambda: underlines_placed(app.screen))
-    await pilot.pause(seconds)
+    await picture_settled(pilot)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
@@ -43,7 +45,10 @@ def test_dashboard(snap_compare, tmp_path, size):
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen) and queue(app).shown
                                 and app.screen.state.board
                                 and (app.screen.state.bounds is not None or app.screen.state.bounds_note))
-        await settled(app, pilot, 0.5)
+        # The GPU probe and the telemetry reader answer from threads: GPUs hidden, both say so.
+        assert await wait_until(pilot, lambda: app.screen.query_one("#no-gpu-banner").has_class("-visible")
+                                and app.screen.query_one(TelemetryPanel).has_class("-none"))
+        await settled(app, pilot)
 
     try:
         assert snap_compare(app, terminal_size=size, run_before=first_proposal)
@@ -64,7 +69,7 @@ def test_candidate(snap_compare, tmp_path, cid, size):
 
     async def opened(pilot) -> None:
         await open_candidate(app, pilot, repo, cid)
-        await settled(app, pilot, 0.3)
+        await settled(app, pilot)
 
     try:
         assert snap_compare(app, terminal_size=size, run_before=opened)
@@ -83,6 +88,6 @@ def test_lineage(snap_compare, tmp_path, size):
         app.screen.jump_to("c0011")
         facts = app.screen.query_one("#lineage-facts", Static)
         assert await wait_until(pilot, lambda: "c0011" in str(facts.render()))
-        await settled(app, pilot, 0.3)
+        await settled(app, pilot)
 
     assert snap_compare(app, terminal_size=size, run_before=selected)

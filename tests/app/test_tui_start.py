@@ -22,7 +22,7 @@ from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.executors import GpuGroup, GpuPool
 from cuco_tui.workload.manifest import load_workload
-from pilot_helpers import wait_until
+from pilot_helpers import BACKSTOP_S, wait_until
 from dashboard_helpers import fake_evaluate
 from repo_paths import REPO
 
@@ -185,7 +185,7 @@ async def test_q_while_evaluating_stops_commits_what_runs_then_quits(tmp_path):
 
         if progress:
             progress(Progress(Level.VERIFY, "running on GPUs 0,1"))
-        release.wait(30)
+        release.wait(BACKSTOP_S)
         return fake_evaluate(path, workload, options, progress)
 
     config = SearchConfig(workload="gemm_allgather", generations=3, islands=2, seed=0, max_concurrent_builds=1)
@@ -197,9 +197,9 @@ async def test_q_while_evaluating_stops_commits_what_runs_then_quits(tmp_path):
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
                                 and app.screen.state.in_flight >= 1)
         await pilot.press("q")
-        await pilot.pause(0.3)
+        assert await wait_until(pilot, lambda: any("Stopping: 1 evaluation(s) in flight" in str(n.message)
+                                                   for n in app._notifications))
         assert app.is_running and app.screen.state.run == "stopping"
-        assert any("Stopping: 1 evaluation(s) in flight" in str(n.message) for n in app._notifications)
         release.set()
         assert await wait_until(pilot, lambda: not app.is_running, timeout_s=30)
     with SessionRepo.open(tmp_path / "s") as repo:

@@ -39,6 +39,7 @@ if not discover().can_compile:
 W = load_workload("gemm_allgather")
 MAIN = "import sys; from cuco_tui.cli import main; sys.exit(main())"
 FINE = {"no_gpu", "rejected", "compile_error"}
+GENERATIONS = 3
 
 
 def cli_env(cache: Path) -> dict[str, str]:
@@ -48,7 +49,12 @@ def cli_env(cache: Path) -> dict[str, str]:
     return env
 
 
-def cuco(args: list[str], env: dict[str, str], timeout: float = 400) -> subprocess.CompletedProcess:
+# A backstop against a hang, not a budget: a busy 2-core machine took over 400 s for a search that
+# takes two minutes idle.
+BACKSTOP_S = 1800
+
+
+def cuco(args: list[str], env: dict[str, str], timeout: float = BACKSTOP_S) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", MAIN, *args], env=env, capture_output=True, text=True,
                           timeout=timeout, cwd=REPO)
 
@@ -71,10 +77,12 @@ def cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory, cache):
-    """`cuco search --generations 6 --agent offline` on a fresh session."""
+    """`cuco search --generations 3 --agent offline` on a fresh session: 11 candidates on three
+    islands, every one compiled by nvcc. Seed 2 draws no fused_tile (CUTLASS, a minute of nvcc each;
+    tests/workloads/gemm_allgather/test_fused_gemm.py builds those)."""
     session = tmp_path_factory.mktemp("search") / "s"
-    proc = cuco(["search", "--workload", "gemm_allgather", "--generations", "6", "--agent", "offline",
-                 "--session", str(session), "--json"], cli_env(cache))
+    proc = cuco(["search", "--workload", "gemm_allgather", "--generations", str(GENERATIONS), "--seed", "2",
+                 "--agent", "offline", "--session", str(session), "--json"], cli_env(cache))
     return session, proc
 
 
@@ -82,14 +90,14 @@ def test_search_finishes_and_commits_every_candidate(searched):
     session, proc = searched
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
-    assert summary["reason"] == "done" and summary["generations"] == 6
+    assert summary["reason"] == "done" and summary["generations"] == GENERATIONS
     committed = [line for line in proc.stderr.splitlines() if "] committed c" in line]
     with SessionRepo.open(session) as repo:
         records = repo.records(with_source=True)
         assert len(records) == len(committed) == summary["candidates"]
         assert len({r.id for r in records}) == len(records)
         assert {r.status for r in records} <= FINE, {r.status for r in records}
-        assert sum(r.status == "no_gpu" for r in records) >= 10
+        assert sum(r.status == "no_gpu" for r in records) >= 8
         for r in records:
             if r.status != "no_gpu":
                 assert r.result and r.result["reason"], r.id
@@ -103,7 +111,7 @@ def test_search_finishes_and_commits_every_candidate(searched):
         seed = records[0]
         assert seed.kind == "seed" and seed.generation == 0
         assert any(r.kind == "fast_path" and r.design.get("backend") == "nccl_lsa" for r in records)
-        assert max(r.generation for r in records) == 6
+        assert max(r.generation for r in records) == GENERATIONS
         assert {r.island for r in records if r.generation > 0} == {0, 1, 2}
         assert set(repo.island_heads()) == {0, 1, 2}
     # every compile ahead is said as it starts (its queue, when builds wait for a builder)
@@ -135,7 +143,8 @@ def test_show_sessions_and_export(searched, cache, tmp_path):
 def test_sigkill_mid_run_then_resume_loses_nothing(tmp_path, cache):
     session = tmp_path / "killed"
     env = cli_env(cache)
-    proc = subprocess.Popen([sys.executable, "-c", MAIN, "search", "--generations", "4", "--agent", "offline",
+    # Seed 7 at 2 generations: 8 candidates, none of them fused_tile (a minute of nvcc each).
+    proc = subprocess.Popen([sys.executable, "-c", MAIN, "search", "--generations", "2", "--agent", "offline",
                              "--seed", "7", "--session", str(session)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             cwd=REPO)
@@ -150,7 +159,7 @@ def test_sigkill_mid_run_then_resume_loses_nothing(tmp_path, cache):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+        proc.wait(BACKSTOP_S)
     assert len(seen) == 3 and proc.returncode == -signal.SIGKILL
     with SessionRepo.open(session) as repo:
         before = {r.id: r for r in repo.records()}
@@ -167,7 +176,7 @@ def test_sigkill_mid_run_then_resume_loses_nothing(tmp_path, cache):
         assert after[cid] == rec  # nothing committed was lost or changed
     new = [r for cid, r in after.items() if cid not in before]
     assert new and min(r.generation for r in new) == last_gen + 1
-    assert max(r.generation for r in after.values()) == 4
+    assert max(r.generation for r in after.values()) == 2
     assert all(parents[r.id] == tuple(dict.fromkeys(r.parents)) for r in new)
     assert {r.status for r in after.values()} <= FINE
     assert json.loads(resumed.stdout)["candidates"] == len(after)
@@ -216,13 +225,13 @@ def test_pause_and_resume_with_the_offline_agent(tmp_path, no_gpu):
         committed = len(repo)
     assert not done.is_set() and committed <= 1  # the seed at most: no proposal while paused
     engine.resume()
-    assert done.wait(300)
+    assert done.wait(BACKSTOP_S)
     with repo:
         assert len(repo) == 3
 
 
 def test_budget_exhaustion_ends_cleanly_with_the_offline_agent(tmp_path, no_gpu):
-    real = offline.OfflineAgent(W, Capabilities(world=2), seed=5)
+    real = offline.OfflineAgent(W, Capabilities(world=2), seed=3)  # proposes no fused_tile (a minute of nvcc)
 
     class Capped:
         name = "offline"

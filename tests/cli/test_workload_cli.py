@@ -74,7 +74,7 @@ def test_a_search_that_runs_out_of_knob_settings_is_listed_as_exhausted_not_resu
     """The scaffold's seed has one knob of three values: the offline search runs out after the
     seed's generation. `cuco sessions` says "exhausted" and offers no --resume for it."""
     cuco(["workload", "new", "small", "--dir", str(tmp_path)])
-    root, env = tmp_path / "sessions", _env(tmp_path, CUCO_CACHE_DIR=str(tmp_path / "cache"))
+    root, env = tmp_path / "sessions", _env(tmp_path)
     out = cuco(["search", "--workload", str(tmp_path / "small"), "--agent", "offline", "--generations", "3",
                 "--root", str(root)], env)
     assert out.returncode == 0, out.stderr

@@ -15,11 +15,8 @@ from textual.widgets import DataTable, Static
 from cuco_tui.app.widgets.telemetry.panel import TelemetryPanel
 from cuco_tui.harness.telemetry import (NO_DRIVER, NVLINK_RX_FIELD, NVLINK_TX_FIELD, CounterReading, GpuSample,
                                 TelemetryReader, TelemetrySnapshot, throughput_gbps)
-from pilot_helpers import wait_until as _wait_until
+from pilot_helpers import wait_until
 
-
-async def wait_until(pilot, predicate, timeout_s: float = 5.0) -> bool:
-    return await _wait_until(pilot, predicate, timeout_s)
 
 
 # --- the rate math ------------------------------------------------------------------------------

@@ -208,12 +208,12 @@ def test_exclusive_acquire_waits_for_every_group_and_holds_back_later_requests()
     time.sleep(0.05)
     assert "y" not in got  # behind the exclusive request, though a group is free
     pool.release(a)
-    tx.join(2)
+    tx.join(60)  # a backstop: the release above lets it through
     assert got["x"] is not None and pool.exclusive == got["x"] and pool.busy() == 1
     time.sleep(0.05)
     assert "y" not in got  # nothing else is lent while the exclusive group is out
     pool.release(got["x"])
-    ty.join(2)
+    ty.join(60)
     assert got["y"] is not None and pool.exclusive is None
     pool.release(got["y"])
     assert pool.busy() == 0
@@ -271,10 +271,10 @@ def test_exclusive_requests_are_served_in_order_and_never_overlap_a_lent_group()
         confirmers.append(t)
         time.sleep(0.01)
     for t in confirmers:
-        t.join(10)
+        t.join(60)
     stop.set()
     for t in workers:
-        t.join(10)
+        t.join(60)
     assert not bad
     assert order == list(range(6))
     assert pool.busy() == 0 and pool.exclusive is None

@@ -187,7 +187,7 @@ def test_pause_blocks_the_loop_and_resume_releases_it(tmp_path):
 
     bus.subscribe(on_event)
     t, out = run_in_thread(engine)
-    assert paused.wait(10)
+    assert paused.wait(120)
     time.sleep(0.5)
     calls = len(agent.calls)
     assert calls == 1  # the loop is held before the next proposal
@@ -195,7 +195,7 @@ def test_pause_blocks_the_loop_and_resume_releases_it(tmp_path):
     time.sleep(0.3)
     assert len(agent.calls) == calls
     engine.resume()
-    t.join(20)
+    t.join(120)  # a backstop, not a budget
     assert not t.is_alive() and "error" not in out
     assert out["summary"].reason == "done" and len(agent.calls) == 6
 

@@ -71,7 +71,7 @@ def test_strategy_templates_compile(tmp_path):
 
     book = _book()
     variants = [(s.name, s.default_knobs()) for s in book.strategies if s.name != "host_sequential"]  # = the seed
-    cache = BuildCache(tmp_path / "cache")
+    cache = BuildCache()  # the session's (conftest): built once a run
     sources = {}
     for name, knobs in variants + VARIANTS:
         s = book.get(name)
