@@ -61,7 +61,8 @@ BAD = {  # name -> (text of ag_linear.py, replaced by, what the one line must sa
     "no_solution": ("def solution(", "def solve(", "defines no solution(*inputs)"),
     "no_shapes": ("SHAPES = {", "SIZES = {", "defines no SHAPES"),
     "no_verify_shape": ('"verify', '"small', "SHAPES has no verify shape"),
-    "ignores_dtype": ("x = torch.randn(M // world, K, dtype=dtype,", "x = torch.randn(M // world, K, dtype=torch.bfloat16,",
+    "ignores_dtype": ("x = torch.randn(M // world, K, dtype=dtype,",
+                      "x = torch.randn(M // world, K, dtype=torch.bfloat16,",
                       "make_inputs ignores dtype: asked for torch.float64, input 0 (x) is torch.bfloat16"),
     "ignores_device": ("x = torch.randn(M // world, K, dtype=dtype, device=device)",
                        "x = torch.randn(M // world, K, dtype=dtype)", "make_inputs ignores device"),
@@ -131,7 +132,7 @@ def test_an_offline_search_of_an_imported_allgather_program_compiles_fused_candi
     session = tmp_path / "s"
     env = dict(os.environ, CUCO_CACHE_DIR=str(tmp_path / "cache"))
     out = cuco(["search", "--workload", str(tmp_path / "ag_linear"), "--agent", "offline", "--generations", "2",
-                "--session", str(session), "--json"], env, timeout=3600)
+                "--seed", "0", "--session", str(session), "--json"], env, timeout=3600)
     assert out.returncode == 0, out.stderr[-3000:]
     repo = SessionRepo.open(session)
     try:

@@ -181,3 +181,16 @@ def test_a_program_without_a_pattern_imports_with_a_placeholder_seed(imported):
     assert "placeholder" in warned["seed"]
     assert "all_gather x1, broadcast x1" in warned["offline agent"] and "gelu" in warned["offline agent"]
 
+
+
+def test_a_program_that_prints_much_runs_under_gloo(tmp_path):
+    """The ranks' output goes to files: a rank printing more than a pipe holds, before a collective its
+    peer waits in, does not stall the run (it did while the output went to pipes read one rank after
+    the other)."""
+    from cuco_tui.workload.program.gloo_run import run_gloo
+
+    program = tmp_path / "chatty.py"
+    program.write_text((PROGRAMS / "ag_linear.py").read_text().replace(
+        "    world = dist.get_world_size()\n", "    world = dist.get_world_size()\n    print('x' * (1 << 20))\n"))
+    run = run_gloo(program, 2, {"verify": {"M": 512, "K": 128, "N": 512}}, tmp_path, timeout=240)
+    assert run.output(0, 1, 0).shape == (512, 256)

@@ -51,16 +51,18 @@ def run_gloo(program: Path, world: int, shapes: dict[str, dict[str, int]], folde
     # CPU only: no rank of this run may touch a GPU (nor, then, NVLink multicast); one thread a rank.
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="ERROR",
                PYTHONUNBUFFERED="1")
+    # Each rank's output goes to a file: a program that prints much must not block on a full pipe
+    # while its peers wait for it in a collective.
+    logs = [open(folder / f"rank{r}.log", "w") for r in range(world)]
     procs = [subprocess.Popen([sys.executable, "-m", "cuco_tui.workload.program.gloo_rank", str(folder), str(r)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                              stdout=logs[r], stderr=subprocess.STDOUT, env=env)
              for r in range(world)]
     deadline = time.monotonic() + timeout
-    stderr: list[str] = [""] * world
     try:
-        for r, p in enumerate(procs):
+        for p in procs:
             left = max(deadline - time.monotonic(), 0.1)
             try:
-                _, stderr[r] = p.communicate(timeout=left)
+                p.wait(timeout=left)
             except subprocess.TimeoutExpired:
                 raise ProgramRunError(
                     f"the program did not finish within {timeout:.0f} s on {world} CPU processes under gloo "
@@ -70,11 +72,13 @@ def run_gloo(program: Path, world: int, shapes: dict[str, dict[str, int]], folde
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        for log in logs:
+            log.close()
     reports = []
     for r in range(world):
         f = folder / f"rank{r}.json"
         if not f.exists():
-            tail = (stderr[r].strip().splitlines() or ["no output"])[-1]
+            tail = ((folder / f"rank{r}.log").read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
             raise ProgramRunError(f"rank {r} of the CPU run ended without a report: {tail}")
         reports.append(json.loads(f.read_text()))
     errors = [(r, rep) for r, rep in enumerate(reports) if "error" in rep]

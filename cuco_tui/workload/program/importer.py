@@ -30,7 +30,7 @@ from cuco_tui.workload.program.gloo_run import ProgramRunError, run_gloo, tempor
 from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout
 from cuco_tui.workload.program.patterns import Match, recognize, summary
 from cuco_tui.workload.program.record import RECORD
-from cuco_tui.workload.scaffold import _NAME
+from cuco_tui.workload.scaffold import valid_name
 
 TOLERANCE = {  # dtype -> (rtol, rtol when the program sums over ranks)
     "bfloat16": (0.02, 0.04), "float16": (0.01, 0.02), "float32": (0.001, 0.001)}
@@ -167,7 +167,7 @@ def import_program(source: Path, world: int, name: str | None = None, parent: Pa
     if world < 2:
         raise WorkloadError(f"--world {world}: a program of collectives needs 2 ranks or more")
     name = name or _name_from(source.stem)
-    if not _NAME.match(name):
+    if not valid_name(name):
         raise WorkloadError(f"{name!r} is not a workload name: use 2-48 lowercase letters, digits and _, starting "
                             f"with a letter (--name)")
     root = Path(parent) / name
