@@ -18,7 +18,8 @@ from cuco_tui.workload.program.patterns import Match
 
 SKELETON = Path(__file__).resolve().parent / "skeleton"
 SHIPPED_AG = REPO_WORKLOADS / "gemm_allgather" / "templates"
-HOST_DESIGN = "// cuco-design: backend=nccl_host placement=before sync=global issuer=host chunk=full streams=1 comm_sms=0"
+HOST_DESIGN = ("// cuco-design: backend=nccl_host placement=before sync=global issuer=host chunk=full streams=1 "
+               "comm_sms=0")
 PATTERN_DIMS = ("M", "K", "N")
 PATTERN_SPLITS = {"allgather_matmul": ("M", "N"), "matmul_reducescatter": ("K", "M"), "matmul_allreduce": ("K",)}
 
@@ -135,7 +136,8 @@ FAST = {
     "allgather_matmul": "The program gathers every rank's rows of x, then runs one GEMM{epi}. The all-gather moves "
                         "(W-1)/W x M x K x 2 bytes to each rank; the GEMM is 2 x M x K x N/W FLOPs. Overlap the "
                         "gather with the GEMM: multiply rows as they land (gemm_allgather's templates host_chunked, "
-                        "peer_pipeline, fused_tile, which the offline agent renders into the first EVOLVE block){fold}.",
+                        "peer_pipeline, fused_tile, which the offline agent renders into the first EVOLVE block)"
+                        "{fold}.",
     "matmul_reducescatter": "The program multiplies its K/W slice ([M, N] partial sums, 2 x M x K/W x N FLOPs), then "
                             "reduce-scatters them ((W-1) x M/W x N x 2 bytes to each rank){epi}. Overlap the "
                             "reduce-scatter of one block of rows with the GEMM of the next (kChunks), cap NCCL's SMs "
@@ -207,7 +209,8 @@ def render(plan: ImportPlan) -> dict[str, str]:
             **common, world_sizes=json.dumps(plan.world_sizes), dims=json.dumps(plan.dims),
             harness_dtype=HARNESS_DTYPES[plan.convention["dtype"]],
             split_dims=json.dumps(plan.manifest_splits), divisible=plan.divisible,
-            verify=[{"name": s, "dims": plan.shape_dims(s)} for s in plan.convention["shapes"] if s.startswith("verify")],
+            verify=[{"name": s, "dims": plan.shape_dims(s)} for s in plan.convention["shapes"]
+                    if s.startswith("verify")],
             bench=[{"name": s, "dims": plan.shape_dims(s)} for s in plan.convention["shapes"]
                    if not s.startswith("verify")]),
         "reference.py": env.get_template("reference.py.j2").render(

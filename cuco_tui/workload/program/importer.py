@@ -234,7 +234,8 @@ def import_program(source: Path, world: int, name: str | None = None, parent: Pa
 def _plan_manifest(plan: ImportPlan) -> None:
     """split_dims and [divisible]: the program's split dims and the pattern's, each a multiple of the
     world size; for all-gather → matmul, the templates offered and what they need."""
-    splits = list(plan.split_dims) + [d for d in PATTERN_SPLITS.get(plan.layout.pattern, ()) if d not in plan.split_dims]
+    splits = list(plan.split_dims)
+    splits += [d for d in PATTERN_SPLITS.get(plan.layout.pattern, ()) if d not in splits]
     plan.manifest_splits = splits
     plan.divisible = {d: 1 for d in splits}
     plan.templates, plan.templates_why = [], ""

@@ -306,7 +306,8 @@ def _alltoall_experts(g: Graph, a2a: list[int]) -> Match | None:
                 continue
             via = [j for j in mms if g.reaches({w["value"] for w in g.ops[j]["writes"]}, second)]
             if via:
-                return Match("alltoall_experts", f"all-to-all → {len(via)} matmul(s) → all-to-all (expert parallel)",
+                return Match("alltoall_experts",
+                             f"all-to-all → {len(via)} matmul(s) → all-to-all (expert parallel)",
                              problem="no seed for expert parallelism from a program yet: search it with the Claude "
                                      "agent, or see workloads/moe_dispatch_combine")
     return None
