@@ -1,5 +1,6 @@
-"""`cuco workload new NAME` and `cuco workload check PATH`: start a workload of your own from a
-skeleton that passes L0 and L1, and see what a workload folder lacks, item by item."""
+"""`cuco workload new NAME`, `cuco workload import FILE.py` and `cuco workload check PATH`: start a
+workload of your own from a skeleton that passes L0 and L1 or from your PyTorch program, and see
+what a workload folder lacks, item by item."""
 
 from __future__ import annotations
 
@@ -35,6 +36,24 @@ def cmd_workload_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_workload_import(args: argparse.Namespace) -> int:
+    from cuco_tui.workload.program.importer import import_program
+
+    out = stdout_console()
+    out.print(f"importing {args.file} at {args.world} ranks (the program runs in processes of its own; "
+              f"a minute or so on the CPU) ...", markup=False, highlight=False)
+    try:
+        made = import_program(Path(args.file), args.world, args.name, Path(args.dir))
+    except WorkloadError as exc:
+        raise UsageError(str(exc)) from exc
+    for line in made.lines:
+        out.print(line, markup=False, highlight=False)
+    out.print(f"wrote {made.root}: {', '.join(made.files)}", markup=False, highlight=False)
+    out.print(f"next: `cuco workload check {made.root}`, `cuco eval {made.root / 'seed.cu'} --workload {made.root}`, "
+              f"`cuco search --workload {made.root} --agent offline`", markup=False, highlight=False)
+    return 0
+
+
 def cmd_workload_check(args: argparse.Namespace) -> int:
     from cuco_tui.cli.workload_check import check_workload
 
@@ -56,13 +75,21 @@ def cmd_workload_check(args: argparse.Namespace) -> int:
 
 
 def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
-    w = sub.add_parser("workload", help="start a workload of your own (new) or check a workload folder (check)")
+    w = sub.add_parser("workload", help="start a workload of your own (new, or import from a PyTorch program) or "
+                                        "check a workload folder (check)")
     wsub = w.add_subparsers(dest="workload_command", required=True)
     n = wsub.add_parser("new", help="write a new workload folder that passes L0 and L1 as written")
     n.add_argument("name", help="the workload's name (lowercase letters, digits, _)")
     n.add_argument("--dir", default="workloads", help="the folder to create it in (default: workloads)")
     n.add_argument("--title", help="a one-line title (default: from the name)")
     n.set_defaults(fn=cmd_workload_new)
+    i = wsub.add_parser("import", help="write a workload folder from a PyTorch program (SHAPES, make_inputs, "
+                                       "solution; docs/workloads.md) and say which pattern it found")
+    i.add_argument("file", help="the program's .py file")
+    i.add_argument("--world", type=int, required=True, help="the number of ranks it runs on")
+    i.add_argument("--name", help="the workload's name (default: from the file's name)")
+    i.add_argument("--dir", default="workloads", help="the folder to create it in (default: workloads)")
+    i.set_defaults(fn=cmd_workload_import)
     c = wsub.add_parser("check", help="say what a workload folder lacks or gets wrong, item by item")
     c.add_argument("path", help="the workload's folder")
     c.add_argument("--no-compile", action="store_true", help="skip compiling the seed (L1)")

@@ -82,12 +82,18 @@ def _reference(w: Workload, timeout: float) -> list[Finding]:
 
 
 def _seed(w: Workload, compile_seed: bool) -> list[Finding]:
+    from cuco_tui.workload.program.record import NO_SEED_MARK
+
     source = w.seed.read_text()
     l0 = check_l0(source, source, w.seed.name)  # the cascade's own L0
     out = [(_error if d.severity == "error" else _warn)("seed L0", f"{d.file}:{d.line}: {d.message}")
            for d in l0.diagnostics]
     if not l0.rejected:
         out.insert(0, _ok("seed L0", "EVOLVE blocks, the C ABI and the calls it makes pass the static checks"))
+    if NO_SEED_MARK in source:
+        out.append(_warn("seed", "a placeholder that fails at cuco_init: `cuco workload import` mapped no pattern of "
+                                 "program.py onto a seed; write its host-driven version (task.md), or search with "
+                                 "--agent claude"))
     if compile_seed and not l0.rejected:
         out.append(_compile(w))
     return out
@@ -137,8 +143,11 @@ def _offline(w: Workload) -> list[Finding]:
     if knobs:
         return [_ok("seed knobs", ", ".join(f"{k.name} in {{{', '.join(k.values)}}}" for k in knobs)
                     + " (the offline agent searches these)")]
-    return [_warn("offline agent", "the seed declares no knobs and there are no templates: only the Claude agent "
-                                   "can search this workload (docs/workloads.md, 'Knobs')")]
+    from cuco_tui.workload.program.record import unmapped_message
+
+    return [_warn("offline agent", unmapped_message(w.root, w.name) or
+                  "the seed declares no knobs and there are no templates: only the Claude agent can search this "
+                  "workload (docs/workloads.md, 'Knobs')")]
 
 
 def _texts(w: Workload) -> list[Finding]:

@@ -24,6 +24,11 @@ FILES = {
 }
 
 
+def valid_name(name: str) -> bool:
+    """A workload name: 2-48 lowercase letters, digits and _, starting with a letter."""
+    return bool(_NAME.match(name))
+
+
 @dataclass(frozen=True)
 class Scaffold:
     root: Path

@@ -95,11 +95,14 @@ class StrategyBook:
     root: Path  # the workload folder
     strategies: list[Strategy]
     seed_source: str
+    # Folders searched for templates after the workload's own templates/ (its strategies.py's
+    # TEMPLATE_DIRS): an imported program reuses a shipped workload's templates from there.
+    template_dirs: tuple[Path, ...] = ()
     env: jinja2.Environment = field(init=False)
 
     def __post_init__(self) -> None:
         self.env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(str(self.root / "templates")),
+            loader=jinja2.FileSystemLoader([str(self.root / "templates"), *map(str, self.template_dirs)]),
             undefined=jinja2.StrictUndefined,
             keep_trailing_newline=True,
             trim_blocks=True,
@@ -123,7 +126,8 @@ class StrategyBook:
         module = importlib.util.module_from_spec(spec)
         assert spec.loader is not None
         spec.loader.exec_module(module)
-        return cls(workload_root, list(module.STRATEGIES), seed.read_text())
+        dirs = tuple(Path(d) for d in getattr(module, "TEMPLATE_DIRS", ()))
+        return cls(workload_root, list(module.STRATEGIES), seed.read_text(), dirs)
 
     def get(self, name: str) -> Strategy:
         for s in self.strategies:
@@ -139,7 +143,11 @@ class StrategyBook:
         except KnobError as exc:
             raise StrategyError(f"{seed}: {exc}") from exc
         if not knobs:
-            raise StrategyError(no_strategies_message(workload_root.name))
+            from cuco_tui.workload.program.record import unmapped_message
+
+            # An imported PyTorch program says what its trace holds instead of the generic advice.
+            raise StrategyError(unmapped_message(workload_root, workload_root.name)
+                                or no_strategies_message(workload_root.name))
         point = _seed_point(source)
         strategy = Strategy(
             name=SEED_KNOBS,

@@ -1,0 +1,234 @@
+"""The files of an imported program's workload folder, as text (the importer writes them): the
+manifest, the reference adapter, the seed (the pattern's host-driven NCCL + cuBLAS seed, or a
+placeholder), the task text, the notes for agents and, for all-gather → matmul, the strategies that
+reuse gemm_allgather's templates. Rendered from skeleton/; no torch."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from cuco_tui.workload.manifest import REPO_WORKLOADS
+from cuco_tui.workload.program.layout import HARNESS_DTYPES, Layout
+from cuco_tui.workload.program.patterns import Match
+
+SKELETON = Path(__file__).resolve().parent / "skeleton"
+SHIPPED_AG = REPO_WORKLOADS / "gemm_allgather" / "templates"
+HOST_DESIGN = ("// cuco-design: backend=nccl_host placement=before sync=global issuer=host chunk=full streams=1 "
+               "comm_sms=0")
+PATTERN_DIMS = ("M", "K", "N")
+PATTERN_SPLITS = {"allgather_matmul": ("M", "N"), "matmul_reducescatter": ("K", "M"), "matmul_allreduce": ("K",)}
+
+
+@dataclass
+class ImportPlan:
+    name: str
+    title: str
+    source: str  # the file imported, as given
+    world: int
+    world_sizes: list[int]
+    convention: dict[str, Any]  # user_module.Convention.to_json()
+    sizes: dict[str, Any]  # world (str) -> sizing JSON
+    split_dims: dict[str, str]  # dim -> evidence
+    trace: dict[str, Any]
+    summary: str
+    patterns: list[Match]
+    layout: Layout
+    rtol: float
+    tolerance_why: str
+    manifest_splits: list[str] = field(default_factory=list)  # the manifest's split_dims
+    divisible: dict[str, int] = field(default_factory=dict)  # the manifest's [divisible]
+    templates: list[str] = field(default_factory=list)  # gemm_allgather strategies offered
+    templates_why: str = ""
+
+    @property
+    def convention_verify(self) -> str:
+        return next(s for s in self.convention["shapes"] if s.startswith("verify"))
+
+    @property
+    def program_names(self) -> list[str]:
+        """The program's names of its inputs: solution's parameters, else in0, in1, ..."""
+        n = len(self.sizes[str(self.world)]["shapes"][0]["ranks"][0]["inputs"])
+        names = list(self.convention["input_names"])
+        return names if len(names) == n else [f"in{i}" for i in range(n)]
+
+    @property
+    def mapped(self) -> Match | None:
+        return next((m for m in self.patterns if m.mapped and m.pattern == self.layout.pattern), None)
+
+    @property
+    def dims(self) -> list[str]:
+        own = list(self.convention["dims"])
+        return own + [d for d in PATTERN_DIMS if self.layout.pattern and d not in own]
+
+    def shape_dims(self, shape: str) -> dict[str, int]:
+        dims = dict(self.convention["shapes"][shape])
+        dims.update(self.layout.derived.get(shape, {}))
+        return {d: dims[d] for d in self.dims}
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(SKELETON)), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+
+
+def _extents(plan: ImportPlan, shapes: list[tuple[dict[str, int], list[int]]]) -> str:
+    """`M/W, K`: each axis of a buffer as the dim (or dim/W) it equals at every shape, else its size
+    at the first shape. `shapes`: (the shape's dims, the buffer's extents there) for every shape."""
+    world, out = plan.world, []
+    for axis, first in enumerate(shapes[0][1]):
+        name = next((f"{d}{suffix}" for suffix, div in (("", 1), ("/W", world)) for d in shapes[0][0]
+                     if all(ext[axis] * div == dims[d] for dims, ext in shapes)), str(first))
+        out.append(name)
+    return ", ".join(out)
+
+
+def _buffer_shapes(plan: ImportPlan, kind: str, index: int, transposed: bool = False) -> str:
+    rows = []
+    for e in plan.sizes[str(plan.world)]["shapes"]:
+        dims = dict(e["dims"])
+        dims.update(plan.layout.derived.get(e["shape"], {}))
+        ext = e["ranks"][0][kind][index][0]
+        rows.append((dims, ext[::-1] if transposed else ext))
+    return _extents(plan, rows)
+
+
+def _tensors(plan: ImportPlan, kind: str, names: list[str]) -> str:
+    first = plan.sizes[str(plan.world)]["shapes"][0]["ranks"][0][kind]
+    items = []
+    for i, (_, dt) in enumerate(first):
+        label = f"`{names[i]}`" if i < len(names) else ("one" if len(first) == 1 else f"output {i}")
+        items.append(f"{label} [{_buffer_shapes(plan, kind, i)}] ({dt})")
+    return ", ".join(items)
+
+
+def _role_words(plan: ImportPlan) -> dict[str, Any]:
+    lay = plan.layout
+    names = plan.program_names
+    words: dict[str, Any] = {"bias": None, "residual": None, "transposed": "", "mapping": ""}
+    for b in lay.inputs:
+        if b.role in ("bias", "residual"):
+            words[b.role] = names[b.index]
+        if b.layout == "transposed":
+            held = _buffer_shapes(plan, "inputs", b.index)
+            given = _buffer_shapes(plan, "inputs", b.index, transposed=True)
+            words["transposed"] = (f"The program holds `{names[b.index]}` as nn.Linear holds a weight, [{held}]; the "
+                                   f"candidate is given it transposed, as `b` [{given}] row-major, and the reference "
+                                   f"hands the program a transposed view of that same memory.")
+    pairs = [f"`{b.name}` = program's `{names[b.index]}`{' (transposed)' if b.layout == 'transposed' else ''}"
+             for b in lay.inputs]
+    words["mapping"] = "Buffers: " + ", ".join(pairs) + "; `y` = its output." if lay.pattern else ""
+    return words
+
+
+def _harness_buffers(plan: ImportPlan) -> str:
+    parts = [f"input `{b.name}` [{_buffer_shapes(plan, 'inputs', b.index, b.layout == 'transposed')}]"
+             for b in plan.layout.inputs]
+    parts += [f"output `{b.name}` [{_buffer_shapes(plan, 'outputs', b.index)}]" for b in plan.layout.outputs]
+    return ", ".join(parts)
+
+
+FAST = {
+    "allgather_matmul": "The program gathers every rank's rows of x, then runs one GEMM{epi}. The all-gather moves "
+                        "(W-1)/W x M x K x 2 bytes to each rank; the GEMM is 2 x M x K x N/W FLOPs. Overlap the "
+                        "gather with the GEMM: multiply rows as they land (gemm_allgather's templates host_chunked, "
+                        "peer_pipeline, fused_tile, which the offline agent renders into the first EVOLVE block)"
+                        "{fold}.",
+    "matmul_reducescatter": "The program multiplies its K/W slice ([M, N] partial sums, 2 x M x K/W x N FLOPs), then "
+                            "reduce-scatters them ((W-1) x M/W x N x 2 bytes to each rank){epi}. Overlap the "
+                            "reduce-scatter of one block of rows with the GEMM of the next (kChunks), cap NCCL's SMs "
+                            "so the GEMM keeps its own (kNcclMaxCtas){fold}.",
+    "matmul_allreduce": "The program multiplies its K/W slice ([M, N] partial sums, 2 x M x K/W x N FLOPs), then "
+                        "all-reduces them (2 (W-1)/W x M x N x 2 bytes to each rank){epi}. Overlap the all-reduce of "
+                        "one block of rows with the GEMM of the next (kChunks), cap NCCL's SMs so the GEMM keeps its "
+                        "own (kNcclMaxCtas){fold}.",
+}
+
+
+def _fast(plan: ImportPlan, words: dict[str, Any]) -> str:
+    pattern = plan.layout.pattern
+    if not pattern:
+        return ("No pattern was mapped, so there is no seed to start from: the time to beat is the program's own. "
+                f"Its trace ({plan.summary}) says where the time goes; write the host-driven version first.")
+    epi = [r for r in ("bias", "residual") if words[r]]
+    epi_words = f", then adds the {' and the '.join(epi)} (a kernel of its own in the seed)" if epi else ""
+    fold = "; the epilogue can move into the GEMM's or the collective's last step" if epi else ""
+    return FAST[pattern].format(epi=epi_words, fold=fold)
+
+
+def _strategy(plan: ImportPlan) -> str:
+    pattern = plan.layout.pattern
+    if pattern == "allgather_matmul":
+        return ("The seed is gemm_allgather's: NCCL all-gather, then one cuBLAS GEMM. "
+                + (f"The offline agent renders gemm_allgather's templates "
+                   f"({'all of them' if plan.templates == ['all'] else ', '.join(plan.templates)}) into the first "
+                   f"EVOLVE block. " if plan.templates else "")
+                + (plan.templates_why + " " if plan.templates_why else "")
+                + "workloads/gemm_allgather/design/ holds what was measured there.")
+    return ("The seed runs the GEMM and the collective in kChunks row blocks on two streams; at kChunks = 1 it is "
+            "the program. Knobs: kChunks (1 2 4 8), kNcclMaxCtas (0 8 16 32: NCCL's SMs, 0 = NCCL's choice).")
+
+
+def _pattern_block(plan: ImportPlan) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(SHIPPED_AG)), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    return env.get_template("host_sequential.cu.j2").render(design_line=HOST_DESIGN).rstrip("\n")
+
+
+def render(plan: ImportPlan) -> dict[str, str]:
+    """Relative path -> text of every generated file (program.py and program.json aside)."""
+    env = _env()
+    words = _role_words(plan)
+    pattern = plan.layout.pattern
+    epilogue = bool(words["bias"] or words["residual"])
+    derived = ", ".join(d for d in PATTERN_DIMS if pattern and d not in plan.convention["dims"])
+    names = plan.program_names
+    common = {
+        "name": plan.name, "title": plan.title, "source": plan.source, "world": plan.world,
+        "summary": plan.summary, "rtol": plan.rtol, "tolerance_why": plan.tolerance_why, "derived": derived,
+        "dim_list": ", ".join(plan.dims), "dtype": plan.convention["dtype"],
+        "input_list": ", ".join(f'"{b.name}"' for b in plan.layout.inputs),
+        "output_list": ", ".join(f'"{b.name}"' for b in plan.layout.outputs),
+        "description": plan.mapped.description if plan.mapped else "", "pattern": pattern,
+        "bias": words["bias"], "residual": words["residual"], "epilogue": epilogue, "mapping": words["mapping"],
+    }
+    kernel = env.get_template("epilogue_kernel.cu.j2").render(**common).rstrip("\n") if epilogue else ""
+    if pattern == "allgather_matmul":
+        seed = env.get_template("seed_allgather_matmul.cu.j2").render(
+            **common, pattern_block=_pattern_block(plan), epilogue_kernel=kernel)
+    elif pattern:
+        seed = env.get_template("seed_matmul_collective.cu.j2").render(**common, epilogue_kernel=kernel)
+    else:
+        seed = env.get_template("seed_unmapped.cu.j2").render(**common)
+    files = {
+        "manifest.toml": env.get_template("manifest.toml.j2").render(
+            **common, world_sizes=json.dumps(plan.world_sizes), dims=json.dumps(plan.dims),
+            harness_dtype=HARNESS_DTYPES[plan.convention["dtype"]],
+            split_dims=json.dumps(plan.manifest_splits), divisible=plan.divisible,
+            verify=[{"name": s, "dims": plan.shape_dims(s)} for s in plan.convention["shapes"]
+                    if s.startswith("verify")],
+            bench=[{"name": s, "dims": plan.shape_dims(s)} for s in plan.convention["shapes"]
+                   if not s.startswith("verify")]),
+        "reference.py": env.get_template("reference.py.j2").render(
+            **common, buffers=", ".join(b.name for b in plan.layout.inputs + plan.layout.outputs)),
+        "seed.cu": seed,
+        "task.md": env.get_template("task.md.j2").render(
+            **common, trace_shape=plan.trace["shape"], patterns=plan.patterns,
+            program_inputs=_tensors(plan, "inputs", names), program_outputs=_tensors(plan, "outputs", []),
+            harness_buffers=_harness_buffers(plan), transposed=words["transposed"], fast=_fast(plan, words)),
+        "design/common.md": env.get_template("common.md.j2").render(
+            **common, baseline=(f"It is {plan.mapped.description}." if plan.mapped else
+                                "No pattern was mapped: there is no seed to start from yet.")),
+    }
+    if pattern:
+        files["design/nccl_host.md"] = env.get_template("nccl_host.md.j2").render(**common, strategy=_strategy(plan))
+    if pattern == "allgather_matmul" and plan.templates:
+        files["templates/strategies.py"] = env.get_template("strategies_allgather.py.j2").render(
+            **common, names=json.dumps(sorted(plan.templates)), every=plan.templates == ["all"],
+            why_these=plan.templates_why or
+            "every shape meets the templates' divisibility, so all of them are offered.")
+    return files

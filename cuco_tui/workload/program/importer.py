@@ -1,0 +1,268 @@
+"""`cuco workload import FILE.py --world N`: a workload folder from the engineer's PyTorch program.
+
+In order, each step in processes of their own (the program never runs in this one):
+1. inspect_program: the convention, and every shape sized on the meta device at N ranks and at the
+   usual world sizes (a split dim that does not divide by N is the program's error);
+2. gloo_run: solution at the verify shapes in float64 on the CPU under gloo, N processes, with one
+   call traced; its outputs must have the shapes the meta device gave;
+3. patterns.recognize on the trace; layout.pattern_layout for a mappable pattern;
+4. the folder is written beside its destination, and its reference is tried there as the harness
+   will use it (expected() through the adapter, on the CPU run's inputs in the harness's layout,
+   must give the CPU run's outputs); a mapping that fails this falls back to the program's own layout;
+5. the folder is renamed into place. Any problem before that is one line, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from cuco_tui.core.workload import WorkloadError
+from cuco_tui.workload.program.generate import PATTERN_SPLITS, ImportPlan, render
+from cuco_tui.workload.program.gloo_run import ProgramRunError, run_gloo, temporary_folder
+from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout
+from cuco_tui.workload.program.patterns import Match, recognize, summary
+from cuco_tui.workload.program.record import RECORD
+from cuco_tui.workload.scaffold import valid_name
+
+TOLERANCE = {  # dtype -> (rtol, rtol when the program sums over ranks)
+    "bfloat16": (0.02, 0.04), "float16": (0.01, 0.02), "float32": (0.001, 0.001)}
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    root: Path
+    files: tuple[str, ...]
+    lines: tuple[str, ...]  # what was found, one finding a line, as the CLI prints it
+
+
+def _name_from(stem: str) -> str:
+    name = re.sub(r"[^a-z0-9_]+", "_", stem.lower()).strip("_")
+    return name if name[:1].isalpha() else f"program_{name}"
+
+
+def _inspect(source: Path, world: int, timeout: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="cuco-inspect-") as tmp:
+        out = Path(tmp) / "report.json"
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TORCH_CPP_LOG_LEVEL="ERROR", PYTHONUNBUFFERED="1")
+        try:
+            run = subprocess.run([sys.executable, "-m", "cuco_tui.workload.program.inspect_program", str(source),
+                                  str(world), str(out)], capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise WorkloadError(f"loading {source.name} and sizing its shapes took over {timeout:.0f} s") from None
+        if not out.exists():
+            tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
+            raise WorkloadError(f"loading {source.name} failed: {tail}")
+        report = json.loads(out.read_text())
+    if "error" in report:
+        raise WorkloadError(f"{source.name}: {report['error']}" if not report["error"].startswith(source.name)
+                            else report["error"])
+    return report
+
+
+def _tolerance(dtype: str, trace: dict[str, Any]) -> tuple[float, str]:
+    sums = any(op.get("collective") in ("all_reduce", "reduce_scatter", "reduce") for op in trace["ops"])
+    plain, summed = TOLERANCE.get(dtype, (0.001, 0.001))
+    why = (f"{dtype} output{', summed over the ranks in any order' if sums else ''}: an element passes when "
+           f"|y - ref| <= rtol * (|ref| + rms(ref))")
+    return (summed if sums else plain), why
+
+
+def _templates(plan: ImportPlan) -> None:
+    """gemm_allgather's templates for an all-gather → matmul: all of them where every shape meets
+    their divisibility (gemm_allgather's [divisible]) at every world size, else the host ones."""
+    from cuco_tui.workload.manifest import REPO_WORKLOADS, load_workload
+
+    shipped = load_workload(REPO_WORKLOADS / "gemm_allgather")
+    for world in plan.world_sizes:
+        for shape, dims in plan.layout.derived.items():
+            for d, unit in shipped.divisible.items():
+                need = unit * (world if d in shipped.split_dims else 1)
+                if dims[d] % need:
+                    plan.templates = ["host_sequential", "host_chunked"]
+                    plan.templates_why = (f"Only host_sequential and host_chunked are offered: the device-initiated "
+                                          f"and fused templates need {d} to be a multiple of {need} at world {world}, "
+                                          f"and {shape} has {d}={dims[d]}.")
+                    return
+    plan.templates = ["all"]
+    for d, unit in shipped.divisible.items():
+        plan.divisible[d] = max(plan.divisible.get(d, 1), unit)
+
+
+def _cpu_run(source: Path, world: int, conv: dict[str, Any], sizes: dict[str, Any], timeout: float):
+    verify = {s: conv["shapes"][s] for s in conv["shapes"] if s.startswith("verify")}
+    tmp = temporary_folder()
+    try:
+        run = run_gloo(source, world, verify, Path(tmp.name), trace=True, timeout=timeout)
+    except ProgramRunError as exc:
+        tmp.cleanup()
+        raise WorkloadError(f"{source.name}: {exc}") from None
+    meta = {e["shape"]: e for e in sizes[str(world)]["shapes"]}
+    for r, rep in enumerate(run.ranks):
+        for shape, got in rep["shapes"].items():
+            want = [s for s, _ in meta[shape]["ranks"][r]["outputs"]]
+            if [s for s, _ in got["outputs"]] != want:
+                tmp.cleanup()
+                raise WorkloadError(f"{source.name}: solution's outputs at {shape} (rank {r}) have shapes "
+                                    f"{[s for s, _ in got['outputs']]} on the CPU and {want} on the meta device")
+    return run, tmp
+
+
+def _agrees(root: Path, run: Any, world: int, plan: ImportPlan) -> str:
+    """Whether the written reference's expected() gives the CPU run's outputs from the CPU run's inputs
+    (in the harness's layout): "" when it does, else what went wrong."""
+    import numpy as np
+
+    from cuco_tui.workload.program.adapter import ProgramReference
+
+    lay = plan.layout
+    shape = plan.convention_verify
+    dims = plan.shape_dims(shape)
+    inputs = []
+    for r in range(world):
+        inputs.append({b.name: (run.input(0, r, b.index).T.copy() if b.layout == "transposed"
+                                else run.input(0, r, b.index)) for b in lay.inputs})
+    try:
+        got = ProgramReference(root).expected(inputs, dims, world)
+    except Exception as exc:  # the program under the adapter's views: report, do not crash
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    for r in range(world):
+        for b in lay.outputs:
+            want = run.output(0, r, b.index)
+            have = np.asarray(got[r][b.name]).reshape(want.shape)
+            if not np.allclose(have, want, rtol=1e-9, atol=1e-12 * (np.abs(want).max() + 1)):
+                return f"output {b.name} of rank {r} differs"
+    return ""
+
+
+def _write(stage: Path, plan: ImportPlan, source: Path) -> tuple[str, ...]:
+    if stage.exists():
+        shutil.rmtree(stage)
+    files = render(plan)
+    record = {
+        "version": 1, "program": "program.py", "source": str(source), "dims": plan.convention["dims"],
+        "dtype": plan.convention["dtype"], "world": plan.world, "shapes": plan.convention["shapes"],
+        "sizes": plan.sizes, "split_dims": plan.split_dims, "layout": plan.layout.to_json(),
+        "patterns": [m.to_json() for m in plan.patterns], "summary": plan.summary, "trace": plan.trace,
+    }
+    for rel, text in {**files, "program.py": source.read_text(), RECORD: json.dumps(record, indent=1)}.items():
+        path = stage / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tuple(sorted(files) + ["program.py", RECORD])
+
+
+def import_program(source: Path, world: int, name: str | None = None, parent: Path = Path("workloads"),
+                   timeout: float = 600.0) -> ImportReport:
+    source = Path(source)
+    if not source.is_file():
+        raise WorkloadError(f"{source}: no such file (give the program's .py file)")
+    if world < 2:
+        raise WorkloadError(f"--world {world}: a program of collectives needs 2 ranks or more")
+    name = name or _name_from(source.stem)
+    if not valid_name(name):
+        raise WorkloadError(f"{name!r} is not a workload name: use 2-48 lowercase letters, digits and _, starting "
+                            f"with a letter (--name)")
+    root = Path(parent) / name
+    if root.exists():
+        raise WorkloadError(f"{root} exists already; choose another --name or --dir (nothing was written)")
+    report = _inspect(source, world, timeout)
+    conv, sizes = report["convention"], report["sizes"]
+    run, tmp = _cpu_run(source, world, conv, sizes, timeout)
+    made_parent = not Path(parent).exists()
+    stage = Path(parent) / f".{name}.importing"
+    try:
+        trace = run.ranks[0]["trace"]
+        matches = recognize(trace, world)
+        first = sizes[str(world)]["shapes"][0]["ranks"][0]
+        layout: Layout = program_layout(conv["input_names"], first)
+        lines = [f"{source.name}: dims {', '.join(conv['dims'])}; shapes "
+                 f"{', '.join(conv['shapes'])}; {conv['dtype']}; world sizes {', '.join(sizes)}"]
+        lines += [f"world {w} left out: {why}" for w, why in report["refused"].items()]
+        lines.append(f"ran solution on {world} CPU processes in float64 under gloo at "
+                     f"{', '.join(s for s in conv['shapes'] if s.startswith('verify'))}")
+        lines.append(f"trace ({trace['shape']}, rank 0): {summary(trace)}")
+        mapped = next((m for m in matches if m.mapped), None)
+        if mapped is not None:
+            lay, problem = pattern_layout(mapped.pattern, mapped.roles, sizes, tuple(conv["dims"]),
+                                          len(first["inputs"]))
+            if lay is None:
+                matches = [replace(m, problem=problem) if m is mapped else m for m in matches]
+            else:
+                layout = lay
+        rtol, why = _tolerance(conv["dtype"], trace)
+        plan = ImportPlan(name=name, title=f"{source.stem} (imported PyTorch program)", source=str(source),
+                          world=world, world_sizes=sorted(int(w) for w in sizes), convention=conv, sizes=sizes,
+                          split_dims=report["split_dims"], trace=trace, summary=summary(trace), patterns=matches,
+                          layout=layout, rtol=rtol, tolerance_why=why)
+        _plan_manifest(plan)
+        if made_parent:
+            Path(parent).mkdir(parents=True)
+        files = _write(stage, plan, source)
+        problem = _agrees(stage, run, world, plan)
+        if problem and layout.pattern:
+            own = program_layout(conv["input_names"], first)
+            mapped_match = plan.mapped
+            plan.patterns = [replace(m, problem=f"the reference through the pattern's layout disagrees with the "
+                                                f"program ({problem})") if m is mapped_match else m for m in matches]
+            plan.layout, plan.templates, plan.templates_why, plan.divisible = own, [], "", {}
+            _plan_manifest(plan)
+            files = _write(stage, plan, source)
+            problem = _agrees(stage, run, world, plan)
+        if problem:
+            raise WorkloadError(f"the written reference does not reproduce {source.name} on the CPU ({problem}); "
+                                f"please report this")
+        lines += _pattern_lines(plan)
+        stage.rename(root)
+        return ImportReport(root, files, tuple(lines))
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        if made_parent:
+            shutil.rmtree(parent, ignore_errors=True)
+        raise
+    finally:
+        tmp.cleanup()
+
+
+def _plan_manifest(plan: ImportPlan) -> None:
+    """split_dims and [divisible]: the program's split dims and the pattern's, each a multiple of the
+    world size; for all-gather → matmul, the templates offered and what they need."""
+    splits = list(plan.split_dims)
+    splits += [d for d in PATTERN_SPLITS.get(plan.layout.pattern, ()) if d not in splits]
+    plan.manifest_splits = splits
+    plan.divisible = {d: 1 for d in splits}
+    plan.templates, plan.templates_why = [], ""
+    if plan.layout.pattern == "allgather_matmul":
+        _templates(plan)
+
+
+def _pattern_lines(plan: ImportPlan) -> list[str]:
+    if not plan.patterns:
+        return ["pattern: none the tool knows; the seed is a placeholder (write it, or search with --agent claude)"]
+    out = []
+    for m in plan.patterns:
+        if m.mapped and m.pattern == plan.layout.pattern:
+            what = ("seed = gemm_allgather's host-driven seed (NCCL + cuBLAS)" + (
+                f"; templates: {'all of gemm_allgather' if plan.templates == ['all'] else ', '.join(plan.templates)}"
+                if plan.templates else "") if m.pattern == "allgather_matmul" else
+                "seed = host-driven NCCL + cuBLAS with knobs kChunks, kNcclMaxCtas")
+            moved = [b for b in plan.layout.inputs if b.layout == "transposed"]
+            if moved:
+                what += f"; the program's {plan.program_names[moved[0].index]} is given to candidates transposed (b)"
+            if any(b.role in ("bias", "residual") for b in plan.layout.inputs):
+                what += "; the epilogue is a kernel of its own after the pattern's output"
+            out.append(f"pattern: {m.description}: mapped ({what})")
+            if plan.templates_why and plan.templates != ["all"]:
+                out.append(f"  {plan.templates_why}")
+        else:
+            out.append(f"pattern: {m.description}: not mapped ({m.problem})")
+    if not plan.layout.pattern:
+        out.append("no seed generated: the seed is a placeholder (write it, or search with --agent claude)")
+    return out

@@ -1,0 +1,149 @@
+"""Every shape of a program sized without memory or peers (runs in the process that loads the
+program; needs torch): make_inputs on the meta device and `solution` under torch.distributed's fake
+process group, which returns from every collective at once. Gives each rank's input and output
+shapes and dtypes at every shape and world size, one rank's FLOPs and received bytes, and which dims
+the program splits across ranks (an extent that is dim // world at every shape); a split dim that
+does not divide by the world size is the program's error, found here before anything runs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from cuco_tui.workload.program.tracing import OpRecorder, comm_bytes_of, flops_of
+from cuco_tui.workload.program.user_module import Convention, ProgramError, as_tuple, check_inputs, failure
+
+WORLD_SIZES = (2, 4, 8)  # offered beside the one asked for, where the program runs at every shape
+
+
+@dataclass
+class Sizes:
+    world: int
+    shapes: list[dict[str, Any]]  # {"shape", "dims", "flops", "comm_bytes", "ranks": [{"inputs", "outputs"}]}
+    ops: dict[str, list[dict[str, Any]]]  # shape -> rank 0's trace on the meta device
+
+    def to_json(self) -> dict[str, Any]:
+        return {"world": self.world, "shapes": self.shapes}
+
+
+def _fake_group(rank: int, world: int) -> None:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+
+
+def _spec(tensors: tuple[torch.Tensor, ...]) -> list[list[Any]]:
+    return [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in tensors]
+
+
+def check_dtype_honoured(module: Any, conv: Convention, world: int) -> None:
+    """make_inputs asked for float64 on the meta device gives float64 meta tensors."""
+    shape = conv.verify[0]
+    _fake_group(0, world)
+    try:
+        inputs = as_tuple(module.make_inputs(0, world, **conv.shapes[shape], dtype=torch.float64, device="meta"),
+                          "make_inputs")
+    except ProgramError:
+        raise
+    except Exception as exc:
+        raise _meta_failure(f"make_inputs(0, {world}, {shape}, dtype=torch.float64, device='meta')", exc,
+                            conv.path) from None
+    check_inputs(inputs, torch.float64, "meta", list(conv.input_names))
+
+
+def _meta_failure(what: str, exc: BaseException, path: str) -> ProgramError:
+    err = failure(what, exc, path)
+    if "meta" not in str(exc).lower() and not isinstance(exc, NotImplementedError):
+        return err  # the program's own failure, whatever the device
+    return ProgramError(f"{err}; the tool sizes every shape on the meta device (no memory, no peers): "
+                        f"create tensors on `device` and keep `solution` free of .item() and .tolist()")
+
+
+def size_world(module: Any, conv: Convention, world: int) -> Sizes:
+    dtype = getattr(torch, conv.dtype)
+    out: list[dict[str, Any]] = []
+    ops: dict[str, list[dict[str, Any]]] = {}
+    for shape, dims in conv.shapes.items():
+        ranks = []
+        flops = comm = 0
+        for rank in range(world):
+            _fake_group(rank, world)
+            call = f"make_inputs({rank}, {world}, {shape}, device='meta')"
+            try:
+                inputs = as_tuple(module.make_inputs(rank, world, **dims, dtype=dtype, device="meta"), "make_inputs")
+            except ProgramError:
+                raise
+            except Exception as exc:
+                raise _meta_failure(call, exc, conv.path) from None
+            check_inputs(inputs, dtype, "meta", list(conv.input_names))
+            recorder = OpRecorder(dataflow=False)
+            try:
+                with torch.no_grad(), recorder:
+                    outputs = as_tuple(module.solution(*inputs), "solution")
+            except ProgramError:
+                raise
+            except Exception as exc:
+                raise _meta_failure(f"solution at {shape}, rank {rank} of {world}", exc, conv.path) from None
+            if rank == 0:
+                flops, comm = flops_of(recorder.ops), comm_bytes_of(recorder.ops, world)
+                ops[shape] = recorder.ops
+            ranks.append({"inputs": _spec(inputs), "outputs": _spec(outputs)})
+        out.append({"shape": shape, "dims": dims, "flops": flops, "comm_bytes": comm, "ranks": ranks})
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return Sizes(world, out, ops)
+
+
+def split_dims(sizes: Sizes, dims: tuple[str, ...]) -> dict[str, str]:
+    """dim -> the buffer extent that shows the program splits it ("input 0 axis 1"): an extent equal to
+    dim // world at every shape and smaller than dim at one."""
+    found: dict[str, str] = {}
+    world = sizes.world
+    first = sizes.shapes[0]["ranks"][0]
+    for kind in ("inputs", "outputs"):
+        for i, (shape0, _) in enumerate(first[kind]):
+            for axis in range(len(shape0)):
+                for d in dims:
+                    rows = [(s["dims"][d], s["ranks"][0][kind][i][0]) for s in sizes.shapes
+                            if i < len(s["ranks"][0][kind]) and axis < len(s["ranks"][0][kind][i][0])]
+                    if len(rows) != len(sizes.shapes):
+                        continue
+                    if all(ext[axis] == v // world for v, ext in rows) and any(ext[axis] != v for v, ext in rows):
+                        found.setdefault(d, f"{kind[:-1]} {i} axis {axis}")
+    return found
+
+
+def check_divides(sizes: Sizes, conv: Convention) -> None:
+    """A split dim that does not divide by the world size: the program would floor it silently."""
+    for d, evidence in split_dims(sizes, conv.dims).items():
+        for s in sizes.shapes:
+            v = s["dims"][d]
+            if v % sizes.world:
+                raise ProgramError(f"shape {s['shape']}: {d}={v} does not divide by the world size {sizes.world} "
+                                   f"(the program splits {d} across ranks: {evidence} is {d} // world)")
+
+
+def size_all(module: Any, conv: Convention, world: int) -> tuple[dict[int, Sizes], dict[int, str]]:
+    """Sizes at `world` (any problem is the program's error) and at the other usual world sizes
+    (a problem there leaves that size out, with the reason)."""
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    check_dtype_honoured(module, conv, world)
+    main = size_world(module, conv, world)
+    check_divides(main, conv)
+    done, refused = {world: main}, {}
+    for w in WORLD_SIZES:
+        if w == world:
+            continue
+        try:
+            other = size_world(module, conv, w)
+            check_divides(other, conv)
+            done[w] = other
+        except ProgramError as exc:
+            refused[w] = str(exc)
+    return dict(sorted(done.items())), refused

@@ -1,0 +1,80 @@
+"""GPU tests of imported PyTorch programs (scripts/gpu-tests.sh on a GPU host; skipped elsewhere).
+
+Each program of tests/workload/programs/ whose pattern the tool maps is imported at 2 ranks, and its
+generated seed is verified against the program itself, which the rank workers run under
+torch.distributed with NCCL beside the harness's own group (adapter.py): with both ranks sharing
+one GPU (correctness only) and with a GPU per rank (verified, then timed against the program at
+the bench shapes). For the all-gather + linear program, gemm_allgather's templates at their
+defaults verify too, with the program's bias kernel after them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cuco_tui.core.result import Level, Status
+from cuco_tui.evaluate.cascade import EvalOptions, evaluate
+from cuco_tui.harness.gpus import inventory
+from cuco_tui.workload.manifest import load_workload
+
+pytestmark = pytest.mark.gpu
+pytest.importorskip("torch")
+
+PROGRAMS = Path(__file__).parent / "programs"
+MAPPED = ["ag_linear", "matmul_rs_residual", "linear_ar"]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    from cuco_tui.workload.program.importer import import_program
+
+    made = {}
+
+    def get(name: str):
+        if name not in made:
+            made[name] = load_workload(import_program(PROGRAMS / f"{name}.py", 2,
+                                                      parent=tmp_path_factory.mktemp(name)).root)
+        return made[name]
+
+    return get
+
+
+def _explain(r) -> str:
+    return "\n".join([r.reason, r.deadlock_report] + [d.render() for d in r.diagnostics])
+
+
+@pytest.mark.parametrize("name", MAPPED)
+def test_the_seed_verifies_against_the_program_with_two_ranks_on_one_gpu(imported, name):
+    w = imported(name)
+    r = evaluate(w.seed, w, EvalOptions(gpus=[0], world=2, share_gpu=True))
+    assert r.status == Status.MEASURED and r.level == Level.VERIFY, _explain(r)
+    assert r.verifications and all(v.ok for v in r.verifications)
+    assert not any("reference" in d.code for d in r.diagnostics if d.severity == "error"), _explain(r)
+
+
+@pytest.mark.parametrize("name", MAPPED)
+def test_the_seed_verifies_and_is_timed_against_the_program_on_two_gpus(imported, name):
+    if inventory().count < 2:
+        pytest.skip("needs 2 GPUs")
+    w = imported(name)
+    r = evaluate(w.seed, w, EvalOptions(gpus=[0, 1], world=2))
+    assert r.status == Status.MEASURED and r.level == Level.BENCHMARK, _explain(r)
+    assert {t.shape for t in r.timings} == {s.name for s in w.bench_shapes}
+    # The seed is the program's own algorithm (NCCL + cuBLAS, kChunks = 1): about as fast as torch's.
+    assert all(t.speedup > 0.7 for t in r.timings), [(t.shape, t.speedup) for t in r.timings]
+
+
+@pytest.mark.parametrize("strategy", ["host_chunked", "peer_pipeline", "fused_tile"])
+def test_gemm_allgathers_templates_verify_with_the_programs_bias_on_two_gpus(imported, tmp_path, strategy):
+    if inventory().count < 2:
+        pytest.skip("needs 2 GPUs")
+    from cuco_tui.agents.offline.strategy import StrategyBook
+
+    w = imported("ag_linear")
+    book = StrategyBook.load(w.root, w.seed)
+    s = book.get(strategy)
+    path = tmp_path / f"{strategy}.cu"
+    path.write_text(book.render(s, s.default_knobs()))
+    r = evaluate(path, w, EvalOptions(gpus=[0, 1], world=2, bench=False))
+    assert r.status == Status.MEASURED and r.level == Level.VERIFY, _explain(r)

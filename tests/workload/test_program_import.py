@@ -1,0 +1,196 @@
+"""A workload from a PyTorch program (`cuco workload import`, cuco_tui.workload.program), on the CPU:
+each small program of tests/workload/programs/ imported at 2 ranks (the program run in float64
+under gloo in processes of its own, one call traced), the pattern it holds recognized and, where
+the tool maps it, the seed, templates and buffers written for it; the written reference's
+fill_inputs and expected checked against the program's math computed here with NumPy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from cuco_tui.agents.offline.strategy import StrategyBook  # noqa: E402
+from cuco_tui.cli.workload_check import check_workload  # noqa: E402
+from cuco_tui.evaluate.static_checks import check_static, is_rejected  # noqa: E402
+from cuco_tui.workload.manifest import load_workload  # noqa: E402
+from cuco_tui.workload.program.adapter import ProgramReference  # noqa: E402
+from cuco_tui.workload.program.importer import import_program  # noqa: E402
+from cuco_tui.workload.program.record import NO_SEED_MARK  # noqa: E402
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """name -> the ImportReport of tests/workload/programs/<name>.py at 2 ranks, each made once."""
+    made = {}
+
+    def get(name: str):
+        if name not in made:
+            made[name] = import_program(PROGRAMS / f"{name}.py", 2, parent=tmp_path_factory.mktemp(name))
+        return made[name]
+
+    return get
+
+
+def _record(root: Path) -> dict:
+    return json.loads((root / "program.json").read_text())
+
+
+def _reference(root: Path):
+    """The written reference.py, imported as the harness imports it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"ref_{root.name}", root / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _buffers(ref, dims: dict, world: int, seed: int) -> list[dict]:
+    kinds = {"bf16": np.uint16, "f32": np.float32}
+    out = []
+    for rank in range(world):
+        spec = ref.io_spec(dims, world, rank)
+        inputs = {n: np.zeros(s, dtype=kinds[d]) for n, s, d in spec["inputs"]}
+        ref.fill_inputs(np, inputs, dims, world, rank, seed)
+        out.append(inputs)
+    return out
+
+
+def _f64(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+
+
+def _check_is_clean(root: Path) -> None:
+    findings = check_workload(root, compile_seed=False)
+    assert not [f for f in findings if f.level == "error"], findings
+
+
+def test_an_allgather_linear_gets_gemm_allgathers_seed_and_templates(imported):
+    made = imported("ag_linear")
+    root = made.root
+    assert any("all-gather → linear + bias: mapped" in line for line in made.lines), made.lines
+    layout = _record(root)["layout"]
+    assert [(b["name"], b["index"], b["layout"]) for b in layout["inputs"]] == \
+        [("x", 0, "as_is"), ("b", 1, "transposed"), ("bias", 2, "as_is")]
+    w = load_workload(root)
+    assert w.dim_names == ("M", "K", "N") and w.divisible == {"M": 64, "N": 64, "K": 64}
+    assert w.split_dims == ("M", "N") and w.world_sizes == (2, 4, 8) and w.dtype == "bf16"
+    seed = w.seed.read_text()
+    assert seed.count("EVOLVE-BLOCK-START") == 2 and "program_epilogue" in seed and "ncclAllGather" in seed
+    # The offline agent's space: every template of gemm_allgather, rendered into this seed's first block.
+    book = StrategyBook.load(root, w.seed)
+    assert {s.name for s in book.strategies} == {"host_sequential", "host_chunked", "lsa_gather", "peer_pipeline",
+                                                 "fused_tile"}
+    for s in book.strategies:
+        src = book.render(s, s.default_knobs())
+        assert not is_rejected(check_static(src, seed, f"{s.name}.cu")), s.name
+        assert "program_epilogue" in src  # the epilogue block stays the seed's
+    _check_is_clean(root)
+
+
+def test_the_reference_fills_the_candidates_layout_and_expects_the_programs_answer(imported):
+    """fill_inputs gives b = w transposed (the program's weight in nn.Linear's layout), fresh values per
+    seed; expected() is y_r = concat(x) @ w_r^T + bias_r, computed here with NumPy."""
+    root = imported("ag_linear").root
+    ref = _reference(root)
+    dims = dict(load_workload(root).verify_shapes[0].dims)
+    one, two = _buffers(ref, dims, 2, seed=1), _buffers(ref, dims, 2, seed=2)
+    assert one[0]["b"].shape == (dims["K"], dims["N"] // 2)
+    assert not np.array_equal(one[0]["x"], two[0]["x"]) and not np.array_equal(one[0]["x"], one[1]["x"])
+    import torch
+
+    torch.manual_seed(1 * 7919 + 1)  # the adapter's seeding of rank 1 at seed 1
+    prog = ref.PROGRAM._module()
+    x, w, b = prog.make_inputs(1, 2, **dims, dtype=torch.bfloat16, device="cpu")
+    assert np.array_equal(one[1]["b"], w.t().contiguous().view(torch.int16).numpy().view(np.uint16))
+    want_full = np.concatenate([_f64(r["x"]) for r in one])
+    got = ref.expected(one, dims, 2)
+    for rank in range(2):
+        want = want_full @ _f64(one[rank]["b"]) + _f64(one[rank]["bias"])
+        assert got[rank]["y"].shape == want.shape
+        assert np.allclose(got[rank]["y"], want, rtol=1e-10, atol=1e-10)
+
+
+def test_a_matmul_reduce_scatter_with_a_residual_gets_a_seed_with_knobs(imported):
+    made = imported("matmul_rs_residual")
+    root = made.root
+    assert any("matmul → reduce-scatter + residual: mapped" in line for line in made.lines), made.lines
+    w = load_workload(root)
+    assert set(w.split_dims) == {"M", "K"}
+    assert not (root / "templates").exists()
+    seed = w.seed.read_text()
+    assert "ncclReduceScatter" in seed and "cuco-knob: 1 2 4 8" in seed and "residual" in seed
+    ref = _reference(root)
+    dims = dict(w.verify_shapes[0].dims)
+    M, K, N = dims["M"], dims["K"], dims["N"]
+    spec = ref.io_spec(dims, 2, 1)
+    assert spec["inputs"] == [("x", (M, K // 2), "bf16"), ("b", (K // 2, N), "bf16"), ("residual", (M // 2, N), "bf16")]
+    assert spec["outputs"] == [("y", (M // 2, N), "bf16")]
+    inputs = _buffers(ref, dims, 2, seed=3)
+    total = sum(_f64(r["x"]) @ _f64(r["b"]) for r in inputs)
+    got = ref.expected(inputs, dims, 2)
+    for rank in range(2):
+        want = total[rank * M // 2:(rank + 1) * M // 2] + _f64(inputs[rank]["residual"])
+        assert np.allclose(got[rank]["y"], want, rtol=1e-10, atol=1e-10)
+    assert w.rtol == 0.04  # bf16 summed over the ranks
+    _check_is_clean(root)
+
+
+def test_a_linear_all_reduce_derives_the_patterns_dims(imported):
+    made = imported("linear_ar")
+    w = load_workload(made.root)
+    assert any("linear → all-reduce: mapped" in line for line in made.lines), made.lines
+    assert w.dim_names == ("T", "H", "F", "M", "K", "N")
+    for shape in w.verify_shapes + w.bench_shapes:  # M = T rows, K = F (split), N = H
+        d = shape.dims
+        assert (d["M"], d["K"], d["N"]) == (d["T"], d["F"], d["H"])
+    layout = _record(made.root)["layout"]
+    assert [(b["name"], b["layout"]) for b in layout["inputs"]] == [("x", "as_is"), ("b", "transposed")]
+    assert "ncclAllReduce" in w.seed.read_text()
+    _check_is_clean(made.root)
+
+
+@pytest.mark.parametrize("name,pattern", [("moe_alltoall", "all-to-all → 1 matmul(s) → all-to-all"),
+                                          ("cp_attention_kv", "all-gather of K/V (2 gather(s)) → attention")])
+def test_expert_and_attention_patterns_are_named_but_not_mapped(imported, name, pattern):
+    made = imported(name)
+    assert any(line.startswith(f"pattern: {pattern}") and "not mapped" in line for line in made.lines), made.lines
+    assert NO_SEED_MARK in (made.root / "seed.cu").read_text()
+    assert not (made.root / "templates").exists()
+    [match] = _record(made.root)["patterns"]
+    assert match["problem"]
+
+
+def test_a_program_without_a_pattern_imports_with_a_placeholder_seed(imported):
+    made = imported("gelu_mlp")
+    assert any(line.startswith("pattern: none the tool knows") for line in made.lines), made.lines
+    record = _record(made.root)
+    assert record["summary"] == "collectives: all_gather x1, broadcast x1; ops: gelu x1, mul x1"
+    assert [b["name"] for b in record["layout"]["inputs"]] == ["x"]  # the program's own names
+    assert [b["name"] for b in record["layout"]["outputs"]] == ["out"]
+    findings = check_workload(made.root, compile_seed=False)
+    assert not [f for f in findings if f.level == "error"], findings
+    warned = {f.item: f.detail for f in findings if f.level == "warning"}
+    assert "placeholder" in warned["seed"]
+    assert "all_gather x1, broadcast x1" in warned["offline agent"] and "gelu" in warned["offline agent"]
+
+
+
+def test_a_program_that_prints_much_runs_under_gloo(tmp_path):
+    """The ranks' output goes to files: a rank printing more than a pipe holds, before a collective its
+    peer waits in, does not stall the run (it did while the output went to pipes read one rank after
+    the other)."""
+    from cuco_tui.workload.program.gloo_run import run_gloo
+
+    program = tmp_path / "chatty.py"
+    program.write_text((PROGRAMS / "ag_linear.py").read_text().replace(
+        "    world = dist.get_world_size()\n", "    world = dist.get_world_size()\n    print('x' * (1 << 20))\n"))
+    run = run_gloo(program, 2, {"verify": {"M": 512, "K": 128, "N": 512}}, tmp_path, timeout=240)
+    assert run.output(0, 1, 0).shape == (512, 256)
