@@ -57,3 +57,17 @@ def test_compare_calls_the_same_code_measured_twice_unchanged():
     speed = rows[("", "speedup")]
     assert (speed.a, speed.b) == ("1.302x ±6%", "1.338x ±5%") and speed.mark == TIE
     assert not any(r.differs for r in rows.values() if r.label in ("speedup", "% bound"))
+
+
+def test_the_dashboard_shows_the_searchs_best_with_its_spread_among_its_ties():
+    from cuco_tui.app.search_state import DashboardState, apply
+    from cuco_tui.app.widgets.search.state_panel import render_compact, render_facts
+    from cuco_tui.search import events as ev
+
+    recs = records()
+    s = DashboardState()
+    for cid in ("c0000", "c0001", "c0017"):  # c0017 is no new best: within noise of c0001
+        s = apply(s, ev.CandidateCommitted(record=recs[cid], sha=f"sha-{cid}"))
+    s = apply(s, ev.BestImproved(record=recs["c0001"], previous="c0000", previous_speedup=recs["c0000"].speedup))
+    assert "1.245x ±5% (c0001)" in render_facts(s).plain and "1.24x ±5% c0001" in render_compact(s).plain
+    assert places(s.board) == ["1", "≈1", "3"]  # c0017, c0001 (the best), c0000
