@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from cuco_tui.core.bounds import Bounds, Work
+from cuco_tui.core.noise import Band, speedup_of
 from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.core.result import UNTIMED_OK, CascadeResult, ShapeTiming
 from cuco_tui.search import events as ev
@@ -75,6 +76,11 @@ class BoardEntry:
     def measured(self) -> bool:
         """Timed, so it has a speed to rank by (a verified candidate was checked, never timed)."""
         return self.status == "measured" and self.speedup is not None
+
+    @property
+    def band(self) -> Band | None:
+        """The speedup with the band of its measurement's noise (core/noise.py), when measured."""
+        return speedup_of(self.speedup, self.timings) if self.measured and self.speedup is not None else None
 
 
 def strategy_label(design: Mapping[str, Any]) -> str:

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cuco_tui.core.errors import UsageError
+from cuco_tui.core.noise import speedup_band, speedup_of
 from cuco_tui.core.result import CascadeResult, Status
 from cuco_tui.core.workload import Workload, WorkloadError
 from cuco_tui.harness.gpus import parse_gpu_list
@@ -288,6 +289,11 @@ def render_result(result: CascadeResult) -> Group:
     head.add_row("build", build)
     if result.gpus:
         head.add_row("GPUs", f"{','.join(map(str, result.gpus))} (world {result.world}), run {result.run_seconds:.1f} s")
+    if result.speedup is not None:
+        reps = result.timings[0].candidate.n if result.timings else 0
+        head.add_row("speedup", f"{speedup_of(result.speedup, result.timings).label()} the reference, geometric mean "
+                                f"over {len(result.timings)} shape(s) (±: half the band of noise of {reps} "
+                                f"repetitions a shape)")
     parts: list = [head]
     if result.diagnostics:
         parts.append(Panel("\n\n".join(d.render() for d in result.diagnostics), title="diagnostics", expand=False))
@@ -307,7 +313,7 @@ def render_result(result: CascadeResult) -> Group:
             dims = ",".join(str(v) for v in s.dims.values())
             ranks = " ".join(f"{r.median:.3f}" for r in s.per_rank)
             t.add_row(s.shape, dims, f"{s.reference.median:.3f}", f"{s.candidate.median:.3f}",
-                      f"{s.spread_pct:.1f}", ranks, f"{s.speedup:.2f}x")
+                      f"{s.spread_pct:.1f}", ranks, speedup_band(s).label())
         parts.append(t)
     if result.deadlock_report:
         parts.append(Panel(result.deadlock_report, title="deadlock report", expand=False))

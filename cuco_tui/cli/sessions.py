@@ -16,6 +16,7 @@ from rich.text import Text
 
 from cuco_tui.cli.common import render_result, stdout_console
 from cuco_tui.core.errors import UsageError
+from cuco_tui.core.noise import record_speedup
 
 
 # ---------------------------------------------------------------------------- cuco sessions
@@ -139,8 +140,9 @@ def candidate_table(records) -> str:
     placeholders = [r.id for r in records if r.placeholder]
     for r in (r for r in records if not r.placeholder):
         reason = "" if r.status in ("measured", "no_gpu") else (r.result or {}).get("reason", "")
+        speedup = record_speedup(r)
         rows.append((r.id, str(r.generation), str(r.island), r.kind, ",".join(r.parents) or "-", r.status,
-                     f"{r.speedup:.3f}x" if r.speedup is not None else "-", str((r.design or {}).get("backend", "-")),
+                     speedup.label(".3f") if speedup is not None else "-", str((r.design or {}).get("backend", "-")),
                      reason[:80]))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     table = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows)

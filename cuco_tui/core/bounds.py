@@ -8,9 +8,11 @@ session (`Bounds`). The work of a shape (`Work`: one rank's FLOPs and received b
 from the workload's reference (`flops(dims, world)`, `comm_bytes(dims, world)`).
 
 `figures` turns one ShapeTiming into what the screens show: time, speedup, TFLOP/s, GB/s and
-% of the bound. The bound is taken as a speedup (reference time / bound time, both from the
-baseline run) and compared with the candidate's speedup (measured against the reference in
-the candidate's own run), so clocks that drift between the two runs do not move the figure.
+% of the bound, with the bands of the time and the speedup (core/noise.py: TFLOP/s and GB/s
+follow the time's, % of the bound the speedup's). The bound is taken as a speedup (reference
+time / bound time, both from the baseline run) and compared with the candidate's speedup
+(measured against the reference in the candidate's own run), so clocks that drift between the
+two runs do not move the figure.
 Plain data and arithmetic, nothing else."""
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from cuco_tui.core.machine import MachineInfo
+from cuco_tui.core.noise import Band, speedup_band, time_band
 from cuco_tui.core.result import ShapeTiming
 
 
@@ -105,6 +108,8 @@ class ShapeFigures:
     gbps: float | None = None  # the bytes one rank receives / time, in GB/s
     pct_of_bound: float | None = None  # 100: at the bound
     bound_speedup: float | None = None
+    time_band: Band | None = None  # the candidate's interquartile range
+    speedup_band: Band | None = None
 
 
 def figures(timing: ShapeTiming, bound: ShapeBound | None = None, work: Work | None = None) -> ShapeFigures:
@@ -117,7 +122,8 @@ def figures(timing: ShapeTiming, bound: ShapeBound | None = None, work: Work | N
     if bound is not None and math.isfinite(bound.speedup) and bound.speedup > 0:
         bound_speedup = bound.speedup
         pct = 100.0 * timing.speedup / bound_speedup
-    return ShapeFigures(timing.shape, ms, timing.speedup, tflops, gbps, pct, bound_speedup)
+    return ShapeFigures(timing.shape, ms, timing.speedup, tflops, gbps, pct, bound_speedup,
+                        time_band(timing.candidate), speedup_band(timing))
 
 
 def all_figures(timings: Iterable[ShapeTiming], bounds: Bounds | None = None,

@@ -158,6 +158,12 @@ class ShapeTiming:
     def spread_pct(self) -> float:
         return self.candidate.iqr_pct
 
+    @classmethod
+    def from_dict(cls, t: dict[str, Any]) -> "ShapeTiming":
+        return cls(shape=t["shape"], dims=dict(t["dims"]), candidate=Spread(**t["candidate"]),
+                   reference=Spread(**t["reference"]), per_rank=[Spread(**r) for r in t["per_rank"]],
+                   speedup=t["speedup"])
+
 
 @dataclass(frozen=True)
 class CascadeResult:
@@ -197,20 +203,7 @@ class CascadeResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CascadeResult":
-        def spread(x: dict[str, Any]) -> Spread:
-            return Spread(**x)
-
-        timings = [
-            ShapeTiming(
-                shape=t["shape"],
-                dims=dict(t["dims"]),
-                candidate=spread(t["candidate"]),
-                reference=spread(t["reference"]),
-                per_rank=[spread(r) for r in t["per_rank"]],
-                speedup=t["speedup"],
-            )
-            for t in d.get("timings", [])
-        ]
+        timings = [ShapeTiming.from_dict(t) for t in d.get("timings", [])]
         return cls(
             candidate=d["candidate"],
             workload=d["workload"],

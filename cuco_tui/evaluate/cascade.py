@@ -17,6 +17,7 @@ from cuco_tui.toolchain import BuildCache, compile_candidate
 from cuco_tui.toolchain.attention import ensure_library, uses_attention
 from cuco_tui.toolchain.toolchain import Toolchain, discover
 from cuco_tui.evaluate import races, sanitizer, shared_gpu
+from cuco_tui.core.noise import speedup_of
 from cuco_tui.core.result import (
     CascadeResult,
     Diagnostic,
@@ -445,5 +446,5 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
     geo = math.prod(t.speedup for t in timings) ** (1 / len(timings))
     return CascadeResult(**common, status=Status.MEASURED, level=Level.BENCHMARK, diagnostics=diags,
                          timings=timings,
-                         reason=f"verified and measured on {len(timings)} shapes: {geo:.2f}x the reference "
-                                f"(geometric mean)" + released)
+                         reason=f"verified and measured on {len(timings)} shapes: {speedup_of(geo, timings).label()} "
+                                f"the reference (geometric mean)" + released)

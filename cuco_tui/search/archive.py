@@ -4,9 +4,12 @@ the overall best keeps a representative the search can return to."""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from cuco_tui.design.space import DIMENSIONS, DesignPoint
 from cuco_tui.source.regions import design_of
-from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.noise import exceeds, record_speedup
+from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.core.result import UNTIMED_OK
 
 MEASURED = "measured"
@@ -54,7 +57,26 @@ def design_point(record: CandidateRecord) -> DesignPoint:
 
 
 def is_better(a: CandidateRecord, b: CandidateRecord | None) -> bool:
-    return b is None or rank_key(a) < rank_key(b)
+    """Whether `a` takes `b`'s place (as the best, as a cell's elite). Two measured candidates:
+    only when a is faster beyond noise (core/noise.py), so a tie keeps the one there first;
+    otherwise by rank_key."""
+    if b is None:
+        return True
+    sa = record_speedup(a) if tier(a) == 0 else None
+    sb = record_speedup(b) if tier(b) == 0 and sa is not None else None
+    if sa is not None and sb is not None:
+        return exceeds(sa, sb)
+    return rank_key(a) < rank_key(b)
+
+
+def best_of(records: Iterable[CandidateRecord]) -> CandidateRecord | None:
+    """The best measured candidate as the search decides it: in id order, each measured one that
+    is_better than the best so far takes its place."""
+    best: CandidateRecord | None = None
+    for r in sorted(records, key=lambda r: id_number(r.id)):
+        if r.status == MEASURED and r.speedup is not None and is_better(r, best):
+            best = r
+    return best
 
 
 class Archive:

@@ -43,9 +43,9 @@ class SearchConfig:
     confirm_alone: bool = True
     confirm_margin: float = 0.02
     # A plateau (search/plateau.py): after this many generations in which the best measured speedup
-    # did not rise by more than `plateau_margin` (a fraction), the search warns, then diversifies
-    # (every island explores again and the islands exchange their best), then stops (reason
-    # "plateau"). 0 turns a stage off. Nothing counts until a candidate is measured (a GPU).
+    # did not rise beyond noise (core/noise.py) and by more than `plateau_margin` (a fraction), the
+    # search warns, then diversifies (every island explores again and the islands exchange their
+    # best), then stops (reason "plateau"). 0 turns a stage off. Nothing counts until a candidate is measured (a GPU).
     plateau_warn: int = 3
     plateau_diversify: int = 4
     plateau_stop: int = 8

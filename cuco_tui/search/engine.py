@@ -29,6 +29,7 @@ from typing import Any, Callable, Literal, Protocol
 
 from cuco_tui.agents.base import Agent, AgentExhausted, BudgetExhausted, ProposalRequest, hints_unread
 from cuco_tui.core.bounds import Bounds
+from cuco_tui.core.noise import record_speedup
 from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.core.workload import Workload
 from cuco_tui.design.space import DesignPoint
@@ -442,8 +443,9 @@ class SearchEngine:
             sha = self.repo.commit_candidate(record)
             ranked = ranking_view(record)
             improved = self._population.add(ranked)
-            if improved and ranked.speedup is not None:
-                self._plateau.best_measured(ranked.speedup, self._steering.generation)
+            speedup = record_speedup(ranked) if improved else None  # improved: faster than the best beyond noise
+            if speedup is not None:
+                self._plateau.best_measured(speedup, self._steering.generation)
             head = self._population.best_of_island(record.island % self.config.islands)
             if head is not None and head.id == record.id:
                 self.repo.set_island_head(record.island, record.id)

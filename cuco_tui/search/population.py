@@ -75,7 +75,8 @@ class Population:
         self.islands = [Island(i) for i in range(config.islands)]
         self.archive = Archive()
         self.novelty = NoveltyFilter(config.novelty_threshold)
-        self.best: CandidateRecord | None = None  # the best measured candidate
+        # The best measured candidate: replaced only by one faster beyond noise (archive.is_better).
+        self.best: CandidateRecord | None = None
         self.migrations = 0
 
     # ------------------------------------------------------------------ filling

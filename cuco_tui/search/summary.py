@@ -1,13 +1,16 @@
-"""The end-of-search summary: the best candidate, its speedup per bench shape, how many
-candidates ended in each status, and what the agent cost."""
+"""The end-of-search summary: the best candidate (as the search decides it: archive.best_of,
+a candidate replaces the best only when faster beyond noise), its speedup per bench shape with
+its spread, the candidates within noise of it, how many candidates ended in each status, and
+what the agent cost."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from cuco_tui.search.archive import rank_key
+from cuco_tui.core.noise import Band, read_timings, record_speedup, speedup_band, spread_label, within_noise
 from cuco_tui.core.records import CandidateRecord
+from cuco_tui.search.archive import best_of, rank_key
 
 STATUS_ORDER = ("measured", "verified", "no_gpu", "incorrect", "deadlock", "runtime_error", "compile_error", "rejected", "unreviewed",
                 "pending")
@@ -19,6 +22,7 @@ class ShapeSpeedup:
     reference_ms: float
     candidate_ms: float
     speedup: float
+    spread: float = 0.0  # the speedup's half-band (core/noise.py), a fraction
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class SearchSummary:
     best_design: dict[str, Any] = field(default_factory=dict)
     best_shapes: tuple[ShapeSpeedup, ...] = ()
     best_rationale: str = ""
+    best_spread: float = 0.0  # the best speedup's half-band (core/noise.py), a fraction; 0: not recorded
+    ties: tuple[str, ...] = ()  # measured candidates within noise of the best, fastest first
     seconds: float = 0.0
     # Placeholders an older engine committed when the agent had nothing new (EXHAUSTED): not
     # candidates, so in neither `candidates` nor `by_status`.
@@ -51,14 +57,18 @@ class SearchSummary:
         by_status: dict[str, int] = {}
         for r in recs:
             by_status[r.status] = by_status.get(r.status, 0) + 1
-        measured = [r for r in recs if r.status == "measured" and r.speedup is not None]
-        best = min(measured, key=rank_key) if measured else None
+        # A finalist's figure, timed beside other evaluations, does not rank; its confirmation
+        # does (scheduling.ranking_view).
+        measured = [r for r in recs if r.status == "measured" and r.speedup is not None and not r.extra.get("finalist")]
+        best = best_of(measured)
+        best_band = record_speedup(best) if best is not None else None
         shapes: tuple[ShapeSpeedup, ...] = ()
-        if best is not None and best.result:
-            shapes = tuple(
-                ShapeSpeedup(t["shape"], t["reference"]["median"], t["candidate"]["median"], t["speedup"])
-                for t in best.result.get("timings", [])
-            )
+        ties: tuple[str, ...] = ()
+        if best is not None and best_band is not None:
+            shapes = tuple(ShapeSpeedup(t.shape, t.reference.median, t.candidate.median, t.speedup,
+                                        speedup_band(t).spread) for t in read_timings(best.result))
+            ties = tuple(r.id for r in sorted(measured, key=rank_key)
+                         if r is not best and within_noise(_band(r), best_band))
         ordered = {s: by_status[s] for s in STATUS_ORDER if s in by_status}
         ordered |= {s: n for s, n in sorted(by_status.items()) if s not in ordered}
         return cls(
@@ -67,12 +77,14 @@ class SearchSummary:
             spent_usd=round(spent_usd if spent_usd is not None else sum(record_cost(r) for r in every), 6),
             best=best.id if best else None, best_speedup=best.speedup if best else None,
             best_design=dict(best.design) if best else {}, best_shapes=shapes,
-            best_rationale=best.rationale if best else "", seconds=seconds, placeholders=len(every) - len(recs),
+            best_rationale=best.rationale if best else "", best_spread=best_band.spread if best_band else 0.0,
+            ties=ties, seconds=seconds, placeholders=len(every) - len(recs),
         )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["best_shapes"] = [asdict(s) for s in self.best_shapes]
+        d["ties"] = list(self.ties)
         return d
 
     def render(self) -> str:
@@ -91,7 +103,11 @@ class SearchSummary:
                    else " (no GPU here: candidates were compiled, not run)" if self.by_status.get("no_gpu") else "")
             lines.append("best      none measured yet" + why)
         else:
-            lines.append(f"best      {self.best}: {self.best_speedup:.3f}x the reference (geometric mean)")
+            spread = f" {spread_label(self.best_spread)}" if self.best_spread > 0 else ""
+            lines.append(f"best      {self.best}: {self.best_speedup:.3f}x{spread} the reference (geometric mean)")
+            if self.ties:
+                more = f" and {len(self.ties) - 8} more" if len(self.ties) > 8 else ""
+                lines.append(f"ties      within noise of it: {', '.join(self.ties[:8])}{more}")
             coords = " ".join(f"{k}={v}" for k, v in self.best_design.items() if k != "knobs")
             if coords:
                 lines.append(f"design    {coords}")
@@ -102,9 +118,15 @@ class SearchSummary:
                 width = max(len(s.shape) for s in self.best_shapes)
                 lines.append("per shape " + f"{'shape':<{width}}  reference ms  candidate ms  speedup")
                 for s in self.best_shapes:
+                    spread = f" {spread_label(s.spread)}" if s.spread > 0 else ""
                     lines.append(f"          {s.shape:<{width}}  {s.reference_ms:12.3f}  {s.candidate_ms:12.3f}  "
-                                 f"{s.speedup:6.2f}x")
+                                 f"{s.speedup:6.2f}x{spread}")
         return "\n".join(line for line in lines if line)
+
+
+def _band(record: CandidateRecord) -> Band:
+    band = record_speedup(record)
+    return band if band is not None else Band.exact(0.0)
 
 
 def _agents(records: list[CandidateRecord]) -> str:

@@ -292,9 +292,9 @@ async def test_timings_per_shape_and_per_rank(tmp_path):
         shape = next(line.split() for line in text.splitlines() if line.strip().startswith("square-8k"))
         # the speedup and % of the bound first, then one rank's TFLOP/s and GB/s (gemm_allgather's counts
         # at world 2); no bound: the session keeps none
-        assert shape == ["square-8k", "1.20x", "-", "1.000", "0.980-1.020", "1.200", "1.180-1.220", "4.0",
+        assert shape == ["square-8k", "1.20x", "±3%", "-", "1.000", "0.980-1.020", "1.200", "1.180-1.220", "4.0",
                          "550", "67", "-", "30"]
-        assert "geometric mean speedup 1.13x over 2 shape(s)" in text
+        assert "geometric mean speedup 1.13x ±2% over 2 shape(s)" in text
         ranks = [line.split() for line in text.splitlines() if "-" in line and line.split()[:1] in (["mlp-up"], ["1"])]
         assert ["mlp-up", "0", "2.600", "2.580-2.620", "2.560-2.660", "30"] in ranks
         assert ["1", "2.850*", "2.830-2.870", "2.810-2.910", "30"] in ranks  # the slowest rank, marked
@@ -325,11 +325,11 @@ def test_the_overview_says_what_its_speedup_and_time_are(tmp_path):
     """Issue 36, item 19: "speedup 1.15x · 5.692 ms", the time the sum of the shapes' medians, unlabelled."""
     repo = build_session(tmp_path / "demo")
     two = facts_text(repo.record("c0000")).plain
-    assert "speedup 1.13x (geomean of 2 shapes) · 3.850 ms (sum of their medians)" in two
+    assert "speedup 1.13x ±2% (geomean of 2 shapes) · 3.850 ms (sum of their medians)" in two
     one = CascadeResult.from_dict(_result("c0009", Status.MEASURED, Level.BENCHMARK, "measured",
                                           timings=[_timing("square-8k", 1.2, 1.0, (1.0, 0.9))]))
     record = replace(repo.record("c0000"), result=one.to_dict(), speedup=1.2, latency_ms=1.0)
-    assert "speedup 1.20x (1 shape) · 1.000 ms (median)" in facts_text(record).plain
+    assert "speedup 1.20x ±3% (1 shape) · 1.000 ms (median)" in facts_text(record).plain
     repo.close()
 
 
@@ -349,7 +349,7 @@ async def test_speedup_and_pct_of_bound_are_in_view_at_80_columns(tmp_path):
         header = next(line for line in lines if line.strip().startswith("shape"))
         assert "speedup" in header and "% bound" in header
         row = next(line.split() for line in lines if line.strip().startswith("square-8k"))
-        assert row[1:3] == ["1.20x", "72%"]  # 1.2 of a bound at 1.667x
+        assert row[1:4] == ["1.20x", "±3%", "72%"]  # 1.2 of a bound at 1.667x, with its spread
         assert " ".join(" ".join(lines).split()).count("% of the bound") == 1  # the mean, in the summary line
         shown = " ".join(lines)  # and every key of the screen, on a second line where one is not enough
         for key in ("r Re-benchmark", "u Use as parent", "w Export", "] Next tab", "[ Prev tab", "esc Back", "q Quit",

@@ -223,7 +223,7 @@ async def test_the_candidate_view_shows_pct_of_bound_when_the_session_has_bounds
         assert await wait_until(pilot, lambda: screen.ready)
         rows = section_text(screen, "timings")
         shape = next(line.split() for line in rows.splitlines() if line.strip().startswith("square-8k"))
-        assert shape[1:3] == ["1.20x", "72%"] and shape[-4:] == ["550", "67", "1.67x", "30"]  # of a 1.67x bound
+        assert shape[1:4] == ["1.20x", "±3%", "72%"] and shape[-4:] == ["550", "67", "1.67x", "30"]  # of a 1.67x bound
     repo.close()
 
 
@@ -332,7 +332,7 @@ async def test_compare_shows_timings_design_and_knobs_side_by_side_then_the_diff
     rows = {(r.section, r.label): r for r in compare_rows(a, b)}
     assert rows[("", "status")].a == "measured" and rows[("", "status")].b == "compile_error"
     assert rows[("", "status")].differs and not rows[("design", "backend")].differs
-    assert rows[("square-8k", "speedup")].a == "1.20x" and rows[("square-8k", "speedup")].b == "-"
+    assert rows[("square-8k", "speedup")].a == "1.20x ±3%" and rows[("square-8k", "speedup")].b == "-"
     assert rows[("square-8k", "TFLOP/s")].a == "550"
     repo.close()
     app = CucoApp(open_session=tmp_path / "demo")

@@ -2,6 +2,7 @@
 from event files recorded on the 2 x H200 host (tests/data/runs/*, 2026-11-23)."""
 
 import json
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -103,6 +104,8 @@ def test_recorded_measured_run():
         assert 0.8 < t.speedup < 1.25
     assert all(v.ok for v in r.verifications) and len(r.verifications) == 2 + len(W.bench_shapes)
     assert r.speedup is not None
+    # the speedup with its spread (core/noise.py): "... 4 shapes: 0.99x ±3% the reference ..."
+    assert re.search(r"shapes: \d\.\d\dx ±\d+(\.\d)?% the reference \(geometric mean\)", r.reason), r.reason
 
 
 def test_recorded_wrong_values():

@@ -29,6 +29,7 @@ from cuco_tui.app.widgets.candidate.model import CandidateView, load_candidate
 from cuco_tui.app.widgets.candidate.tabs import CandidateTabs
 from cuco_tui.app.widgets.lineage.rows import status_style
 from cuco_tui.app.widgets.key_bar import KeyBar
+from cuco_tui.core.noise import record_speedup
 from cuco_tui.lineage import SessionError, SessionRepo
 
 LIVE_ACTIONS = {"rebenchmark": "re-benchmark", "make_parent": "use as parent"}
@@ -125,8 +126,9 @@ class CandidateScreen(Screen):
         text.append(r.id, style="bold")
         text.append(f"  {r.kind} · generation {r.generation} · island {r.island} · ")
         text.append(r.status, style=status_style(r.status))
-        if r.speedup is not None:
-            text.append(f" · {r.speedup:.2f}x", style="bold")
+        speedup = record_speedup(r)
+        if speedup is not None:
+            text.append(f" · {speedup.label()}", style="bold")
         text.append(f" · parents {', '.join(r.parents) or '(seed)'}")
         if view.not_measured():
             text.append(f" · {view.not_measured()}", style="dim")

@@ -17,6 +17,7 @@ from textual.widgets import Label, Static
 
 from cuco_tui.app.messages import CandidateState, status_tone
 from cuco_tui.app.widgets.measure import natural_width
+from cuco_tui.core.noise import speedup_band, speedup_of
 from cuco_tui.core.result import CascadeResult, Diagnostic, Level, ShapeTiming, Verification
 
 LEVEL_NAMES = {
@@ -125,7 +126,7 @@ def _facts(result: CascadeResult) -> str:
     if result.run_seconds:
         parts.append(f"ran {result.run_seconds:.1f} s")
     if result.speedup is not None:
-        parts.append(f"{result.speedup:.2f}x the reference")
+        parts.append(f"{speedup_of(result.speedup, result.timings).label()} the reference")
     return " · ".join(parts)
 
 
@@ -163,12 +164,12 @@ def count(n: int) -> str:
 
 
 def _timing_table(rows: list[ShapeTiming], geomean: float | None) -> Table:
-    caption = f"geometric mean speedup {geomean:.2f}x" if geomean is not None else None
+    caption = f"geometric mean speedup {speedup_of(geomean, rows).label()}" if geomean is not None else None
     table = Table(title="Timing (median of the slowest rank per iteration)", title_justify="left",
                   caption=caption, caption_justify="left", box=box.SIMPLE_HEAD, expand=False)
     for name in ("shape", "reference ms", "candidate ms", "spread %", "speedup"):
         table.add_column(name, justify="left" if name == "shape" else "right")
     for t in rows:
         table.add_row(t.shape, f"{t.reference.median:.3f}", f"{t.candidate.median:.3f}", f"{t.spread_pct:.1f}",
-                      f"{t.speedup:.2f}x")
+                      speedup_band(t).label())
     return table

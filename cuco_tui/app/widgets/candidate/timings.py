@@ -1,7 +1,8 @@
 """Timings of one candidate: per bench shape the reference and the candidate (median and the
-middle half, p25-p75, of the per-iteration times of the slowest rank), the speedup, what the
-time means (TFLOP/s and GB/s of one rank, % of the session's perfect-overlap bound), and each
-rank's own median and spread, as ShapeTiming stores them."""
+middle half, p25-p75, of the per-iteration times of the slowest rank), the speedup with its
+spread (the half-width of its band of noise, core/noise.py), what the time means (TFLOP/s and
+GB/s of one rank, % of the session's perfect-overlap bound), and each rank's own median and
+spread, as ShapeTiming stores them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cuco_tui.core.bounds import ShapeFigures, format_figure, mean_pct_of_bound
+from cuco_tui.core.noise import speedup_band, speedup_of
 from cuco_tui.core.result import ShapeTiming, Spread
 
 
@@ -21,13 +23,15 @@ def _iqr(s: Spread) -> str:
     return f"{s.p25:.3f}-{s.p75:.3f}"
 
 
-def summary_text(geomean: float | None, figures: tuple[ShapeFigures, ...] = (), no_bound: str = "") -> Text:
+def summary_text(geomean: float | None, figures: tuple[ShapeFigures, ...] = (), no_bound: str = "",
+                 timings: list[ShapeTiming] | None = None) -> Text:
     """The line above the tables (it wraps): the geometric mean speedup, the mean % of the bound,
     or why there is none."""
     pct = mean_pct_of_bound(figures)
     text = Text()
     if geomean is not None:
-        text.append(f"geometric mean speedup {geomean:.2f}x over {len(figures) or 'the'} shape(s)", style="bold")
+        speedup = speedup_of(geomean, timings or []).label()
+        text.append(f"geometric mean speedup {speedup} over {len(figures) or 'the'} shape(s)", style="bold")
     if pct is not None:
         text.append(f", {pct:.0f}% of the bound")
     elif no_bound:
@@ -52,7 +56,7 @@ def shape_table(timings: list[ShapeTiming], figures: tuple[ShapeFigures, ...] = 
     for t in timings:
         tone = "green" if t.speedup >= 1.0 else "red"
         tflops, gbps, bound, pct = figure_cells(by_shape.get(t.shape))
-        table.add_row(t.shape, Text(f"{t.speedup:.2f}x", style=f"bold {tone}"), Text(pct, style="bold"),
+        table.add_row(t.shape, Text(speedup_band(t).label(), style=f"bold {tone}"), Text(pct, style="bold"),
                       _ms(t.candidate.median), _iqr(t.candidate), _ms(t.reference.median), _iqr(t.reference),
                       f"{t.spread_pct:.1f}", tflops, gbps, bound, str(t.candidate.n))
     return table
@@ -86,5 +90,5 @@ def timings_parts(timings: list[ShapeTiming], geomean: float | None, figures: tu
                   no_bound: str = "") -> tuple[Text | Table, ...]:
     """The Timings tab: the summary line, the per-shape table, the per-rank table (or why none)."""
     ranks = rank_table(timings)
-    return (summary_text(geomean, figures, no_bound), shape_table(timings, figures),
+    return (summary_text(geomean, figures, no_bound, timings), shape_table(timings, figures),
             ranks if ranks is not None else Text("Per-rank timings are not stored in this result.", style="dim"))

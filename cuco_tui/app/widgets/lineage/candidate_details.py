@@ -13,6 +13,7 @@ from textual.widgets import Static
 from cuco_tui.app.messages import CandidateState
 from cuco_tui.app.widgets.lineage.rows import status_style
 from cuco_tui.app.widgets.result_view import ResultView, Shown
+from cuco_tui.core.noise import record_speedup
 from cuco_tui.core.result import CascadeResult
 from cuco_tui.core.records import CandidateRecord
 
@@ -66,8 +67,9 @@ def facts_text(record: CandidateRecord) -> Text:
     text.append("status ")
     text.append(record.status, style=status_style(record.status))
     shapes = measured_shapes(record)
-    if record.speedup is not None:
-        text.append(f" · speedup {record.speedup:.2f}x", style="bold")
+    speedup = record_speedup(record)
+    if speedup is not None:
+        text.append(f" · speedup {speedup.label()}", style="bold")
         text.append(f" (geomean of {shapes} shapes)" if shapes > 1 else " (1 shape)" if shapes else "")
     if record.latency_ms is not None:
         text.append(f" · {record.latency_ms:.3f} ms")

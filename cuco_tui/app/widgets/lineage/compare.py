@@ -1,7 +1,10 @@
 """Two candidates side by side: status, speedup and % of bound, every design coordinate and
 knob, and per bench shape the time, speedup, TFLOP/s, GB/s and % of the bound; rows that differ
-are marked. Built from two CandidateViews (candidate/model.py), so the figures are the candidate
-view's own. The code's unified diff is shown below the table by the compare screen."""
+are marked. A measured figure differs only beyond noise (core/noise.py: the two bands do not
+overlap); one that reads differently within noise is marked as a tie, '≈', not as a change.
+Speedups carry their spread; TFLOP/s and GB/s (work / time) follow the time's band, % of the
+bound the speedup's. Built from two CandidateViews (candidate/model.py), so the figures are the
+candidate view's own. The code's unified diff is shown below the table by the compare screen."""
 
 from __future__ import annotations
 
@@ -13,8 +16,10 @@ from rich.text import Text
 
 from cuco_tui.app.widgets.candidate.model import CandidateView
 from cuco_tui.core.bounds import ShapeFigures, format_figure, mean_pct_of_bound
+from cuco_tui.core.noise import Band, record_speedup, within_noise
 
 DIFFERS = "≠"
+TIE = "≈"
 
 
 @dataclass(frozen=True)
@@ -23,32 +28,56 @@ class CompareRow:
     a: str
     b: str
     section: str = ""  # "" for the facts, "design", "knobs", or a shape's name
+    # The bands of a measured figure on both sides: it differs only beyond noise.
+    bands: tuple[Band, Band] | None = None
 
     @property
     def differs(self) -> bool:
+        if self.bands is not None:
+            return not within_noise(*self.bands)
         return self.a != self.b
+
+    @property
+    def mark(self) -> str:
+        """DIFFERS, TIE (reads differently, within noise), or ''."""
+        return DIFFERS if self.differs else TIE if self.a != self.b else ""
+
+
+def _pair(fa: ShapeFigures | None, fb: ShapeFigures | None, attr: str) -> tuple[Band, Band] | None:
+    ba, bb = (getattr(f, attr) if f is not None else None for f in (fa, fb))
+    return (ba, bb) if ba is not None and bb is not None else None
 
 
 def _figure_rows(shape: str, fa: ShapeFigures | None, fb: ShapeFigures | None) -> list[CompareRow]:
     def cell(f: ShapeFigures | None, attr: str, spec: str, unit: str = "") -> str:
         return format_figure(getattr(f, attr) if f is not None else None, spec, unit)
 
-    return [CompareRow("time ms", cell(fa, "time_ms", ".3f"), cell(fb, "time_ms", ".3f"), shape),
-            CompareRow("speedup", cell(fa, "speedup", ".2f", "x"), cell(fb, "speedup", ".2f", "x"), shape),
-            CompareRow("TFLOP/s", cell(fa, "tflops", ".0f"), cell(fb, "tflops", ".0f"), shape),
-            CompareRow("GB/s", cell(fa, "gbps", ".0f"), cell(fb, "gbps", ".0f"), shape),
-            CompareRow("% bound", cell(fa, "pct_of_bound", ".0f", "%"), cell(fb, "pct_of_bound", ".0f", "%"), shape)]
+    def speed(f: ShapeFigures | None) -> str:
+        band = f.speedup_band if f is not None else None
+        return band.label() if band is not None else cell(f, "speedup", ".2f", "x")
+
+    # TFLOP/s and GB/s are the time turned over: they differ exactly when the time does.
+    time, speedup = _pair(fa, fb, "time_band"), _pair(fa, fb, "speedup_band")
+    return [CompareRow("time ms", cell(fa, "time_ms", ".3f"), cell(fb, "time_ms", ".3f"), shape, time),
+            CompareRow("speedup", speed(fa), speed(fb), shape, speedup),
+            CompareRow("TFLOP/s", cell(fa, "tflops", ".0f"), cell(fb, "tflops", ".0f"), shape, time),
+            CompareRow("GB/s", cell(fa, "gbps", ".0f"), cell(fb, "gbps", ".0f"), shape, time),
+            CompareRow("% bound", cell(fa, "pct_of_bound", ".0f", "%"), cell(fb, "pct_of_bound", ".0f", "%"), shape,
+                       speedup)]
 
 
 def compare_rows(a: CandidateView, b: CandidateView) -> list[CompareRow]:
     ra, rb = a.record, b.record
     fa, fb = a.figures(), b.figures()
+    sa, sb = record_speedup(ra), record_speedup(rb)
+    speedups = (sa, sb) if sa is not None and sb is not None else None
     rows = [
         CompareRow("kind", ra.kind, rb.kind),
         CompareRow("status", ra.status, rb.status),
-        CompareRow("speedup", format_figure(ra.speedup, ".3f", "x"), format_figure(rb.speedup, ".3f", "x")),
+        CompareRow("speedup", sa.label(".3f") if sa is not None else "-", sb.label(".3f") if sb is not None else "-",
+                   bands=speedups),
         CompareRow("% bound", format_figure(mean_pct_of_bound(fa), ".0f", "%"),
-                   format_figure(mean_pct_of_bound(fb), ".0f", "%")),
+                   format_figure(mean_pct_of_bound(fb), ".0f", "%"), bands=speedups),
         CompareRow("parents", ", ".join(ra.parents) or "(seed)", ", ".join(rb.parents) or "(seed)"),
     ]
     dims = [k for k in dict.fromkeys([*ra.design, *rb.design]) if k != "knobs"]
@@ -62,7 +91,8 @@ def compare_rows(a: CandidateView, b: CandidateView) -> list[CompareRow]:
 
 
 def compare_table(a: CandidateView, b: CandidateView) -> Table:
-    table = Table(title=f"{a.id} and {b.id} side by side ({DIFFERS}: they differ)", title_justify="left",
+    table = Table(title=f"{a.id} and {b.id} side by side ({DIFFERS}: they differ; {TIE}: within noise)",
+                  title_justify="left",
                   box=box.SIMPLE_HEAD, expand=False)
     table.add_column("", no_wrap=True, style="dim")
     table.add_column("", no_wrap=True)
@@ -75,7 +105,7 @@ def compare_table(a: CandidateView, b: CandidateView) -> Table:
         if row.section != section and row.section:
             table.add_section()
         section = row.section
-        mark = Text(DIFFERS, style="bold yellow") if row.differs else Text("")
+        mark = Text(row.mark, style="bold yellow" if row.differs else "dim")
         style = "bold" if row.differs else ""
         table.add_row(head, row.label, Text(row.a, style=style), Text(row.b, style=style), mark)
     if not (a.figures() or b.figures()):

@@ -1,7 +1,10 @@
 """The leaderboard: every committed candidate, best first (measured by speedup, then compiled
-only, then the rest), with its strategy, status, speedup, % of the bound, time, TFLOP/s, GB/s
-and the speedup of each bench shape. Enter on a row asks the dashboard to open that candidate
-(Leaderboard.Chosen). The dashboard hands it the board of its state, the bounds and the work."""
+only, then the rest), with its place, strategy, status, speedup, % of the bound, time, TFLOP/s,
+GB/s and the speedup of each bench shape. Every speedup carries its spread ('1.48x ±3%', the
+half-width of its band of noise, core/noise.py), and a measured row within noise of the row
+that opened its place shares the place, marked '≈' ('≈1': not told apart from the first).
+Enter on a row asks the dashboard to open that candidate (Leaderboard.Chosen). The dashboard
+hands it the board of its state, the bounds and the work."""
 
 from __future__ import annotations
 
@@ -15,9 +18,32 @@ from textual.widgets import DataTable, Label
 
 from cuco_tui.app.search_state import BoardEntry
 from cuco_tui.core.bounds import Bounds, Work, all_figures, format_figure, mean_pct_of_bound
+from cuco_tui.core.noise import Band, exceeds
 
 # What matters most first: a narrow column shows these and scrolls sideways for the rest.
-FIXED = ("id", "speedup", "% bound", "status", "strategy", "ms", "TFLOP/s", "GB/s")
+FIXED = ("#", "id", "speedup", "% bound", "status", "strategy", "ms", "TFLOP/s", "GB/s")
+TIE = "≈"
+
+
+def places(board: tuple[BoardEntry, ...]) -> list[str]:
+    """Each entry's place, in board order (fastest first): '1', '2', ...; '≈N' for a measured
+    entry that the entry opening place N does not beat beyond noise (a tie with it); '-' for
+    one never timed."""
+    out: list[str] = []
+    opened: tuple[Band, int] | None = None  # the band that opened the current place, and its number
+    n = 0
+    for entry in board:
+        band = entry.band
+        if band is None:
+            out.append("-")
+            continue
+        n += 1
+        if opened is not None and not exceeds(opened[0], band):
+            out.append(f"{TIE}{opened[1]}")
+        else:
+            opened = (band, n)
+            out.append(str(n))
+    return out
 
 
 def totals(entry: BoardEntry, work: Mapping[str, Work]) -> tuple[float | None, float | None, float | None]:
@@ -32,16 +58,22 @@ def totals(entry: BoardEntry, work: Mapping[str, Work]) -> tuple[float | None, f
     return ms, tflops, gbps
 
 
-def row(entry: BoardEntry, shapes: list[str], bounds: Bounds | None, work: Mapping[str, Work]) -> tuple[str, ...]:
+def row(entry: BoardEntry, shapes: list[str], bounds: Bounds | None, work: Mapping[str, Work],
+        place: str = "-") -> tuple[str, ...]:
     figures = all_figures(entry.timings, bounds, work)
     pct = mean_pct_of_bound(figures)
     ms, tflops, gbps = totals(entry, work)
     by_shape = {f.shape: f for f in figures}
-    cells = [entry.candidate, format_figure(entry.speedup if entry.measured else None, ".2f", "x"),
+    band = entry.band
+    cells = [place, entry.candidate, band.label() if band is not None else "-",
              format_figure(pct, ".0f", "%"), entry.status, entry.strategy,
              format_figure(ms, ".3f"), format_figure(tflops, ".0f"), format_figure(gbps, ".0f")]
-    cells += [format_figure(by_shape[s].speedup, ".2f", "x") if s in by_shape else "-" for s in shapes]
+    cells += [_shape_speedup(by_shape[s].speedup_band) if s in by_shape else "-" for s in shapes]
     return tuple(cells)
+
+
+def _shape_speedup(band: Band | None) -> str:
+    return band.label() if band is not None else "-"
 
 
 class Leaderboard(Vertical):
@@ -90,7 +122,7 @@ class Leaderboard(Vertical):
         """Rows for exactly `board`, in its order; a cursor moved off the top stays on its
         candidate, one at the top stays there (on the best)."""
         table = self.query_one(DataTable)
-        rows = {e.candidate: row(e, shapes, bounds, work) for e in board}
+        rows = {e.candidate: row(e, shapes, bounds, work, place) for e, place in zip(board, places(board))}
         # Widths given, not measured by the table: a DataTable measures a new row's cells on a later
         # refresh, and a board shown twice in a frame (rows cleared in between) kept the labels'
         # widths (an 80x24 dashboard showed "c0" for c0000).

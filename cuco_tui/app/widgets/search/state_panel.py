@@ -55,6 +55,15 @@ def bound_fact(s: DashboardState, short: bool = False) -> str:
     return f"{s.bounds.speedup:.2f}x{reached}"
 
 
+def best_speedup(s: DashboardState, spec: str) -> str:
+    """The best's speedup with its spread, from its leaderboard entry ('-' before one is measured)."""
+    if s.best_speedup is None:
+        return "-"
+    entry = next((e for e in s.board if e.candidate == s.best_id), None)
+    band = entry.band if entry is not None else None
+    return band.label(spec) if band is not None else f"{s.best_speedup:{spec}}x"
+
+
 def hints_fact(s: DashboardState, short: bool = False) -> str:
     """How many hints the agent was given, or that it reads none (the offline agent)."""
     if s.hints_unread:
@@ -64,7 +73,7 @@ def hints_fact(s: DashboardState, short: bool = False) -> str:
 
 def render_facts(s: DashboardState) -> Content:
     statuses = " ".join(f"{k} {v}" for k, v in sorted(s.statuses.items())) or "none yet"
-    best = f"{s.best_speedup:.3f}x ({s.best_id})" if s.best_speedup is not None else "-"
+    best = f"{best_speedup(s, '.3f')} ({s.best_id})" if s.best_speedup is not None else "-"
     budget = f"${s.spent:.2f} of ${s.budget:.2f}" if s.budget is not None else f"${s.spent:.2f} (no cap)"
     gen = f"{s.generation} of {s.generations}" if s.generations else str(s.generation)
     rows = [
@@ -79,7 +88,7 @@ def render_facts(s: DashboardState) -> Content:
 def render_compact(s: DashboardState) -> Content:
     """The same facts in fewer lines, for a short terminal."""
     statuses = " ".join(f"{k} {v}" for k, v in sorted(s.statuses.items())) or "none yet"
-    best = f"{s.best_speedup:.2f}x {s.best_id}" if s.best_speedup is not None else "-"
+    best = f"{best_speedup(s, '.2f')} {s.best_id}" if s.best_speedup is not None else "-"
     budget = f"${s.spent:.2f}/${s.budget:.2f}" if s.budget is not None else f"${s.spent:.2f}"
     gen = f"{s.generation}/{s.generations}" if s.generations else str(s.generation)
     rows = [
