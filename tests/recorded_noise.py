@@ -2,7 +2,7 @@
 tests of the noise test (cuco_tui/core/noise.py) in every room that uses it.
 
 tests/data/noise/gemm_reducescatter-h100x4.json holds twelve record.json of
-sessions/examples/gemm_reducescatter-offline-h100x4.bundle (2 x H100, 30 repetitions a shape)
+docs/data/2026-11-26-gemm_reducescatter-offline-h100x4.bundle (4 x H100, 30 repetitions a shape)
 and the session's bounds. What they show: c0006, c0007, c0012 and c0017 re-measured alone the
 sources of c0004, c0005, c0010 and c0015 (timed beside another evaluation): the same code twice.
 c0013 and c0019 at mlp-down-70b: 24 and 22 GB/s with overlapping interquartile ranges;

@@ -22,7 +22,7 @@ Otherwise they are within noise of each other, a tie, and nothing that decides o
 "better" treats A as better. Why the spread of single repetitions and not the far smaller
 standard error of a median of 30: a figure is compared with one from another run, and runs
 differ by more than one run's sampling error. The same source measured twice (the
-confirmations in sessions/examples/gemm_reducescatter-offline-h100x4.bundle: c0004 and c0006,
+confirmations in docs/data/2026-11-26-gemm_reducescatter-offline-h100x4.bundle: c0004 and c0006,
 c0005 and c0007, c0010 and c0012, c0015 and c0017) differed by 0.9-3.3 % in geometric mean and
 by up to 8 % on one shape, about the half-IQR of the repetitions, and within it; a test at
 the median's standard error would call three of the four a change (tests/core/test_noise.py

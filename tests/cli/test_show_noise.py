@@ -1,6 +1,6 @@
 """`cuco show` and `cuco eval` print every speedup with its spread, and `cuco show` names the best
 as the search decides it (faster beyond noise) with the candidates within noise of it: on the
-search recorded on 2 x H100 (sessions/examples) and a result it recorded (tests/data/noise)."""
+search recorded on 4 x H100 (docs/data) and a result it recorded (tests/data/noise)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from cuco_tui.core.result import CascadeResult
 from recorded_noise import records
 from repo_paths import REPO
 
-H100X4 = REPO / "sessions" / "examples" / "gemm_reducescatter-offline-h100x4.bundle"
+H100X4 = REPO / "docs" / "data" / "2026-11-26-gemm_reducescatter-offline-h100x4.bundle"
 
 
 def test_cuco_show_names_the_best_with_its_spread_and_the_ties(capsys):
