@@ -11,4 +11,5 @@ if [ -d .whl/cudnn_frontend/include ] && [ -z "${CUCO_CUDNN_FRONTEND_INCLUDE:-}"
   export CUCO_CUDNN_FRONTEND_INCLUDE=$PWD/.whl/cudnn_frontend/include
 fi
 nvidia-smi -L
-exec python3 -m pytest -m gpu -v -p no:cacheprovider "$@"
+# -n 0: one process (pyproject runs two workers), so no two GPU tests take the GPUs at once.
+exec python3 -m pytest -m gpu -v -n 0 -p no:cacheprovider "$@"

@@ -21,7 +21,10 @@ def pytest_collection_modifyitems(config, items):
 def _isolated_cache(tmp_path_factory, monkeypatch):
     # Tests share one build cache per session (compiles are slow) but never the user's, unless
     # CUCO_TEST_CACHE_DIR names one (scripts/gpu-tests.sh: a cache a device call warmed in parallel).
-    cache = tmp_path_factory.getbasetemp() / "cuco-cache"
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, above each worker's own: the workers share one cache
+    cache = base / "cuco-cache"
     monkeypatch.setenv("CUCO_CACHE_DIR", os.environ.get("CUCO_TEST_CACHE_DIR") or str(cache / "build"))
     yield
 

@@ -25,7 +25,7 @@ STEP_TAIL=12
 source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 TAIL=24 step moe-grouped "${BENCH_S:-230}" python3 benchmarks/moe_grouped.py --reps 25 --out "$OUT/moe_grouped.json"
-step moe-ref-tests "${TESTS_S:-120}" python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/workloads/moe_dispatch_combine/test_moe_gpu.py
+step moe-ref-tests "${TESTS_S:-120}" python3 -m pytest -q -n 0 -p no:cacheprovider -m gpu -rs tests/workloads/moe_dispatch_combine/test_moe_gpu.py
 step shared-check-w2 "${SWEEP_S:-170}" python3 benchmarks/shared_gpu_check.py --out "$OUT/check-w2" --jobs 3 \
   --worlds 2 --sweep moe_dispatch_combine
 step shared-check-w4 "${W4_S:-60}" python3 benchmarks/shared_gpu_check.py --out "$OUT/check-w4" --jobs 3 \

@@ -11,7 +11,7 @@ source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv
 ip -brief addr 2>/dev/null || ls /sys/class/net
 # Its own cache and one nvcc: it runs beside the steps below.
-(timeout 300 python3 -m pytest -q -p no:cacheprovider tests/toolchain/test_attention_lib.py > "$OUT/attention-lib-tests.txt" 2>&1;
+(timeout 300 python3 -m pytest -q -n 0 -p no:cacheprovider tests/toolchain/test_attention_lib.py > "$OUT/attention-lib-tests.txt" 2>&1;
  echo "rc=$?" >> "$OUT/attention-lib-tests.txt") &
 step shared-check "${CHECK_S:-360}" python3 benchmarks/shared_gpu_check.py --out "$OUT/check" --jobs "${JOBS:-3}" \
   --worlds "${WORLDS:-2,4}" ${SWEEP:+--sweep}
