@@ -13,6 +13,7 @@
 # The sessions it starts under sessions/ are removed afterwards; nothing else is touched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export CUCO_SESSIONS_DIR="$PWD/sessions"  # the sessions it starts, where the cleanup below looks
 out=${1:-/dev/stdout}
 tui=${CUCO_TUI:-cuco-tui}
 session=cuco-new-user-$$

@@ -30,6 +30,14 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _isolated_sessions(tmp_path_factory, monkeypatch):
+    # A search without --session/--root makes its session in the user's sessions folder
+    # (cuco_tui.search.sessions.sessions_root): tests get one of their own, never the user's.
+    monkeypatch.setenv("CUCO_SESSIONS_DIR", str(tmp_path_factory.getbasetemp() / "cuco-sessions"))
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _no_anthropic_key(monkeypatch):
     # The agent is chosen from the environment (Claude when a key is set): tests never reach the
     # real API, and every test sees the same choice whatever the developer's shell holds.

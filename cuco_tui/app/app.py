@@ -40,16 +40,14 @@ def _cascade_evaluate(*args, **kwargs) -> CascadeResult:
 
 
 def latest_session(root: Path | None = None) -> Path | None:
-    """The most recently modified session under `root` (default sessions/), else the newest
-    bundle under its examples/, else None."""
-    if root is None:
-        from cuco_tui.search.sessions import SESSIONS
+    """The most recently modified session under `root` (default: the sessions folder), else the
+    newest example bundle (search.sessions.example_bundles), else None."""
+    from cuco_tui.search.sessions import example_bundles, sessions_root
 
-        root = SESSIONS
-    sessions = list_sessions(root)
+    sessions = list_sessions(root if root is not None else sessions_root())
     if sessions:
         return sessions[0].path
-    bundles = sorted((root / "examples").glob("*.bundle"), key=lambda p: p.stat().st_mtime, reverse=True)
+    bundles = sorted(example_bundles(root), key=lambda p: p.stat().st_mtime, reverse=True)
     return bundles[0] if bundles else None
 
 
@@ -60,7 +58,7 @@ class CucoApp(App):
 
     The search (`s`, or at once with `start_search`): `search_config` (default: the workload's,
     10 generations), `review_mode` overrides its review mode, `session` the session folder
-    (default: a new one under sessions/), `engine_options` extra SearchEngine keyword arguments,
+    (default: a new one in the sessions folder), `engine_options` extra SearchEngine keyword arguments,
     `agent` "offline" or "claude" (None: claude when ANTHROPIC_API_KEY is set), `resume` a
     session folder to continue instead of a new one. `b` lists the sessions and the example
     bundles to browse."""
@@ -105,7 +103,7 @@ class CucoApp(App):
                                           resume_overrides=tuple((resume_overrides or {}).items()))
         self.start_search = start_search
         self.open_session = Path(open_session) if open_session is not None else None
-        self.sessions_root = sessions_root  # None: cuco_tui.search.sessions.SESSIONS
+        self.sessions_root = sessions_root  # None: cuco_tui.search.sessions.sessions_root(), and the clone's examples
         # Made from search_launch once the app runs, started by the dashboard when it first opens;
         # the lineage screens get it so that candidates of its session can be steered.
         self.live_search: LiveSearch | None = None
@@ -121,8 +119,8 @@ class CucoApp(App):
 
     def action_lineage(self) -> None:
         """The lineage of what is on screen: a candidate's session (back to its lineage when one
-        lies under it), this app's search once it started, else the most recent session under
-        sessions/, else an example bundle. On a lineage, it says which."""
+        lies under it), this app's search once it started, else the most recent session in the
+        sessions folder, else an example bundle. On a lineage, it says which."""
         screen = self.screen
         if isinstance(screen, LineageScreen):
             self.notify(f"this is the lineage of {screen.repo.path.name}; b browses the other sessions")
@@ -178,7 +176,7 @@ class CucoApp(App):
                 yield command
 
     def action_browse(self) -> None:
-        """Pick a session or an example bundle (sessions/examples/) and open its lineage."""
+        """Pick a session or an example bundle (the clone's sessions/examples/) and open its lineage."""
         from cuco_tui.app.screens.browse import BrowseScreen
 
         def chosen(path: Path | None) -> None:
@@ -195,7 +193,7 @@ class CucoApp(App):
         if path is None:
             path = latest_session(self.sessions_root)
             if path is None:
-                self.call_from_thread(self.notify, "no session under sessions/ and no example bundle to "
+                self.call_from_thread(self.notify, "no session in the sessions folder and no example bundle to "
                                       "open; run a search first", severity="warning")
                 return
         try:

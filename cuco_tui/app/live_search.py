@@ -39,19 +39,26 @@ class LiveSearch:
     # ---- lifetime (blocking: call from a thread) ---------------------------------------------
 
     def start(self) -> None:
-        """Create or reopen the session, build the agent and the engine. Once only."""
+        """Create or reopen the session, build the agent and the engine. Once only. Whatever can
+        refuse the search (the agent, the world and the GPU groups) is checked before a new
+        session is made, so a refusal leaves none behind."""
         from cuco_tui.agents.factory import make_agent
-        from cuco_tui.search.sessions import create_session, open_session
+        from cuco_tui.search.scheduling import plan_executor
+        from cuco_tui.search.sessions import create_session, new_session_folder, open_session
 
         with self._lock:
             if self._starting or self._closed:
                 raise RuntimeError("this search was already started or closed; a LiveSearch starts once")
             self._starting = True
         launch = self.launch
+        kwargs: dict[str, Any] = dict(launch.engine_options)
+        if launch.evaluate_fn is not None:
+            kwargs["evaluate_fn"] = launch.evaluate_fn
         if launch.resume is not None:
             repo, workload, config = open_session(launch.resume)
             config = config.with_(**dict(launch.resume_overrides))
             try:
+                kwargs["gpu_pool"] = plan_executor(workload, config, kwargs.get("gpu_pool"))
                 agent = make_agent(launch.agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
                                    seed=config.seed, budget_usd=config.budget_usd, model=launch.model)
             except BaseException:
@@ -59,14 +66,12 @@ class LiveSearch:
                 raise
         else:
             workload, config = launch.workload, launch.config
-            # the agent before the session: an agent that cannot search here leaves no session behind
+            folder = new_session_folder(launch.session, None, workload.name)
+            kwargs["gpu_pool"] = plan_executor(workload, config, kwargs.get("gpu_pool"))
             agent = make_agent(launch.agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
                                seed=config.seed, budget_usd=config.budget_usd, model=launch.model)
-            repo = create_session(workload, config, launch.session)
+            repo = create_session(workload, config, folder)
         try:
-            kwargs: dict[str, Any] = dict(launch.engine_options)
-            if launch.evaluate_fn is not None:
-                kwargs["evaluate_fn"] = launch.evaluate_fn
             engine = SearchEngine(workload, agent, repo, config, events=self.events, **kwargs)
         except BaseException:
             repo.close()

@@ -1,4 +1,4 @@
-"""What a search started from the app runs with: a new session under sessions/ (or at
+"""What a search started from the app runs with: a new session in the sessions folder (or at
 `session`), or an existing one continued (`resume`); the agent named by `agent` (None: Claude
 when ANTHROPIC_API_KEY is set, else offline). A recipe only: cuco_tui.app.live_search.LiveSearch
 starts it and owns what it opens."""
@@ -24,7 +24,7 @@ class SearchLaunch:
     workload: Workload
     config: SearchConfig
     evaluate_fn: EvaluateFn | None = None  # None: the real cascade
-    session: Path | None = None  # None: a fresh folder under sessions/
+    session: Path | None = None  # None: a fresh folder in the sessions folder (search.sessions.sessions_root)
     engine_options: tuple[tuple[str, Any], ...] = ()
     agent: str | None = None  # "offline" | "claude" | None: chosen from the environment
     model: str | None = None

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from cuco_tui.core.bounds import Bounds, Work
+from cuco_tui.core.ending import END_STATES, describe_end
 from cuco_tui.core.noise import Band, speedup_of
 from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.core.result import UNTIMED_OK, CascadeResult, ShapeTiming
@@ -126,8 +127,10 @@ def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
 
 @dataclass(frozen=True)
 class DashboardState:
-    """`run`: "starting" | "running" | "paused" | "stopping" | "finished: <reason>" | "failed"
-    ("stopping" and "failed" are the dashboard's own: asked to stop, or could not start)."""
+    """`run`: "starting" | "running" | "paused" | "stopping" | how it ended | "failed"
+    ("stopping" and "failed" are the dashboard's own: asked to stop, or could not start). How a
+    search ended is the session's state as `cuco sessions` lists it, with the reason where that
+    says more: "finished", "exhausted", "stopped", "stopped (budget)" (core/ending.py)."""
 
     run: str = "starting"
     phase: str = "-"
@@ -173,13 +176,14 @@ class DashboardState:
         return len(self.evaluations)
 
     @property
-    def finished(self) -> bool:
-        return self.run.startswith("finished")
+    def ended(self) -> bool:
+        """True once the search ended (finished, exhausted or stopped)."""
+        return self.run.partition(" ")[0] in END_STATES
 
     @property
     def over(self) -> bool:
-        """True once nothing can be steered: the search finished or could not start."""
-        return self.finished or self.run == "failed"
+        """True once nothing can be steered: the search ended or could not start."""
+        return self.ended or self.run == "failed"
 
     def proposal(self, candidate: str) -> PendingProposal | None:
         return next((p for p in self.proposals if p.candidate == candidate), None)
@@ -349,7 +353,7 @@ def _resumed(s: DashboardState, e: ev.Resumed) -> DashboardState:
 
 
 def _finished(s: DashboardState, e: ev.SearchFinished) -> DashboardState:
-    return replace(s, run=f"finished: {e.reason}")
+    return replace(s, run=describe_end(e.reason))
 
 
 def _error(s: DashboardState, e: ev.EngineError) -> DashboardState:

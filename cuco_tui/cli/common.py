@@ -143,6 +143,9 @@ def config_overrides(args: argparse.Namespace, agent_kind: str, keys: tuple[str,
     """The SearchConfig fields the command line sets (`keys` given as flags, --gpus, --budget),
     shared by `cuco search` and `cuco-tui`; a new Claude session gets the default dollar cap."""
     overrides = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    if "generations" in overrides and overrides["generations"] < 1:  # a search that would search nothing
+        raise UsageError(f"--generations counts the generations after the seed's (generation 0, which every search "
+                         f"evaluates first): give 1 or more, not {overrides['generations']}")
     if args.gpus is not None:  # checked against this machine by gpu_list, which every command calls
         overrides["gpus"] = tuple(_parsed(args.gpus))
     if args.budget is not None:

@@ -17,6 +17,7 @@ from cuco_tui.cli.common import (
     DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, WORKLOAD_HELP, add_executor_options, config_overrides, gpu_list,
     make_executor, workload_named,
 )
+from cuco_tui.core.ending import describe_end
 from cuco_tui.core.errors import UsageError
 
 
@@ -99,8 +100,13 @@ class ProgressPrinter:
         if isinstance(e, ev.SessionRestored):
             best = f", best {e.best.id} {e.best.speedup:.3f}x" if e.best is not None and e.best.speedup else ""
             waiting = sum(r.status == "unreviewed" for r in e.records)
+            lost = ""
+            if e.lost:  # what a kill cut short: said once, with where its code is
+                them = "its source stays" if len(e.lost) == 1 else "their sources stay"
+                lost = (f"; lost when the last run ended, never committed: {', '.join(e.lost)} ({them} in "
+                        f"scratch/ of the session); new candidates start at {e.next_id}")
             return (f"restored {len(e.records)} candidates{best}"
-                    + (f"; {waiting} unreviewed proposal(s) come back for review" if waiting else ""))
+                    + (f"; {waiting} unreviewed proposal(s) come back for review" if waiting else "") + lost)
         if isinstance(e, ev.MeasuringBounds):
             return f"measuring the perfect-overlap bounds on GPUs {','.join(map(str, e.gpus))}"
         if isinstance(e, ev.BoundsKnown):
@@ -111,7 +117,7 @@ class ProgressPrinter:
         if isinstance(e, ev.Plateau):
             return f"plateau ({e.stage}): {e.message}"
         if isinstance(e, ev.SearchFinished):
-            return f"finished: {e.reason}"
+            return f"ended: {describe_end(e.reason)}"
         return ""
 
     @staticmethod
@@ -139,45 +145,96 @@ def shorten(text: str, width: int) -> str:
 # ---------------------------------------------------------------------------- cuco search
 
 
+# What `cuco search` exits with (the README says it): the search ended by itself (finished, the
+# agent exhausted, the budget spent, a plateau), a usage error (nothing started, nothing made),
+# or Ctrl-C (once: stopped after the evaluations in flight; twice: at once). An error of ours is
+# a traceback and 1.
+EXIT_ENDED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
+
+
+class Interrupts:
+    """SIGINT during a search. The first stops it: nothing new is proposed, the evaluations in
+    flight finish and are committed (a Slurm search cancels its jobs instead). The second leaves
+    at once (KeyboardInterrupt; the compiles and GPU runs in flight are killed). The handler
+    stays ours until the run returns: restoring the one before would lose the second Ctrl-C
+    where that one ignores SIGINT (a search started in the background of a script)."""
+
+    def __init__(self, stop: Any, stream: TextIO, jobs: bool) -> None:
+        self._stop = stop
+        self._stream = stream
+        self._jobs = jobs
+        self.count = 0
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+        self._stream.write("stopping: cancelling the search's Slurm jobs (Ctrl-C again to leave at once)\n"
+                           if self._jobs else
+                           "stopping after the evaluations in flight (Ctrl-C again to leave at once)\n")
+        self._stream.flush()
+        self._stop()
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.lineage import SessionError
     from cuco_tui.search.config import ConfigError, SearchConfig
     from cuco_tui.search.engine import SearchEngine
     from cuco_tui.search.events import EventBus
+    from cuco_tui.search.scheduling import plan_executor
     from cuco_tui.executors import PlacementError
+    from cuco_tui.executors.base import JobExecutor
     from cuco_tui.executors.slurm_types import SlurmError
-    from cuco_tui.search.sessions import SESSIONS, create_session, open_session, resolve_session
+    from cuco_tui.search.sessions import (
+        create_session, new_session_folder, open_session, resolve_session, sessions_root,
+    )
     from cuco_tui.core.workload import WorkloadError
+    from cuco_tui.toolchain.process import kill_child_groups
 
     from cuco_tui.agents.factory import AgentUnavailable, default_agent_kind, make_agent
 
+    # Every flag is checked, and the executor and the agent made, before a session exists: a
+    # refusal leaves nothing behind (no empty session for `cuco sessions` to list).
     agent_kind = args.agent or default_agent_kind()
     if args.executor != "slurm":  # Slurm gives each job its GPUs (--gpus is refused there)
         gpu_list(args.gpus)  # a GPU named twice or not on this machine: refused before anything starts
     overrides = config_overrides(args, agent_kind, ("generations", "islands", "world", "seed"))
-
+    root = Path(args.root) if args.root else sessions_root()
+    folder, repo = None, None
     try:
         if args.resume:
-            repo, workload, config = open_session(resolve_session(args.resume, Path(args.root or SESSIONS)))
-            config = config.with_(**overrides)
+            if args.session:
+                raise UsageError("--session names the folder of a new session, and --resume continues an existing "
+                                 "one: give one of them")
+            repo, workload, config = open_session(resolve_session(args.resume, root))
+            if args.workload and not names(args.workload, workload):
+                repo.close()
+                raise UsageError(f"session {Path(repo.path).name} searches {workload.name}, not {args.workload}: "
+                                 f"drop --workload to resume it, or start a new search without --resume")
         else:
-            workload = workload_named(args.workload)
-            config = SearchConfig(workload=args.workload, **{"generations": DEFAULT_GENERATIONS, **overrides})
-            repo = None
+            workload = workload_named(args.workload or "gemm_allgather")
+            config = SearchConfig(workload=workload.name, **{"generations": DEFAULT_GENERATIONS, **overrides})
+            folder = new_session_folder(Path(args.session) if args.session else None, root, workload.name)
     except (SessionError, ConfigError) as exc:
         raise UsageError(str(exc)) from exc
-    try:  # the executor and the agent first: either refused leaves no session behind
-        executor = make_executor(args, workload, config.world or min(workload.world_sizes))
+    try:
+        if repo is not None:
+            config = resumed_config(repo, config, overrides, args.generations)
+        executor = plan_executor(workload, config,
+                                 make_executor(args, workload, config.world or min(workload.world_sizes)))
         agent = make_agent(agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
                            seed=config.seed, budget_usd=config.budget_usd, model=args.model)
-    except (AgentUnavailable, UsageError) as exc:
+    except BaseException as exc:
         if repo is not None:
             repo.close()
-        raise UsageError(str(exc)) from exc
+        if isinstance(exc, (PlacementError, WorkloadError)):
+            raise UsageError(placement_hint(str(exc), workload, config)) from exc
+        if isinstance(exc, (AgentUnavailable, ConfigError)):
+            raise UsageError(str(exc)) from exc
+        raise
     if repo is None:
         try:
-            repo = create_session(workload, config, Path(args.session) if args.session else None,
-                                  Path(args.root or SESSIONS))
+            repo = create_session(workload, config, folder)
         except SessionError as exc:
             raise UsageError(str(exc)) from exc
 
@@ -186,22 +243,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     bus.subscribe(ProgressPrinter(err))
     try:
         engine = SearchEngine(workload, agent, repo, config, events=bus, gpu_pool=executor)
-        previous = signal.getsignal(signal.SIGINT)
-
-        def on_interrupt(signum, frame):  # first Ctrl-C: finish what runs; second: leave now
-            err.write("stopping: cancelling the search's Slurm jobs (Ctrl-C again to leave at once)\n"
-                      if executor is not None else
-                      "stopping after the evaluations in flight (Ctrl-C again to leave at once)\n")
-            err.flush()
-            engine.stop()
-            signal.signal(signal.SIGINT, previous)
-
-        signal.signal(signal.SIGINT, on_interrupt)
+        interrupts = Interrupts(engine.stop, err, jobs=isinstance(executor, JobExecutor))
+        previous = signal.signal(signal.SIGINT, interrupts)
         try:
             summary = engine.run()
         except (PlacementError, WorkloadError, SlurmError) as exc:
             raise UsageError(placement_hint(str(exc), workload, config)) from exc
         except KeyboardInterrupt:
+            kill_child_groups()  # the compiles and GPU runs in flight: leaving at once waits for none of them
             err.write(f"cuco: interrupted: evaluations in flight were dropped, every committed candidate is kept; "
                       f"continue with `cuco search --resume {resume_name(repo.path, args)}`\n")
             raise
@@ -216,14 +265,35 @@ def cmd_search(args: argparse.Namespace) -> int:
         if summary.reason in ("stopped", "interrupted", "budget", "plateau"):
             print(f"continue with `cuco search --resume {resume_name(repo.path, args)}`"
                   + (" and a higher --budget" if summary.reason == "budget" else ""))
-    return 0
+    return EXIT_INTERRUPTED if interrupts.count else EXIT_ENDED
+
+
+def names(given: str, workload: Any) -> bool:
+    """Whether --workload `given` is `workload` (by name or by folder)."""
+    try:
+        return workload_named(given).root.resolve() == workload.root.resolve()
+    except UsageError:  # no such workload: not this one
+        return False
+
+
+def resumed_config(repo: Any, config: Any, overrides: dict[str, Any], generations: int | None) -> Any:
+    """A resumed session's config with the command line's changes; --generations must leave a
+    generation to run (it is the session's total, and generations up to the last committed one
+    are not run again)."""
+    config = config.with_(**overrides)
+    if generations is not None:
+        done = max((s.generation for s in repo.summaries()), default=0)
+        if generations <= done:
+            raise UsageError(f"session {Path(repo.path).name} has run its generations up to {done}, and --generations "
+                             f"is the session's total: give more than {done} to search on")
+    return config
 
 
 def resume_name(session: Path, args: argparse.Namespace) -> str:
     """What to type after --resume: the session's name when it lives under the default root."""
-    from cuco_tui.search.sessions import SESSIONS
+    from cuco_tui.search.sessions import sessions_root
 
-    root = Path(args.root) if args.root else SESSIONS
+    root = Path(args.root) if args.root else sessions_root()
     return session.name if Path(session).parent.resolve() == root.resolve() and not args.root else str(session)
 
 
@@ -245,10 +315,10 @@ def placement_hint(message: str, workload, config) -> str:
 
 def add_search_parser(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("search", help="evolve candidates with an agent, evaluating each and keeping the lineage")
-    s.add_argument("--workload", "-w", default="gemm_allgather", help=WORKLOAD_HELP)
+    s.add_argument("--workload", "-w", help=WORKLOAD_HELP + "; with --resume, the session's own")
     s.add_argument("--generations", "-g", type=int,
-                   help=f"the session's total number of generations (default {DEFAULT_GENERATIONS}); "
-                        f"with --resume, the search continues up to it")
+                   help=f"the session's total number of generations after the seed's generation 0, 1 or more "
+                        f"(default {DEFAULT_GENERATIONS}); with --resume, the search continues up to it")
     s.add_argument("--agent", choices=("offline", "claude"),
                    help="who proposes (default: claude when ANTHROPIC_API_KEY is set, else offline)")
     s.add_argument("--model", help="the Claude model (with --agent claude)")
@@ -257,9 +327,10 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--islands", type=int, help="number of islands (default 3)")
     s.add_argument("--budget", type=float, help=f"dollar cap for the agent (claude default ${DEFAULT_CLAUDE_BUDGET:.0f})")
     s.add_argument("--seed", type=int, help="random seed of the search")
-    s.add_argument("--session", help="folder of the new session (default: a new folder under sessions/)")
-    s.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name under sessions/)")
-    s.add_argument("--root", help="where sessions live (default: sessions/ at the repository root)")
+    s.add_argument("--session", help="folder of the new session, new or empty (default: a new folder under --root)")
+    s.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name under --root)")
+    s.add_argument("--root", help="where sessions live (default: $CUCO_SESSIONS_DIR, else "
+                                  "$XDG_DATA_HOME/cuco/sessions, else ~/.local/share/cuco/sessions)")
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_executor_options(s)
     s.set_defaults(fn=cmd_search)

@@ -23,9 +23,9 @@ from cuco_tui.core.noise import record_speedup
 
 
 def _root(args: argparse.Namespace) -> Path:
-    from cuco_tui.search.sessions import SESSIONS
+    from cuco_tui.search.sessions import sessions_root
 
-    return Path(args.root) if getattr(args, "root", None) else SESSIONS
+    return Path(args.root) if getattr(args, "root", None) else sessions_root()
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -203,14 +203,15 @@ def _show_candidate(repo, args: argparse.Namespace) -> int:
 def add_session_parsers(sub: argparse._SubParsersAction) -> None:
     """sessions and show (export is in cli/export.py)."""
     ls = sub.add_parser("sessions", help="list the search sessions")
-    ls.add_argument("--root", metavar="DIR", help="where sessions live (default: sessions/)")
+    ls.add_argument("--root", metavar="DIR", help="where sessions live (default: $CUCO_SESSIONS_DIR, else "
+                                                  "$XDG_DATA_HOME/cuco/sessions, else ~/.local/share/cuco/sessions)")
     ls.add_argument("--json", action="store_true", help="print the sessions as JSON")
     ls.set_defaults(fn=cmd_sessions)
 
     sh = sub.add_parser("show", help="a session's summary, or one candidate's result, diagnostics and diff")
-    sh.add_argument("session", help="a session folder, or a name under sessions/")
+    sh.add_argument("session", help="a session folder, or a name in the sessions folder (--root)")
     sh.add_argument("candidate", nargs="?", help="a candidate id, e.g. c0004")
     sh.add_argument("--root", metavar="DIR", help="where sessions live, for a session given by name "
-                                                  "(default: sessions/)")
+                                                  "(default: the sessions folder, as for `cuco sessions`)")
     sh.add_argument("--json", action="store_true", help="print the summary, or the candidate and its diff, as JSON")
     sh.set_defaults(fn=cmd_show)

@@ -21,13 +21,15 @@ def build_tui_parser() -> argparse.ArgumentParser:
         prog="cuco-tui", description="supervise the co-design of multi-GPU kernels: opens on a new search of the "
         "workload (its dashboard), on every local GPU; `cuco-tui open SESSION_OR_BUNDLE` browses a session")
     parser.add_argument("--version", action="version", version=f"cuco-tui {package_version()}")
-    parser.add_argument("--workload", "-w", default="gemm_allgather", help=WORKLOAD_HELP)
+    parser.add_argument("--workload", "-w", help=WORKLOAD_HELP + "; with --resume, the session's own")
     parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: every GPU)")
     parser.add_argument("--agent", choices=("offline", "claude"),
                         help="who proposes (default: claude when ANTHROPIC_API_KEY is set, else offline)")
     parser.add_argument("--model", help="the Claude model (with --agent claude)")
-    parser.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name under sessions/)")
-    parser.add_argument("--generations", "-g", type=int, help="the session's total number of generations (default 10)")
+    parser.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name in the sessions folder)")
+    parser.add_argument("--generations", "-g", type=int,
+                        help="the session's total number of generations after the seed's generation 0, 1 or more "
+                             "(default 10)")
     parser.add_argument("--review", choices=("auto", "review", "risky"),
                         help="review mode: auto, hold each proposal (review), or only the risky ones")
     parser.add_argument("--budget", type=float, help="dollar cap for the agent (claude default $5)")
@@ -76,7 +78,7 @@ def _open(argv: list[str]) -> int:
             print(f"cuco-tui: {exc}", file=sys.stderr)
             return 2
     else:
-        try:  # a folder made by a search (or a session's name under sessions/), nothing else
+        try:  # a folder made by a search (or a session's name in the sessions folder), nothing else
             target = resolve_session(opened.session)
         except SessionError:
             what = ("is a file, neither a session (a folder a search makes, with .git inside) nor a .bundle"
@@ -107,20 +109,28 @@ def _run(args: argparse.Namespace) -> int:
     if args.review:
         overrides["review_mode"] = args.review
     resume = None
-    workload_name = args.workload
-    world = None
+    workload_name = args.workload or "gemm_allgather"
+    resumed = None  # the resumed session's config, with the command line's changes
     if args.resume:
+        from cuco_tui.cli.search import resumed_config
         from cuco_tui.lineage import SessionError
         from cuco_tui.search.sessions import open_session, resolve_session
 
         try:
             resume = resolve_session(args.resume)
             repo, workload, session_config = open_session(resume)
-            repo.close()
-        except SessionError as exc:
+            try:
+                resumed = resumed_config(repo, session_config, overrides, args.generations)
+            finally:
+                repo.close()
+        except (SessionError, ConfigError) as exc:
             raise UsageError(str(exc)) from exc
+        from cuco_tui.cli.search import names
+
+        if args.workload and not names(args.workload, workload):
+            raise UsageError(f"session {resume.name} searches {workload.name}, not {args.workload}: drop --workload "
+                             f"to resume it, or start a new search without --resume")
         workload_name = str(workload.root)
-        world = session_config.world
     workload = workload_named(workload_name)
     if not args.evaluate:  # refused here, in one line, before the app opens or a session exists
         from cuco_tui.agents.factory import AgentUnavailable, check_agent
@@ -135,7 +145,18 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     if args.evaluate and args.executor == "slurm":
         raise UsageError("--executor slurm runs a search's evaluations; --evaluate evaluates on this machine")
-    executor = make_executor(args, workload, world or config.world or min(workload.world_sizes))
+    searched = resumed or config
+    executor = make_executor(args, workload, searched.world or min(workload.world_sizes))
+    if not args.evaluate:  # the world and the GPU groups, as the search will plan them
+        from cuco_tui.cli.search import placement_hint
+        from cuco_tui.core.workload import WorkloadError
+        from cuco_tui.executors import PlacementError
+        from cuco_tui.search.scheduling import plan_executor
+
+        try:
+            plan_executor(workload, searched, executor)
+        except (PlacementError, WorkloadError) as exc:
+            raise UsageError(placement_hint(str(exc), workload, searched)) from exc
     from cuco_tui.app.app import CucoApp
 
     CucoApp(workload_name=workload_name, gpus=gpus, start_search=not args.evaluate, search_config=config,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from cuco_tui.core.ending import FINISHED, STOPPED, end_state
 from cuco_tui.core.records import EXHAUSTED
 from cuco_tui.lineage.errors import SessionError
 from cuco_tui.lineage.repo import SessionRepo
@@ -26,20 +27,22 @@ class SessionSummary:
     modified: float  # unix time of the newest commit
     generations_done: int = 0  # the last generation committed (0: the seed and the fast path)
     generations_planned: int = 0  # the session's config: generations 1..N follow generation 0
-    ended: str = ""  # why its last search ended where a resume would not go on ("agent exhausted")
+    ended: str = ""  # why its last search ended, as the engine recorded it ("" while one runs, or after a kill)
 
     @property
     def state(self) -> str:
-        """"finished" (every planned generation committed), "exhausted" (the agent had nothing new
-        to propose), "stopped" (a search may continue it with --resume: stopped, killed, out of
-        budget, a plateau, which a resume gives its patience again), or "empty"."""
+        """"finished" (its search ran every generation asked for), "exhausted" (the agent had
+        nothing new to propose), "stopped" (a search may continue it with --resume: stopped,
+        killed, out of budget, a plateau, which a resume gives its patience again), or "empty";
+        the engine's own word for how it ended (core/ending.py), which SearchFinished and the
+        search's summary also give."""
         if not self.candidates:
             return "empty"
-        if self.generations_planned and self.generations_done >= self.generations_planned:
-            return "finished"
         if self.ended:
-            return "exhausted"
-        return "stopped"
+            return end_state(self.ended)
+        if self.generations_planned and self.generations_done >= self.generations_planned:
+            return FINISHED  # a session from before every end was recorded
+        return STOPPED
 
 
 def summarize(repo: SessionRepo) -> SessionSummary:

@@ -336,9 +336,9 @@ class SessionRepo:
                        f"machine: {machine.describe()}\n\nAdded after the search, from {source}.\n")
 
     def set_ended(self, reason: str) -> None:
-        """Why the session's search ended where a resume cannot simply go on ("agent exhausted":
-        the agent has nothing new); "" when a search (re)starts. Read by the session listing.
-        Nothing is written when it says so already (a resume of a session that never ran out)."""
+        """Why the session's search ended ("done", "stopped", "agent exhausted", ...: the engine's
+        reason, core/ending.py); "" when a search (re)starts. Read by the session listing.
+        Nothing is written when it says so already."""
         if reason == self.ended():
             return
         self._tag_file(ENDED_TAG, ENDED_FILE, {"reason": reason},

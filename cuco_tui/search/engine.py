@@ -12,9 +12,8 @@ update the population (`_commit`). Beside it, each step's machinery:
 - proposing.py: ids and drafts, the request's context, the agent call, the first screens;
 - scheduling.py: compile ahead, GPU leases from an executor (cuco_tui.executors), finalists
   re-measured alone;
-- outcomes.py: the record committed for each way a proposal ends;
-- plateau.py: warn, diversify, stop when the best stops rising;
-- bounds.py: the session's perfect-overlap bounds, measured once on a GPU.
+- outcomes.py: the record committed for each way a proposal ends; plateau.py: warn, diversify,
+  stop when the best stops rising; bounds.py: the perfect-overlap bounds, measured once on a GPU.
 
 The engine never imports a UI; the CLI and the TUI watch its events and call its controls."""
 
@@ -71,18 +70,12 @@ class Lineage(Protocol):
     path: Path
 
     def commit_candidate(self, record: CandidateRecord) -> str: ...
-
     def records(self, with_source: bool = False) -> list[CandidateRecord]: ...
-
     def set_island_head(self, island: int, candidate_id: str) -> None: ...
-
     def set_best(self, candidate_id: str) -> None: ...
-
     def bounds(self) -> Bounds | None: ...
-
     def set_bounds(self, bounds: Bounds) -> None: ...
-
-    def set_ended(self, reason: str) -> None: ...
+    def set_ended(self, reason: str) -> None: ...  # how the search ended (core/ending.py), "" as one starts
 
 
 class SearchEngine:
@@ -113,7 +106,7 @@ class SearchEngine:
         # in flight are read and changed under it, and the loop waits on it for any of them.
         self._cond = threading.Condition(threading.RLock())
         self._population = Population(config)
-        self._drafts = Drafts(agent.name)
+        self._drafts = Drafts(agent.name, reserve=self.scratch / "ids.json")
         self._steering = Steering(config, self._cond, self._publish, drafts=self._drafts,
                                   committed=lambda cid: self._population.records.get(cid),
                                   cap_agent=lambda cap: cap_agent(self.agent, cap))
@@ -210,15 +203,35 @@ class SearchEngine:
 
     def run(self) -> SearchSummary:
         """Runs (or resumes) the search to `config.generations`; blocking. Returns the summary
-        that the SearchFinished event also carries."""
+        SearchFinished also carries; the session records how it ended. Interrupted (a second
+        Ctrl-C, SystemExit), it leaves at once: evaluations in flight are abandoned uncommitted."""
         self._steering.begin()
         started = time.monotonic()
-        reason, error, interrupted, exhausted = "done", None, False, False
+        try:
+            reason, error = self._search()
+            try:  # what is still in flight is committed, held proposals as unreviewed
+                self._drain(final=True)
+            except Exception as exc:  # ours: reported, then re-raised once the run is wound down
+                reason, error = "error", error or exc
+                self._publish(EngineError(message=f"{type(exc).__name__}: {exc}"))
+        except BaseException:  # KeyboardInterrupt (a second Ctrl-C, even while draining), SystemExit
+            self._scheduler.abandon()
+            self._end("interrupted", started)
+            raise
+        self._scheduler.shutdown(wait=True)
+        summary = self._end(reason, started)
+        if error is not None:
+            raise error
+        return summary
+
+    def _search(self) -> tuple[str, Exception | None]:
+        """The run up to its last generation: why it ended, and the error of ours that ended it."""
+        reason, error = "done", None
         try:
             executor = self._scheduler.start()
             self._steering.can_measure = executor.can_measure
             records = self.repo.records(with_source=True)
-            self._restore(records)
+            lost = self._restore(records)
             start = max((r.generation for r in records), default=0) + 1
             self._steering.generation = start - 1
             self._publish(SearchStarted(
@@ -228,10 +241,11 @@ class SearchEngine:
                 can_measure=executor.can_measure,
                 review_mode=self._steering.review_mode, budget_usd=self._steering.budget,
                 executor=self._scheduler.describe_executor(), hints_unread=hints_unread(self.agent)))
-            if records:
+            if records or lost:
                 with self._cond:
                     best = self._population.best
-                self._publish(SessionRestored(records=tuple(records), best=best))
+                self._publish(SessionRestored(records=tuple(records), best=best, lost=lost,
+                                              next_id=self._drafts.peek_id()))
                 self.repo.set_ended("")  # running again: an earlier end no longer describes it
             self._session_bounds(executor)
             if not records:
@@ -248,44 +262,38 @@ class SearchEngine:
         except BudgetExhausted:
             reason = "budget"
         except AgentExhausted:  # the agent said so: a resume would end the same way at once
-            reason, exhausted = "agent exhausted", True
+            reason = "agent exhausted"
         except Exception as exc:  # ours: reported, then re-raised once the run is wound down
             reason, error = "error", exc
             self._publish(EngineError(message=f"{type(exc).__name__}: {exc}"))
-        except BaseException:  # KeyboardInterrupt, SystemExit: leave without waiting for anything
-            reason, interrupted = "interrupted", True
-            self._scheduler.abandon()
-            raise
-        finally:
+        return reason, error
+
+    def _end(self, reason: str, started: float) -> SearchSummary:
+        """Record why the search ended (an interruption waits for nothing), publish SearchFinished."""
+        if reason != "interrupted":
             try:
-                if not interrupted:
-                    self._drain(final=True)
-            finally:
-                self._scheduler.shutdown(wait=not interrupted)
-            if exhausted:  # `cuco sessions` says so instead of offering --resume
-                try:
-                    self.repo.set_ended(reason)
-                except Exception as exc:  # the end is still published; the listing says "stopped"
-                    self._publish(EngineError(message=f"recording why the search ended: {exc}"))
-            summary = SearchSummary.of(self._population.records.values(), session=str(self.repo.path),
-                                       workload=self.workload.name, agent=self.agent.name, reason=reason,
-                                       seconds=time.monotonic() - started, spent_usd=self._steering.spent)
-            self._steering.end()
-            self._publish(SearchFinished(summary=summary, reason=reason))
-        if error is not None:
-            raise error
+                self.repo.set_ended(reason)  # `cuco sessions` and the browser list the session's state from it
+            except Exception as exc:  # the end is still published; the listing says "stopped"
+                self._publish(EngineError(message=f"recording why the search ended: {exc}"))
+        summary = SearchSummary.of(self._population.records.values(), session=str(self.repo.path),
+                                   workload=self.workload.name, agent=self.agent.name, reason=reason,
+                                   seconds=time.monotonic() - started, spent_usd=self._steering.spent)
+        self._steering.end()
+        self._publish(SearchFinished(summary=summary, reason=reason))
         return summary
 
-    def _restore(self, records: list[CandidateRecord]) -> None:
-        """Islands, archive, best, ids, spending and hints as the lineage left them."""
+    def _restore(self, records: list[CandidateRecord]) -> tuple[str, ...]:
+        """Islands, archive, best, ids, spending and hints as the lineage left them. Returns the
+        evaluations an earlier run started and never committed (Drafts.restore)."""
         with self._cond:
             self._population = Population.rebuild([ranking_view(r) for r in records], self.config)
-            self._drafts.restore(records)
+            lost = self._drafts.restore(records)
             self._steering.restore(records)
             self._plateau.restore([ranking_view(r) for r in records])
         self._steering.push_cap()
         if len(records) > 1:
             self._proposer.summarize()
+        return lost
 
     def _session_bounds(self, executor: Executor) -> None:
         """The session's bounds: read back, or measured now on a group lent alone (once per

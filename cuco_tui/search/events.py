@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from cuco_tui.core.bounds import Bounds, Work
+from cuco_tui.core.ending import end_state
 from cuco_tui.core.records import CandidateRecord
 
 if TYPE_CHECKING:
@@ -51,6 +52,10 @@ class SessionRestored(Event):
 
     records: tuple[CandidateRecord, ...]
     best: CandidateRecord | None
+    # Evaluations the last run started and never committed (it was killed, or its commit
+    # failed): their ids are not used again, their sources stay in the session's scratch/.
+    lost: tuple[str, ...] = ()
+    next_id: str = ""  # the id the resumed search's next candidate gets
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,7 +209,12 @@ class Plateau(Event):
 @dataclass(frozen=True, kw_only=True)
 class SearchFinished(Event):
     summary: "SearchSummary"
-    reason: str  # "done" | "stopped" | "budget" | "agent exhausted" | "plateau" | "error"
+    reason: str  # "done" | "stopped" | "budget" | "agent exhausted" | "plateau" | "error" | "interrupted"
+
+    @property
+    def state(self) -> str:
+        """The session's state now: "finished", "exhausted" or "stopped" (core/ending.py)."""
+        return end_state(self.reason)
 
 
 @dataclass(frozen=True, kw_only=True)

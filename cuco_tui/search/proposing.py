@@ -9,9 +9,12 @@ own), so the gate warns of what the cascade will report and proposing depends on
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable
 
 from cuco_tui.agents.base import Agent, AgentExhausted, BudgetExhausted, Proposal, ProposalRequest, StaticScreen
@@ -37,23 +40,67 @@ def design_of(design: dict[str, Any], source: str) -> dict[str, Any]:
 
 class Drafts:
     """Candidate ids, handed out in order from any thread, and the pending records drafted
-    under them: the seed, an agent's proposal, a re-benchmark, a finalist's confirmation."""
+    under them: the seed, an agent's proposal, a re-benchmark, a finalist's confirmation.
 
-    def __init__(self, agent_name: str) -> None:
+    With `reserve` (the engine's: scratch/ids.json in the session folder) every id is reserved
+    on disk before it is handed out, so an id is never used twice, not even one whose evaluation
+    a kill cut short: a resume goes on after the highest id reserved or found in the scratch
+    folder (`<id>.cu`, written when an evaluation starts), and names the evaluations lost."""
+
+    def __init__(self, agent_name: str, reserve: Path | None = None) -> None:
         self._agent = agent_name
         self._next = 0
+        self._reserve = reserve
+        self._named: set[int] = set()  # lost evaluations a resume reported already (kept in the file)
         self._lock = threading.Lock()
 
-    def restore(self, records: list[CandidateRecord]) -> None:
-        """Continue after the highest id the lineage holds."""
+    def restore(self, records: list[CandidateRecord]) -> tuple[str, ...]:
+        """Continue after the highest id the lineage holds or an earlier run reserved. Returns
+        the evaluations an earlier run started and never committed (a scratch source and no
+        commit) that no earlier resume has named, in order; their sources stay where they are."""
+        committed = {id_number(r.id) for r in records}
+        upto, started, named = self._reserved()
         with self._lock:
-            self._next = max((id_number(r.id) for r in records), default=-1) + 1
+            self._next = max([*committed, *started, upto - 1, -1]) + 1
+            lost = sorted(started - committed - named)
+            self._named = named | set(lost)
+            if lost:  # named once: a later resume does not report them again
+                self._write()
+            return tuple(candidate_id(n) for n in lost)
+
+    def _reserved(self) -> tuple[int, set[int], set[int]]:
+        """The counter an earlier run left (ids below it were handed out), the ids whose
+        evaluation started (scratch/<id>.cu), and those a resume reported lost already."""
+        if self._reserve is None:
+            return 0, set(), set()
+        try:
+            data = json.loads(self._reserve.read_text())
+            upto, named = int(data.get("next", 0)), {id_number(str(c)) for c in data.get("lost", [])}
+        except (OSError, ValueError, TypeError, AttributeError):  # none yet (or a session from before it)
+            upto, named = 0, set()
+        started = {id_number(p.stem) for p in self._reserve.parent.glob("c*.cu")} - {-1}
+        return upto, started, named
+
+    def _write(self) -> None:
+        """The counter on disk (under the lock): written aside, then moved over the old one."""
+        if self._reserve is None:
+            return
+        self._reserve.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._reserve.with_name(f".{self._reserve.name}.tmp")
+        tmp.write_text(json.dumps({"next": self._next, "lost": [candidate_id(n) for n in sorted(self._named)]}))
+        os.replace(tmp, self._reserve)
 
     def new_id(self) -> str:
         with self._lock:
             cid = candidate_id(self._next)
             self._next += 1
+            self._write()  # on disk before anyone sees the id
             return cid
+
+    def peek_id(self) -> str:
+        """The id the next draft will get."""
+        with self._lock:
+            return candidate_id(self._next)
 
     def draft(self, **fields: Any) -> CandidateRecord:
         if "id" not in fields:

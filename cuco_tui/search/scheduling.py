@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -63,6 +63,21 @@ def is_finalist(record: CandidateRecord, best: CandidateRecord | None, config: S
     return best is None or best.speedup is None or record.speedup > best.speedup * (1.0 - config.confirm_margin)
 
 
+def plan_executor(workload: Workload, config: SearchConfig, executor: Executor | None = None) -> Executor:
+    """Where a search's evaluations run, checked before anything starts (a session included):
+    the world against the workload (WorkloadError), and, without `executor`, this machine's
+    GPUs cut into groups of the world (PlacementError when they cannot host one evaluation)."""
+    world = config.world or min(workload.world_sizes)
+    workload.check_world(world)
+    if executor is not None:
+        return executor
+    return local_pool(world, tuple(config.gpus), config.max_concurrent_builds)
+
+
+class _Abandoned(Exception):
+    """The run was interrupted while this evaluation waited: it starts nothing more."""
+
+
 class Scheduler:
     def __init__(self, workload: Workload, config: SearchConfig, evaluate_fn: EvaluateFn, *,
                  executor: Executor | None, compile_ahead: bool, scratch: Path, cond: threading.Condition,
@@ -92,9 +107,7 @@ class Scheduler:
         """Ready to launch: the world checked against the workload, the GPU groups planned
         (PlacementError when they cannot host one evaluation), the CPU builders started."""
         cfg = self.config
-        self.workload.check_world(self.world)  # WorkloadError: this workload does not run on `world` ranks
-        if self._executor is None:
-            self._executor = local_pool(self.world, tuple(cfg.gpus), cfg.max_concurrent_builds)
+        self._executor = plan_executor(self.workload, cfg, self._executor)
         self.scratch.mkdir(parents=True, exist_ok=True)
         jobs = self._jobs()
         if jobs is not None:  # the session's folder names its jobs; its leftovers are cancelled first
@@ -107,10 +120,21 @@ class Scheduler:
         return self._executor
 
     def abandon(self) -> None:
-        """The run was interrupted: evaluations still in flight end uncommitted (a kill loses at
-        most those; --resume proposes again), and say nothing once the lineage is closed."""
+        """The run was interrupted: leave without waiting. Evaluations still in flight end
+        uncommitted (a kill loses at most those; --resume proposes again) and start nothing more
+        (no compile, no GPU run once their build or their GPU group comes), and say nothing once
+        the lineage is closed; builds and evaluations not started are dropped, a Slurm search's
+        jobs cancelled. The processes already running are the caller's to kill (see
+        toolchain.process.kill_child_groups), as only it knows that the whole process is leaving."""
         with self._cond:
             self._abandoned = True
+        self.shutdown(wait=False)
+
+    def _go_on(self) -> None:
+        """Between an evaluation's steps: raise _Abandoned once the run was interrupted."""
+        with self._cond:
+            if self._abandoned:
+                raise _Abandoned()
 
     def describe_executor(self) -> str:
         """Where evaluations run, when not on this machine's GPU groups ("" when they do)."""
@@ -163,6 +187,9 @@ class Scheduler:
         thread gets to it (it may wait for a thread of its own)."""
         if build.cancelled() or build.exception() is not None:  # shut down, or the evaluation says it crashed
             return
+        with self._cond:
+            if self._abandoned:  # killed as the run left: no verdict to report
+                return
         b = build.result()
         self._publish(StageFinished(candidate=candidate, level=int(Level.COMPILE),
                                     status="" if b.ok else "compile_error", seconds=0.0 if b.cached else b.seconds))
@@ -195,6 +222,8 @@ class Scheduler:
                     done = outcomes.timed_beside(done, beside)
                 if job is not None:
                     done = outcomes.ran_as_job(done, *job)
+            except _Abandoned:
+                return
             except EvaluationCancelled as exc:  # the search stopped and cancelled its job: nothing to commit
                 if not exc.job:  # refused before a job existed (a cancelled job's watchers were told)
                     self._publish(JobChanged(candidate=record.id, job="", state="cancelled", reason=str(exc)))
@@ -231,11 +260,17 @@ class Scheduler:
         the job and those lost before it."""
         built_ok = True
         if build is not None:  # its end was published as it came (_built)
-            built_ok = build.result().ok
+            try:
+                built_ok = build.result().ok
+            except CancelledError:  # dropped by abandon() before it started
+                raise _Abandoned() from None
+            self._go_on()  # a compile killed as the run left ends here, uncommitted and uncached
         assert self._executor is not None
         if not built_ok:  # the cascade will stop at L1 (from the cache): no GPU needed
             return self._run_cascade(record, path, ())[0], None, None
+        self._go_on()
         with self._executor.lease(exclusive) as group:
+            self._go_on()  # the group came after the run was interrupted: it runs nothing
             with self._cond:
                 others = set(self._on_gpu)
                 for other in others:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from cuco_tui.core.ending import describe_end, end_state
 from cuco_tui.core.noise import Band, read_timings, record_speedup, speedup_band, spread_label, within_noise
 from cuco_tui.core.records import CandidateRecord
 from cuco_tui.search.archive import best_of, rank_key
@@ -30,7 +31,8 @@ class SearchSummary:
     session: str
     workload: str
     agent: str
-    reason: str  # why the search ended: "done", "stopped", "budget", "agent exhausted", "error", "" (a snapshot)
+    reason: str  # why the search ended: "done", "stopped", "budget", "agent exhausted", "error", "" (a snapshot);
+    # the session's state it leaves (finished, exhausted, stopped) is core.ending.end_state(reason)
     generations: int  # the last generation committed
     candidates: int
     by_status: dict[str, int]
@@ -85,12 +87,13 @@ class SearchSummary:
         d = asdict(self)
         d["best_shapes"] = [asdict(s) for s in self.best_shapes]
         d["ties"] = list(self.ties)
+        d["state"] = end_state(self.reason) if self.reason else ""  # as `cuco sessions` lists the session
         return d
 
     def render(self) -> str:
         lines = [f"session   {self.session}" if self.session else "",
                  f"workload  {self.workload}" + (f"   agent {self.agent}" if self.agent else ""),
-                 f"ended     {self.reason}" if self.reason else "",
+                 f"ended     {describe_end(self.reason)}" if self.reason else "",
                  f"searched  {self.candidates} candidates over {self.generations} generations"
                  + (f" in {self.seconds:.0f} s" if self.seconds else ""),
                  "statuses  " + (", ".join(f"{s} {n}" for s, n in self.by_status.items()) or "none"),

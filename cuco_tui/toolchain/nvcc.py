@@ -254,9 +254,9 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
                       extra_flags: tuple[str, ...] = (), timeout: float = 300.0) -> BuildResult:
     """Builds `source` into a shared library in `cache` (default: BuildCache()), or returns the
     cached build. Never raises for a bad candidate or toolchain: problems come back as error
-    Diagnostics (codes: nvcc, ptxas, link, host-compiler, toolchain, timeout, source). A candidate
-    that includes CUTLASS gets cutlass_flags() and at least CUTLASS_TIMEOUT seconds; one that
-    includes cuco_tile_gemm_lib.h is linked against the fused GEMM libraries it names, built
+    Diagnostics (codes: nvcc, ptxas, link, host-compiler, toolchain, timeout, killed, source). A
+    candidate that includes CUTLASS gets cutlass_flags() and at least CUTLASS_TIMEOUT seconds; one
+    that includes cuco_tile_gemm_lib.h is linked against the fused GEMM libraries it names, built
     first where the cache lacks them (tile_gemm_lib.py)."""
     source = Path(source).absolute()
     if not toolchain.can_compile:
@@ -316,6 +316,11 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
         unlink_quietly(tmp)
         return _failure(source, f"nvcc did not finish within {timeout:.0f} s and was stopped", "timeout", recorded,
                         key, log, seconds)  # not cached: a slow machine may do better next time
+
+    if rc < 0:  # killed from outside (a search left at once, the OOM killer): no verdict on the source
+        unlink_quietly(tmp)
+        return _failure(source, f"nvcc was killed (signal {-rc}) before it finished", "killed", recorded, key, log,
+                        seconds)  # not cached: the same source may well compile next time
 
     ok = rc == 0 and tmp.is_file() and tmp.stat().st_size > 0
     diagnostics = parse_nvcc_output(log, source, source.name, failed=not ok)

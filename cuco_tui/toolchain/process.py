@@ -1,7 +1,14 @@
 """Running the compiler: every child process's environment, a lower CPU priority, a time limit
 that kills the whole process group, and removing a temporary file whatever happened to it.
 Shared by the candidate build (nvcc.py) and the libraries built once per machine (attention.py,
-perturb.py, tile_gemm_lib.py)."""
+perturb.py, tile_gemm_lib.py).
+
+And leaving at once: every long child cuco starts runs in a session of its own (nvcc with the
+cicc, ptxas and gcc it starts; each evaluation's rank workers; compute-sanitizer), so a Ctrl-C at
+the terminal does not reach it and a kill of its group takes all of it. A command that leaves at
+once (a second Ctrl-C on `cuco search`) kills those groups (kill_child_groups) instead of waiting
+for a compile or a GPU run to end by itself. Children that share our own group (git, short tool
+calls) are not found. Linux only (/proc); elsewhere nothing is found."""
 
 from __future__ import annotations
 
@@ -63,3 +70,40 @@ def run_tool(command: list[str], cwd: Path, timeout: float) -> tuple[int | None,
             pass
         proc.wait()
         raise
+
+
+def child_groups(parent: int | None = None, proc: Path = Path("/proc")) -> list[int]:
+    """The process groups led by a child of `parent` (default: this process)."""
+    parent = os.getpid() if parent is None else parent
+    found: list[int] = []
+    try:
+        entries = list(proc.iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) < 3:
+            continue
+        pid, ppid, pgrp = int(entry.name), int(fields[1]), int(fields[2])
+        if ppid == parent and pgrp == pid:
+            found.append(pid)
+    return sorted(found)
+
+
+def kill_child_groups(parent: int | None = None) -> list[int]:
+    """SIGKILL every process group child_groups() finds; the groups killed."""
+    killed = []
+    for group in child_groups(parent):
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:  # it ended meanwhile
+            continue
+        killed.append(group)
+    return killed

@@ -15,6 +15,7 @@ from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
 from cuco_tui.core.bounds import Bounds, ShapeBound, Work
+from cuco_tui.core.ending import END_STATES
 from cuco_tui.core.machine import MachineInfo
 from cuco_tui.core.result import CascadeResult, Level, ShapeTiming, Spread, Status
 from cuco_tui.evaluate.cascade import Progress
@@ -49,11 +50,11 @@ def make_app(tmp_path: Path, review_mode: str = "review", **cfg) -> CucoApp:
 
 
 async def stop(pilot, app: CucoApp) -> None:
-    """x, then yes in the question it asks; the search finishes."""
+    """x, then yes in the question it asks; the search ends (stopped, or finished just before)."""
     await pilot.press("x")
     assert await wait_until(pilot, lambda: isinstance(app.screen, Confirm), 5)
     await pilot.press("y")
-    assert await wait_until(pilot, lambda: "finished" in text(app, "#state-run"))
+    assert await wait_until(pilot, lambda: text(app, "#state-run").partition(" ")[0] in END_STATES)
 
 
 def dashboard(app: CucoApp) -> DashboardScreen:

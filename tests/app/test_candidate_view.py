@@ -20,6 +20,7 @@ from textual.widgets import OptionList, Static
 
 from cuco_tui.agents.offline import OfflineAgent
 from cuco_tui.app.widgets.confirm import Confirm
+from cuco_tui.core.ending import END_STATES
 from cuco_tui.app.app import CucoApp
 from cuco_tui.app.screens.browse import BrowseScreen
 from cuco_tui.app.screens.candidate import CandidateScreen
@@ -587,7 +588,7 @@ async def stop_search(app, pilot) -> None:
     await pilot.press("x")
     assert await wait_until(pilot, lambda: isinstance(app.screen, Confirm), 5)
     await pilot.press("y")
-    assert await wait_until(pilot, lambda: "finished" in dashboard_text(app, "#state-run"))
+    assert await wait_until(pilot, lambda: dashboard_text(app, "#state-run").partition(" ")[0] in END_STATES)
 
 
 @pytest.mark.asyncio

@@ -157,7 +157,7 @@ async def test_review_mode_cycles_and_the_hint_key_says_the_offline_agent_reads_
         assert await wait_until(pilot, lambda: screen.search.review_mode == "risky", 5)
         await pilot.press("m")  # risky -> auto: what waits is accepted, the rest runs unattended
         assert await wait_until(pilot, lambda: screen.search.review_mode == "auto", 5)
-        assert await wait_until(pilot, lambda: "finished: done" in text(app, "#state-run"), 30)
+        assert await wait_until(pilot, lambda: text(app, "#state-run").strip() == "finished", 30)
         assert not queue(app).ids and not screen.query_one(InFlightTable).candidates
 
 
@@ -229,7 +229,8 @@ async def test_a_search_that_cannot_start_says_why(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
                                 and text(app, "#state-run") == "failed", 10)
-        assert any("the search stopped" in n.message for n in app._notifications)
+        assert any("cannot search" in n.message and "already holds a session" in n.message
+                   for n in app._notifications)
         await pilot.press("p")  # nothing to steer: a warning, not a crash
         assert await wait_until(pilot, lambda: any("the search is over" in n.message for n in app._notifications))
 

@@ -216,8 +216,8 @@ def test_paused_and_resumed():
 
 def test_search_finished():
     s = apply(DashboardState(run="stopping"), ev.SearchFinished(summary=SearchSummary.of([]), reason="stopped"))
-    assert s.run == "finished: stopped" and s.finished and s.over
-    assert DashboardState(run="failed").over and not DashboardState(run="failed").finished
+    assert s.run == "stopped" and s.ended and s.over
+    assert DashboardState(run="failed").over and not DashboardState(run="failed").ended
 
 
 def test_engine_error_is_kept_in_order():
@@ -273,7 +273,7 @@ def test_plateau_notices_are_kept_in_order():
     s = replay([ev.Plateau(stage="warn", generations=3, best_speedup=1.2, message="plateau: a"),
                 ev.Plateau(stage="diversify", generations=4, best_speedup=1.2, message="plateau: b")])
     assert s.notices == ("plateau: a", "plateau: b")
-    assert apply(s, ev.SearchFinished(summary=SearchSummary.of([]), reason="plateau")).run == "finished: plateau"
+    assert apply(s, ev.SearchFinished(summary=SearchSummary.of([]), reason="plateau")).run == "stopped (plateau)"
 
 
 # ---------------------------------------------------------------------------- a search, replayed
@@ -321,7 +321,7 @@ def test_a_reviewed_search_replayed_event_by_event():
         ev.SearchFinished(summary=SearchSummary.of([seed, child, rejected], reason="stopped"), reason="stopped"),
     ], mid)
     assert end == DashboardState(
-        run="finished: stopped", phase="exploit", generation=2, generations=5, islands=2, review_mode="review",
+        run="stopped", phase="exploit", generation=2, generations=5, islands=2, review_mode="review",
         statuses={"measured": 2, "rejected": 1}, best_id="c0001", best_speedup=1.3, spent=0.5, budget=3.0, hints=1,
         proposals=(), evaluations=(), points=((0, 1.0), (1, 1.3)),
         sources={"c0000": SEED_SOURCE, "c0001": CHILD_SOURCE, "c0002": rejected.source},
@@ -355,7 +355,7 @@ def test_the_engines_own_events_replayed_match_what_it_committed(tmp_path):
     for r in records:
         status = "rejected" if r.review.startswith("rejected") else r.status
         counted[status] = counted.get(status, 0) + 1
-    assert state.run == "finished: done" and state.generation == 3
+    assert state.run == "finished" and state.generation == 3
     assert dict(state.statuses) == counted and counted.get("rejected") and counted.get("compile_error")
     assert state.proposals == () and state.evaluations == ()  # nothing left waiting or running
     assert set(state.sources) == {r.id for r in records}

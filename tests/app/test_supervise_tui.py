@@ -275,7 +275,7 @@ async def test_a_plateau_is_said_on_the_dashboard(tmp_path):
     app.search_launch = replace(app.search_launch, evaluate_fn=Flat())
     async with app.run_test(size=SIZE) as pilot:
         screen = await started(pilot, app, proposals=False)
-        assert await wait_until(pilot, lambda: "finished: plateau" in text(app, "#state-run"), 30)
+        assert await wait_until(pilot, lambda: "stopped (plateau)" in text(app, "#state-run"), 30)
         assert [n.split(":")[0] for n in screen.state.notices] == ["plateau"] * 3
         # said as it came (a toast lasts 15 s: on a loaded machine the first may be gone by now)
         assert any(n.title == "plateau" and n.message == screen.state.notices[-1] for n in app._notifications)

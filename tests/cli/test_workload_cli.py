@@ -78,7 +78,7 @@ def test_a_search_that_runs_out_of_knob_settings_is_listed_as_exhausted_not_resu
     out = cuco(["search", "--workload", str(tmp_path / "small"), "--agent", "offline", "--generations", "3",
                 "--root", str(root)], env)
     assert out.returncode == 0, out.stderr
-    assert "agent exhausted" in out.stdout
+    assert "ended     exhausted" in out.stdout
     listed = cuco(["sessions", "--root", str(root), "--json"], env)
     [session] = json.loads(listed.stdout)
     assert session["state"] == "exhausted", session

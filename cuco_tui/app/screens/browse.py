@@ -1,5 +1,5 @@
-"""Pick a session to browse: the sessions under sessions/ (newest first) and the example
-bundles under sessions/examples/ (searches recorded on GPU hosts, browsable anywhere).
+"""Pick a session to browse: the sessions in the sessions folder (newest first) and the example
+bundles a clone ships in sessions/examples/ (searches recorded on GPU hosts, browsable anywhere).
 Dismisses with the chosen path, or None."""
 
 from __future__ import annotations
@@ -16,10 +16,7 @@ from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
 from cuco_tui.lineage import list_sessions
-
-
-def example_bundles(root: Path) -> list[Path]:
-    return sorted((root / "examples").glob("*.bundle"))
+from cuco_tui.search.sessions import example_bundles, sessions_root
 
 
 class BrowseScreen(ModalScreen[Path | None]):
@@ -34,12 +31,11 @@ class BrowseScreen(ModalScreen[Path | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, root: Path | None = None) -> None:
+        """`root`: the folder of sessions (and of examples/) to list; None: the sessions folder,
+        and the examples of the clone."""
         super().__init__()
-        if root is None:
-            from cuco_tui.search.sessions import SESSIONS
-
-            root = SESSIONS
-        self.root = Path(root)
+        self._given = Path(root) if root is not None else None
+        self.root = self._given if self._given is not None else sessions_root()
         self._paths: list[Path] = []
 
     def compose(self) -> ComposeResult:
@@ -55,7 +51,7 @@ class BrowseScreen(ModalScreen[Path | None]):
     def _list(self) -> None:
         """In a thread: listing sessions opens each one's git repository."""
         rows: list[tuple[str, Path]] = []
-        for b in example_bundles(self.root):
+        for b in example_bundles(self._given):
             rows.append((f"example  {b.stem}  (bundle, {b.stat().st_size // 1024} KiB)", b))
         for s in list_sessions(self.root):
             best = f"best {s.best_id} {s.best_speedup:.2f}x" if s.best_id and s.best_speedup else "no measured candidate"

@@ -160,7 +160,7 @@ class DashboardScreen(Screen):
             self.sub_title = f"search · {new.workload} · session {Path(new.session).name}{how} · agent {new.agent}"
         for error in new.errors[len(old.errors):]:
             self.notify(error, title="search", severity="error")
-        if self._quit_when_finished and new.finished and not old.finished:
+        if self._quit_when_finished and new.ended and not old.ended:
             self.app.exit()
 
     # --- the search's thread --------------------------------------------------------------------
@@ -168,11 +168,14 @@ class DashboardScreen(Screen):
     @work(thread=True, exclusive=True, group="search", name="search", exit_on_error=False)
     def _run_search(self) -> None:
         from cuco_tui.agents.factory import AgentUnavailable
+        from cuco_tui.core.workload import WorkloadError
+        from cuco_tui.executors import PlacementError
+        from cuco_tui.lineage import SessionError
 
         try:
             self.search.start()
             self.search.run()
-        except AgentUnavailable as exc:  # nothing was created: say why, in the agent's words
+        except (AgentUnavailable, PlacementError, WorkloadError, SessionError) as exc:  # refused: nothing was created
             self.post_message(SearchCrashed(f"cannot search: {exc}"))
         except Exception as exc:
             self.app.log.error(traceback.format_exc())

@@ -377,10 +377,10 @@ def test_ctrl_c_cancels_the_searchs_jobs_and_cuco_search_ends_stopped(slurm, slu
             job = line.split("] job ")[1].split()[0]
             proc.send_signal(signal.SIGINT)
     proc.stdout.read()
-    assert proc.wait(60) == 0, "".join(said)[-3000:]
+    assert proc.wait(60) == 130, "".join(said)[-3000:]
     text = "".join(said)
     assert job and "stopping: cancelling the search's Slurm jobs" in text, text[-3000:]
-    assert f"job {job} of c0000: cancelled (the search stopped)" in text and "finished: stopped" in text
+    assert f"job {job} of c0000: cancelled (the search stopped)" in text and "ended: stopped" in text
     assert "no job submitted" not in text  # said once, by the job's own line
     assert queue_of(slurm, session) == []
     with SessionRepo.open(session) as repo:
