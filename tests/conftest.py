@@ -42,3 +42,11 @@ def _no_anthropic_key(monkeypatch):
     # The agent is chosen from the environment (Claude when a key is set): tests never reach the
     # real API, and every test sees the same choice whatever the developer's shell holds.
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_size(monkeypatch):
+    # Output to a pipe is as wide as COLUMNS says (cuco_tui.cli.common): a caller's terminal
+    # (CI sets COLUMNS=80) must not wrap the lines the tests read. Tests of COLUMNS set it themselves.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
