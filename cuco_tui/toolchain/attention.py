@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuco_tui.toolchain.nvcc import BuildCache
-from cuco_tui.toolchain.process import run_tool, unlink_quietly
+from cuco_tui.toolchain.process import install_library, killed, record_failure, run_tool, unlink_quietly
 from cuco_tui.toolchain.toolchain import RUNTIME_INCLUDE, Toolchain, package_dir
 
 SOURCE = Path(__file__).resolve().parent.parent / "harness" / "attention_lib" / "cuco_attn.cpp"
@@ -219,17 +219,14 @@ def ensure_library(toolchain: Toolchain, cache: BuildCache | None = None, env: d
             seconds = time.monotonic() - started
             if rc != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
                 unlink_quietly(tmp)
-                why = "timed out" if rc is None else f"failed (exit {rc})"
+                why = "timed out" if rc is None else "was killed" if killed(rc, log) else f"failed (exit {rc})"
                 tail = "\n".join(log.strip().splitlines()[-12:])
                 problem = (f"building the attention library {why} after {seconds:.0f} s against cuDNN "
                            f"{cudnn.version}, frontend {cudnn.frontend_version}:\n{tail}")
-                if rc is not None:  # a timeout may pass on a less busy machine: only a failure is kept
-                    record.write_text(json.dumps({"failed": problem, "command": command[:-1] + [str(path)]}, indent=1))
+                record_failure(record, rc, log, {"failed": problem, "command": command[:-1] + [str(path)]})
                 return AttentionLibrary(None, None, problem=problem)
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, path)
-            record.write_text(json.dumps({"seconds": seconds, "command": command[:-1] + [str(path)],
-                                          "cudnn": cudnn.version, "frontend": cudnn.frontend_version}, indent=1))
+            install_library(tmp, path, record, {"seconds": seconds, "command": command[:-1] + [str(path)],
+                                                "cudnn": cudnn.version, "frontend": cudnn.frontend_version})
             return AttentionLibrary(path, cudnn.lib / CUDNN_SONAME, cudnn.nvrtc, seconds=seconds)
     except OSError as exc:
         return AttentionLibrary(None, None, problem=f"cannot build the attention library in {cache.root}: {exc.strerror or exc}")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cuco_tui.toolchain import tile_gemm_lib
 from cuco_tui.toolchain.diagnostics import LEVEL, parse_nvcc_output
-from cuco_tui.toolchain.process import run_tool, unlink_quietly
+from cuco_tui.toolchain.process import killed, run_tool, unlink_quietly
 from cuco_tui.toolchain.toolchain import Toolchain
 from cuco_tui.core.result import Diagnostic
 
@@ -317,10 +317,10 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
         return _failure(source, f"nvcc did not finish within {timeout:.0f} s and was stopped", "timeout", recorded,
                         key, log, seconds)  # not cached: a slow machine may do better next time
 
-    if rc < 0:  # killed from outside (a search left at once, the OOM killer): no verdict on the source
+    if killed(rc, log):  # no verdict on the source: not cached, the same source may well compile next time
         unlink_quietly(tmp)
-        return _failure(source, f"nvcc was killed (signal {-rc}) before it finished", "killed", recorded, key, log,
-                        seconds)  # not cached: the same source may well compile next time
+        how = f"nvcc was killed (signal {-rc})" if rc < 0 else "a compiler nvcc started was killed"
+        return _failure(source, f"{how} before it finished", "killed", recorded, key, log, seconds)
 
     ok = rc == 0 and tmp.is_file() and tmp.stat().st_size > 0
     diagnostics = parse_nvcc_output(log, source, source.name, failed=not ok)

@@ -11,13 +11,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from cuco_tui.toolchain.nvcc import BuildCache
-from cuco_tui.toolchain.process import run_tool, unlink_quietly
+from cuco_tui.toolchain.process import install_library, killed, record_failure, run_tool, unlink_quietly
 from cuco_tui.toolchain.toolchain import Toolchain
 
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "harness" / "perturb_lib"
@@ -79,15 +78,12 @@ def ensure_perturb_library(toolchain: Toolchain, cache: BuildCache | None = None
             seconds = time.monotonic() - started
             if rc != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
                 unlink_quietly(tmp)
-                why = "timed out" if rc is None else f"failed (exit {rc})"
+                why = "timed out" if rc is None else "was killed" if killed(rc, log) else f"failed (exit {rc})"
                 tail = "\n".join(log.strip().splitlines()[-12:])
                 problem = f"building the schedule perturber {why} after {seconds:.0f} s:\n{tail}"
-                if rc is not None:  # a timeout may pass on a less busy machine: only a failure is kept
-                    record.write_text(json.dumps({"failed": problem, "command": command[:-1] + [str(path)]}, indent=1))
+                record_failure(record, rc, log, {"failed": problem, "command": command[:-1] + [str(path)]})
                 return PerturbLibrary(None, problem)
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, path)
-            record.write_text(json.dumps({"seconds": seconds, "command": command[:-1] + [str(path)]}, indent=1))
+            install_library(tmp, path, record, {"seconds": seconds, "command": command[:-1] + [str(path)]})
             return PerturbLibrary(path, seconds=seconds)
     except OSError as exc:
         return PerturbLibrary(None, f"cannot build the schedule perturber in {cache.root}: {exc.strerror or exc}")

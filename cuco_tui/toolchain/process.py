@@ -12,6 +12,7 @@ calls) are not found. Linux only (/proc); elsewhere nothing is found."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -70,6 +71,33 @@ def run_tool(command: list[str], cwd: Path, timeout: float) -> tuple[int | None,
             pass
         proc.wait()
         raise
+
+
+def killed(rc: int | None, log: str) -> bool:
+    """The compiler was killed from outside (a search left at once, the OOM killer), itself or a
+    cicc/ptxas it started (nvcc then exits 255 saying which "died due to signal"): no verdict on
+    the source, which may well compile next time."""
+    return rc is not None and (rc < 0 or "died due to signal" in log)
+
+
+def definite_failure(rc: int | None, log: str) -> bool:
+    """The compiler ran to its end and refused: the only failure a build cache keeps. A timeout
+    (rc None) may pass on a less busy machine, a kill says nothing of the source."""
+    return rc is not None and rc > 0 and not killed(rc, log)
+
+
+def install_library(tmp: Path, path: Path, record: Path, facts: dict) -> None:
+    """Move a freshly built library into place (atomically: a concurrent reader sees the old state
+    or the new, never half a file) and write what is known of its build beside it."""
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)
+    record.write_text(json.dumps(facts, indent=1))
+
+
+def record_failure(record: Path, rc: int | None, log: str, facts: dict) -> None:
+    """Keep a failed build's record when, and only when, the failure is definite."""
+    if definite_failure(rc, log):
+        record.write_text(json.dumps(facts, indent=1))
 
 
 def child_groups(parent: int | None = None, proc: Path = Path("/proc")) -> list[int]:

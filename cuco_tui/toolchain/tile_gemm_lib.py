@@ -22,7 +22,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cuco_tui.source.lexer import SourceText
-from cuco_tui.toolchain.process import run_tool, unlink_quietly
+from cuco_tui.toolchain.process import install_library, killed, record_failure, run_tool, unlink_quietly
 from cuco_tui.toolchain.toolchain import Toolchain
 
 if TYPE_CHECKING:
@@ -181,20 +180,19 @@ def _build(config: KernelConfig, toolchain: Toolchain, cache: BuildCache, base: 
     seconds = time.monotonic() - started
     recorded = command[:-1] + [str(path)]
     if rc == 0 and tmp.is_file() and tmp.stat().st_size > 0:
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-        record.write_text(json.dumps({"seconds": seconds, "command": recorded, "config": config.tag}, indent=1))
+        install_library(tmp, path, record, {"seconds": seconds, "command": recorded, "config": config.tag})
         return GemmLibrary(config, path, seconds=seconds)
     unlink_quietly(tmp)
     tail = "\n".join(log.strip().splitlines()[-40:])
     if rc is None:
         return GemmLibrary(config, None, f"building the fused GEMM library of {config.name} did not finish within "
                                          f"{timeout:.0f} s and was stopped", tail, seconds, timed_out=True)
-    problem = (f"building the fused GEMM library of {config.name} failed after {seconds:.0f} s "
-               f"(nvcc exit {rc}): {_first_error(log)}")
-    # A compiler killed (by the kernel's OOM killer, say) may pass another time: only a real error is kept.
-    if rc > 0 and "died due to signal" not in log:
-        record.write_text(json.dumps({"failed": problem, "log": tail, "command": recorded}, indent=1))
+    if killed(rc, log):
+        problem = f"building the fused GEMM library of {config.name} was killed after {seconds:.0f} s"
+    else:
+        problem = (f"building the fused GEMM library of {config.name} failed after {seconds:.0f} s "
+                   f"(nvcc exit {rc}): {_first_error(log)}")
+    record_failure(record, rc, log, {"failed": problem, "log": tail, "command": recorded})
     return GemmLibrary(config, None, problem, tail, seconds)
 
 

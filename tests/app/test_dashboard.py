@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Static
 from cuco_tui.app.app import CucoApp
 from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.search_state import PendingProposal
-from cuco_tui.app.widgets.diff_text import ADDED, CHANGED, REMOVED
+from cuco_tui.app.widgets.diff_text import ADDED
 from cuco_tui.app.widgets.search.in_flight import InFlightTable
 from cuco_tui.app.widgets.search.proposal_queue import ProposalQueue
 from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart

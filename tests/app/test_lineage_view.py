@@ -18,7 +18,6 @@ from cuco_tui.app.widgets.lineage.rows import LineageFilter
 from cuco_tui.lineage import SessionRepo, import_bundle
 from cuco_tui.core.records import CandidateRecord
 from pilot_helpers import screen_lines, wait_until
-from pilot_helpers import wait_until as _wait_until
 from repo_paths import DATA, REPO
 
 

@@ -25,7 +25,6 @@ from cuco_tui.app.widgets.lineage.compare import compare_rows
 from cuco_tui.app.widgets.measure import natural_width
 from cuco_tui.app.widgets.search.leaderboard import FIXED, Leaderboard
 from cuco_tui.app.widgets.search.speedup_chart import SpeedupChart
-from cuco_tui.app.widgets.text_prompt import TextPrompt
 from cuco_tui.app.widgets.telemetry.panel import TelemetryPanel
 from cuco_tui.core.bounds import Bounds, ShapeBound, Work
 from cuco_tui.core.result import CascadeResult, Level, Status

@@ -18,7 +18,6 @@ from cuco_tui.agents.offline.strategy import StrategyBook  # noqa: E402
 from cuco_tui.cli.workload_check import check_workload  # noqa: E402
 from cuco_tui.evaluate.static_checks import check_static, is_rejected  # noqa: E402
 from cuco_tui.workload.manifest import load_workload  # noqa: E402
-from cuco_tui.workload.program.adapter import ProgramReference  # noqa: E402
 from cuco_tui.workload.program.importer import import_program  # noqa: E402
 from cuco_tui.workload.program.record import NO_SEED_MARK  # noqa: E402
 

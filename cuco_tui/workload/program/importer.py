@@ -28,7 +28,7 @@ from cuco_tui.core.workload import WorkloadError
 from cuco_tui.workload.program.generate import PATTERN_SPLITS, ImportPlan, render
 from cuco_tui.workload.program.gloo_run import ProgramRunError, run_gloo, temporary_folder
 from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout
-from cuco_tui.workload.program.patterns import Match, recognize, summary
+from cuco_tui.workload.program.patterns import recognize, summary
 from cuco_tui.workload.program.record import RECORD
 from cuco_tui.workload.scaffold import valid_name
 

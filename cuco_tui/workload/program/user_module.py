@@ -175,4 +175,4 @@ def check_inputs(inputs: tuple[torch.Tensor, ...], dtype: torch.dtype, device: s
         if t.is_floating_point() and t.dtype != dtype:
             raise ProgramError(f"make_inputs ignores dtype: asked for {dtype}, {label} is {t.dtype}")
     if not any(t.is_floating_point() for t in inputs):
-        raise ProgramError(f"make_inputs gives no floating-point input: nothing shows that it honours dtype")
+        raise ProgramError("make_inputs gives no floating-point input: nothing shows that it honours dtype")
