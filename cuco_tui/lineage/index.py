@@ -272,14 +272,6 @@ class CandidateIndex:
         )
         return [r[0] for r in rows]
 
-    def best(self) -> tuple[str, float] | None:
-        """The measured candidate with the highest speedup."""
-        row = self._conn.execute(
-            "SELECT id, speedup FROM candidates WHERE status = 'measured' AND speedup IS NOT NULL"
-            " ORDER BY speedup DESC, id LIMIT 1"
-        ).fetchone()
-        return (row[0], row[1]) if row else None
-
 
 def _connect(path: Path) -> sqlite3.Connection:
     # check_same_thread=False: the engine and the TUI call from worker threads; SessionRepo's

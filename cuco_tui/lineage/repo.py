@@ -47,6 +47,7 @@ from cuco_tui.lineage.message import commit_message
 from cuco_tui.lineage.plumbing import commit_at, point_ref, read_blob, write_commit, write_tree
 from cuco_tui.core.bounds import Bounds
 from cuco_tui.core.machine import MachineInfo
+from cuco_tui.core.ranking import best_measured
 from cuco_tui.core.records import CandidateRecord
 
 FORMAT = 1  # session.json "format"; bump when a reader of the old layout would go wrong
@@ -478,9 +479,12 @@ class SessionRepo:
             return self._fresh_index().summaries()
 
     def best_measured(self) -> tuple[str, float] | None:
-        """(id, speedup) of the measured candidate with the highest speedup, if any."""
-        with self._lock:
-            return self._fresh_index().best()
+        """(id, speedup) of the best measured candidate, if any, as the search decides it
+        (core/ranking.best_measured: faster than the one before beyond noise, a finalist through
+        its confirmation): what the `best` tag of a search of this version names, and what
+        `cuco sessions`, `cuco show`, `cuco export` and the screens name."""
+        best = best_measured(self.records())
+        return (best.id, best.speedup) if best is not None and best.speedup is not None else None
 
     def pack(self) -> None:
         """Pack the loose objects (`git gc`): each candidate adds about nine small files, so a

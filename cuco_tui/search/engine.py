@@ -37,7 +37,8 @@ from cuco_tui.evaluate.l0 import check_l0
 from cuco_tui.executors import Executor
 from cuco_tui.executors.base import JobExecutor
 from cuco_tui.search import outcomes
-from cuco_tui.search.archive import design_point, is_failure
+from cuco_tui.core.ranking import is_failure
+from cuco_tui.search.archive import design_point
 from cuco_tui.search.bounds import BoundsFn, measure_bounds
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.events import (

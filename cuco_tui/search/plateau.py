@@ -16,7 +16,7 @@ from typing import Iterable
 
 from cuco_tui.core.noise import Band, exceeds, record_speedup
 from cuco_tui.core.records import CandidateRecord, id_number
-from cuco_tui.search.archive import is_better
+from cuco_tui.core.ranking import is_better
 from cuco_tui.search.config import SearchConfig
 
 WARN, DIVERSIFY, STOP = "warn", "diversify", "stop"
@@ -61,7 +61,7 @@ class PlateauWatch:
     def restore(self, records: Iterable[CandidateRecord]) -> None:
         """The gains as the live search saw them, from the lineage's ranking view of its records
         (a finalist's withheld figure does not count; its confirmation does), each new best
-        decided as the population decides it (archive.is_better)."""
+        decided as the population decides it (core/ranking.is_better)."""
         best: CandidateRecord | None = None
         for r in sorted(records, key=lambda r: id_number(r.id)):
             speedup = record_speedup(r)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from cuco_tui.search.archive import Archive, design_point, is_better, is_failure, rank_key
+from cuco_tui.core.ranking import is_better, is_failure, rank_key
+from cuco_tui.search.archive import Archive, design_point
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.novelty import NoveltyFilter
 from cuco_tui.core.records import CandidateRecord
@@ -75,7 +76,7 @@ class Population:
         self.islands = [Island(i) for i in range(config.islands)]
         self.archive = Archive()
         self.novelty = NoveltyFilter(config.novelty_threshold)
-        # The best measured candidate: replaced only by one faster beyond noise (archive.is_better).
+        # The best measured candidate: replaced only by one faster beyond noise (core/ranking.is_better).
         self.best: CandidateRecord | None = None
         self.migrations = 0
 

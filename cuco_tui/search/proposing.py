@@ -22,7 +22,8 @@ from cuco_tui.core.records import CandidateRecord, candidate_id, id_number
 from cuco_tui.core.workload import Workload
 from cuco_tui.design.space import DIMENSIONS, DesignPoint
 from cuco_tui.search import feedback, outcomes
-from cuco_tui.search.archive import design_point, is_failure
+from cuco_tui.core.ranking import is_failure
+from cuco_tui.search.archive import design_point
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.events import EngineError, Event, ProposalReady
 from cuco_tui.search.novelty import Verdict

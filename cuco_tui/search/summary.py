@@ -1,4 +1,4 @@
-"""The end-of-search summary: the best candidate (as the search decides it: archive.best_of,
+"""The end-of-search summary: the best candidate (as the search decides it: core/ranking.best_measured,
 a candidate replaces the best only when faster beyond noise), its speedup per bench shape with
 its spread, the candidates within noise of it, how many candidates ended in each status, and
 what the agent cost."""
@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from cuco_tui.core.ending import describe_end, end_state
 from cuco_tui.core.noise import Band, read_timings, record_speedup, speedup_band, spread_label, within_noise
 from cuco_tui.core.records import CandidateRecord
-from cuco_tui.search.archive import best_of, rank_key
+from cuco_tui.core.ranking import best_measured, rank_key
 
 STATUS_ORDER = ("measured", "verified", "no_gpu", "incorrect", "deadlock", "runtime_error", "compile_error", "rejected", "unreviewed",
                 "pending")
@@ -62,7 +62,7 @@ class SearchSummary:
         # A finalist's figure, timed beside other evaluations, does not rank; its confirmation
         # does (scheduling.ranking_view).
         measured = [r for r in recs if r.status == "measured" and r.speedup is not None and not r.extra.get("finalist")]
-        best = best_of(measured)
+        best = best_measured(measured)
         best_band = record_speedup(best) if best is not None else None
         shapes: tuple[ShapeSpeedup, ...] = ()
         ties: tuple[str, ...] = ()

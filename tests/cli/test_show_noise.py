@@ -33,3 +33,18 @@ def test_cuco_eval_prints_the_speedup_and_each_shapes_with_its_spread():
     assert speedup.split()[1:4] == ["1.34x", "±5%", "the"] and "30 repetitions" in speedup
     long_seq = next(line for line in lines if "long-seq" in line)
     assert long_seq.strip("│ ").endswith("1.60x ±1%")
+
+
+def test_show_export_and_the_session_list_name_the_same_best(tmp_path, capsys):
+    # The bundle's `best` tag says c0017 (the search that made it ranked by the raw figure); the
+    # best as decided now is c0001, and every reader says so, not one of each.
+    from cuco_tui.lineage import open_session_or_bundle
+    from cuco_tui.lineage.listing import summarize
+
+    assert main(["export", str(H100X4), "--out", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    assert [p.name for p in (tmp_path / "out").glob("*.cu")] == [f"{H100X4.stem}-c0001.cu"]
+    with open_session_or_bundle(H100X4) as repo:
+        listed = summarize(repo)
+        assert (listed.best_id, round(listed.best_speedup, 3)) == ("c0001", 1.245)
+        assert repo.best_measured()[0] == "c0001"

@@ -58,6 +58,7 @@ def test_an_exhausted_agents_placeholders_are_no_rejected_candidates(capsys):
 def test_cuco_sessions_does_not_count_the_placeholders(tmp_path, capsys):
     import_bundle(KV, tmp_path / "kv").close()
     (listed,) = list_sessions(tmp_path)
-    assert listed.candidates == 27 and listed.best_id == "c0006"
+    # c0005, as `cuco show` says: c0006's figure is higher but within noise of it
+    assert listed.candidates == 27 and listed.best_id == "c0005"
     assert main(["sessions", "--root", str(tmp_path)]) == 0
     assert " 27 " in capsys.readouterr().out

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cuco_tui.core.noise import record_speedup
 from cuco_tui.core.result import CascadeResult
-from cuco_tui.search.archive import best_of
+from cuco_tui.core.ranking import best_of
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.events import BestImproved, Plateau
 from cuco_tui.search.plateau import WARN, PlateauWatch

@@ -5,7 +5,8 @@ from collections import Counter
 
 import pytest
 
-from cuco_tui.search.archive import Archive, rank_key
+from cuco_tui.core.ranking import rank_key
+from cuco_tui.search.archive import Archive
 from cuco_tui.search.config import ConfigError, SearchConfig
 from cuco_tui.search.novelty import NoveltyFilter, normalize
 from cuco_tui.search.population import EXPLOIT, EXPLORE, KIND_WEIGHTS, Population, choose_kind, phase_of, rank_weights
