@@ -107,3 +107,24 @@ def test_an_import_inside_a_function_counts(tmp_path):
 ])
 def test_the_chart_is_read_as_drawn(line, drawn):
     assert chart(line) == drawn
+
+
+def _child_calls(tree: ast.AST) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and isinstance(n.func.value, ast.Name) and n.func.value.id == "subprocess"
+            and n.func.attr in ("run", "Popen", "check_output", "check_call", "call")]
+
+
+def test_every_child_process_gets_the_environment_with_multicast_off():
+    # NVLink multicast stays off in every process cuco starts (harness/env.py child_env): a child
+    # started with the caller's bare environment could turn it on for a GPU program it runs.
+    missing = []
+    for path in sorted((REPO / "cuco_tui").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        calls = _child_calls(tree)
+        if not calls:
+            continue
+        takes_env = all(any(k.arg == "env" for k in c.keywords) for c in calls)
+        if not takes_env or "child_env" not in path.read_text():
+            missing.append(str(path.relative_to(REPO)))
+    assert not missing, f"child processes without harness.env.child_env: {missing}"

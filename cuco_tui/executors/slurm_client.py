@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+from cuco_tui.harness.env import child_env
 from cuco_tui.executors.slurm_types import (
     SACCT_FIELDS, SINFO_FORMAT, SQUEUE_FORMAT, ClusterInfo, JobInfo, JobSpec, SlurmError, SlurmNotInstalled,
     parse_sacct, parse_sinfo, parse_squeue, session_prefix,
@@ -58,7 +59,7 @@ class SlurmClient:
 
     def _run(self, tool: str, args: Sequence[str], stdin: str | None = None,
              extra_env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, **self.env, **(extra_env or {})}
+        env = child_env({**self.env, **(extra_env or {})})
         conf = env.get("SLURM_CONF")
         if conf and not os.path.exists(conf):
             # Slurm's commands would retry reading it for 60 s before saying so.

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from cuco_tui.harness.env import child_env
 from cuco_tui.core.result import Diagnostic, Level
 
 LEVEL = int(Level.COMPILE)
@@ -241,7 +242,8 @@ def _demangle_all(text: str) -> str:
     if not names or filt is None:
         return text
     try:
-        out = subprocess.run([filt], input="\n".join(names), capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run([filt], input="\n".join(names), capture_output=True, text=True, timeout=10,
+                             env=child_env()).stdout
     except (OSError, subprocess.SubprocessError):
         return text
     readable = dict(zip(names, out.splitlines()))

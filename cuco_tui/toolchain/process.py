@@ -19,19 +19,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-# Project rule for every child process: no NVLink multicast / NVLS.
-CHILD_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "NVSHMEM_DISABLE_NVLS": "1",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-}
-
-
-def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    env.update(CHILD_ENV)
-    return env
-
+from cuco_tui.harness.env import child_env
 
 def unlink_quietly(path: Path) -> None:
     try:

@@ -20,6 +20,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuco_tui.harness.env import child_env
+
 RUNTIME_INCLUDE = Path(__file__).resolve().parent.parent / "harness" / "runtime"
 
 
@@ -144,7 +146,8 @@ def _nvcc_version(nvcc: Path | None) -> str:
     if nvcc is None:
         return ""
     try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30,
+                             env=child_env()).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
     lines = [line for line in out.splitlines() if "release" in line or line.startswith("Build")]

@@ -13,7 +13,7 @@ import pytest
 
 from cuco_tui.toolchain import BuildCache, BuildResult, compile_candidate, parse_nvcc_output
 from cuco_tui.toolchain.nvcc import nvcc_flags
-from cuco_tui.toolchain.process import CHILD_ENV
+from cuco_tui.harness.env import NO_MULTICAST
 from cuco_tui.toolchain.toolchain import Library, Toolchain, discover
 from repo_paths import REPO
 
@@ -254,7 +254,7 @@ def test_child_env_output_move_and_bad_arch(tmp_path, monkeypatch):
     r = compile_candidate(src, tc, cache)
     assert r.ok and r.library == cache.library_path(r.key) and r.library.read_text() == "built\n"
     env = dict(ln.split("=", 1) for ln in (tmp_path / "env.txt").read_text().splitlines() if "=" in ln)
-    for k, v in CHILD_ENV.items():
+    for k, v in NO_MULTICAST.items():
         assert env[k] == v
     assert not [p for p in cache.root.iterdir() if p.name.startswith(".")]  # no temp files left
     assert r.command[0] == str(tc.nvcc) and r.command[-2:] == ["-o", str(r.library)]

@@ -6,7 +6,6 @@ outputs it saved; any rank's failure comes back as one ProgramRunError line."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -14,6 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cuco_tui.harness.env import child_env
 
 # Words of a rank that failed only because a peer went away: the peer's own error says why.
 _SECONDARY = ("Connection closed by peer", "Connection reset", "Timed out", "timed out", "Broken pipe",
@@ -49,8 +50,7 @@ def run_gloo(program: Path, world: int, shapes: dict[str, dict[str, int]], folde
            "inputs": inputs or [], "trace": trace, "collective_timeout_s": max(30.0, timeout / 2)}
     (folder / "job.json").write_text(json.dumps(job))
     # CPU only: no rank of this run may touch a GPU (nor, then, NVLink multicast); one thread a rank.
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="ERROR",
-               PYTHONUNBUFFERED="1")
+    env = child_env({"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TORCH_CPP_LOG_LEVEL": "ERROR"})
     # Each rank's output goes to a file: a program that prints much must not block on a full pipe
     # while its peers wait for it in a collective.
     logs = [open(folder / f"rank{r}.log", "w") for r in range(world)]

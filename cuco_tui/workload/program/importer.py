@@ -14,7 +14,6 @@ In order, each step in processes of their own (the program never runs in this on
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from cuco_tui.harness.env import child_env
 from cuco_tui.core.workload import WorkloadError
 from cuco_tui.workload.program.generate import PATTERN_SPLITS, ImportPlan, render
 from cuco_tui.workload.program.gloo_run import ProgramRunError, run_gloo, temporary_folder
@@ -51,7 +51,7 @@ def _name_from(stem: str) -> str:
 def _inspect(source: Path, world: int, timeout: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cuco-inspect-") as tmp:
         out = Path(tmp) / "report.json"
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TORCH_CPP_LOG_LEVEL="ERROR", PYTHONUNBUFFERED="1")
+        env = child_env({"CUDA_VISIBLE_DEVICES": "", "TORCH_CPP_LOG_LEVEL": "ERROR"})
         try:
             run = subprocess.run([sys.executable, "-m", "cuco_tui.workload.program.inspect_program", str(source),
                                   str(world), str(out)], capture_output=True, text=True, timeout=timeout, env=env)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from textual.app import App, SuspendNotSupported
 
+from cuco_tui.harness.env import child_env
+
 
 class EditError(Exception):
     """The edit could not happen (no editor, no terminal to hand over, the editor failed)."""
@@ -26,7 +28,7 @@ def run_suspended(app: App, command: list[str]) -> int:
     """Run `command` with the terminal handed over; its exit status."""
     try:
         with app.suspend():
-            return subprocess.call(command)
+            return subprocess.call(command, env=child_env())
     except SuspendNotSupported:
         raise EditError("this terminal cannot be handed to an editor (no suspend here); "
                         "edit the proposal's file elsewhere and reject it with a reason") from None
