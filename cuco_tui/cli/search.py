@@ -186,7 +186,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.executors.base import JobExecutor
     from cuco_tui.executors.slurm_types import SlurmError
     from cuco_tui.search.sessions import (
-        create_session, new_session_folder, open_session, resolve_session, sessions_root,
+        create_session, new_session_folder, sessions_root,
     )
     from cuco_tui.core.workload import WorkloadError
     from cuco_tui.toolchain.process import kill_child_groups
@@ -206,11 +206,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             if args.session:
                 raise UsageError("--session names the folder of a new session, and --resume continues an existing "
                                  "one: give one of them")
-            repo, workload, config = open_session(resolve_session(args.resume, root))
-            if args.workload and not names(args.workload, workload):
-                repo.close()
-                raise UsageError(f"session {Path(repo.path).name} searches {workload.name}, not {args.workload}: "
-                                 f"drop --workload to resume it, or start a new search without --resume")
+            repo, workload, config = open_resumed(args.resume, root, overrides, args.generations, args.workload)
         else:
             workload = workload_named(args.workload or "gemm_allgather")
             config = SearchConfig(workload=workload.name, **{"generations": DEFAULT_GENERATIONS, **overrides})
@@ -218,8 +214,6 @@ def cmd_search(args: argparse.Namespace) -> int:
     except (SessionError, ConfigError) as exc:
         raise UsageError(str(exc)) from exc
     try:
-        if repo is not None:
-            config = resumed_config(repo, config, overrides, args.generations)
         executor = plan_executor(workload, config,
                                  make_executor(args, workload, config.world or min(workload.world_sizes)))
         agent = make_agent(agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
@@ -266,6 +260,34 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(f"continue with `cuco search --resume {resume_name(repo.path, args)}`"
                   + (" and a higher --budget" if summary.reason == "budget" else ""))
     return EXIT_INTERRUPTED if interrupts.count else EXIT_ENDED
+
+
+def open_resumed(name: str, root: Path | None, overrides: dict[str, Any], generations: int | None,
+                 given_workload: str | None) -> tuple[Any, Any, Any]:
+    """The session `name` (a folder, or a name under `root`) to resume: (repo, workload, config with
+    the command line's changes), for `cuco search --resume` and `cuco-tui --resume` alike. Every
+    refusal is a UsageError with the repository closed: no such session, one that cannot be
+    resumed, --workload naming another workload, --generations not beyond those it ran."""
+    from cuco_tui.lineage import SessionError
+    from cuco_tui.search.config import ConfigError
+    from cuco_tui.search.sessions import open_session, resolve_session
+
+    try:
+        repo, workload, config = open_session(resolve_session(name, root))
+    except (SessionError, ConfigError) as exc:
+        raise UsageError(str(exc)) from exc
+    try:
+        if given_workload and not names(given_workload, workload):
+            raise UsageError(f"session {Path(repo.path).name} searches {workload.name}, not {given_workload}: "
+                             f"drop --workload to resume it, or start a new search without --resume")
+        try:
+            config = resumed_config(repo, config, overrides, generations)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from exc
+    except BaseException:
+        repo.close()
+        raise
+    return repo, workload, config
 
 
 def names(given: str, workload: Any) -> bool:

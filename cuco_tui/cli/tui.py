@@ -112,24 +112,11 @@ def _run(args: argparse.Namespace) -> int:
     workload_name = args.workload or "gemm_allgather"
     resumed = None  # the resumed session's config, with the command line's changes
     if args.resume:
-        from cuco_tui.cli.search import resumed_config
-        from cuco_tui.lineage import SessionError
-        from cuco_tui.search.sessions import open_session, resolve_session
+        from cuco_tui.cli.search import open_resumed
 
-        try:
-            resume = resolve_session(args.resume)
-            repo, workload, session_config = open_session(resume)
-            try:
-                resumed = resumed_config(repo, session_config, overrides, args.generations)
-            finally:
-                repo.close()
-        except (SessionError, ConfigError) as exc:
-            raise UsageError(str(exc)) from exc
-        from cuco_tui.cli.search import names
-
-        if args.workload and not names(args.workload, workload):
-            raise UsageError(f"session {resume.name} searches {workload.name}, not {args.workload}: drop --workload "
-                             f"to resume it, or start a new search without --resume")
+        repo, workload, resumed = open_resumed(args.resume, None, overrides, args.generations, args.workload)
+        repo.close()  # the app reopens it in its own thread
+        resume = Path(repo.path)
         workload_name = str(workload.root)
     workload = workload_named(workload_name)
     if not args.evaluate:  # refused here, in one line, before the app opens or a session exists
@@ -154,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
         from cuco_tui.search.scheduling import plan_executor
 
         try:
-            plan_executor(workload, searched, executor)
+            executor = plan_executor(workload, searched, executor)  # the app's search runs on what was planned here
         except (PlacementError, WorkloadError) as exc:
             raise UsageError(placement_hint(str(exc), workload, searched)) from exc
     from cuco_tui.app.app import CucoApp
