@@ -100,7 +100,8 @@ class CucoApp(App):
                                           Path(session) if session is not None else None,
                                           tuple((engine_options or {}).items()), agent=agent, model=model,
                                           resume=Path(resume) if resume is not None else None,
-                                          resume_overrides=tuple((resume_overrides or {}).items()))
+                                          resume_overrides=tuple((resume_overrides or {}).items()),
+                                          root=sessions_root)
         self.start_search = start_search
         self.open_session = Path(open_session) if open_session is not None else None
         self.sessions_root = sessions_root  # None: cuco_tui.search.sessions.sessions_root(), and the clone's examples

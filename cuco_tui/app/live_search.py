@@ -66,7 +66,7 @@ class LiveSearch:
                 raise
         else:
             workload, config = launch.workload, launch.config
-            folder = new_session_folder(launch.session, None, workload.name)
+            folder = new_session_folder(launch.session, launch.root, workload.name)
             kwargs["gpu_pool"] = plan_executor(workload, config, kwargs.get("gpu_pool"))
             agent = make_agent(launch.agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
                                seed=config.seed, budget_usd=config.budget_usd, model=launch.model)

@@ -30,6 +30,14 @@ class SearchLaunch:
     model: str | None = None
     resume: Path | None = None
     resume_overrides: tuple[tuple[str, Any], ...] = ()
+    root: Path | None = None  # the sessions folder of a new session; None: search.sessions.sessions_root()
+
+    @property
+    def sessions_folder(self) -> Path:
+        """Where a new session without `session` goes."""
+        from cuco_tui.search.sessions import sessions_root
+
+        return self.root if self.root is not None else sessions_root()
 
     @property
     def agent_kind(self) -> str:

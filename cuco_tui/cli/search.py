@@ -189,6 +189,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         create_session, new_session_folder, sessions_root,
     )
     from cuco_tui.core.workload import WorkloadError
+    from cuco_tui.core.ending import STOPPED, end_state
     from cuco_tui.toolchain.process import kill_child_groups
 
     from cuco_tui.agents.factory import AgentUnavailable, default_agent_kind, make_agent
@@ -256,7 +257,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_dict(), indent=1))
     else:
         print(summary.render())
-        if summary.reason in ("stopped", "interrupted", "budget", "plateau"):
+        if end_state(summary.reason) == STOPPED:  # a resume goes on (core/ending.py)
             print(f"continue with `cuco search --resume {resume_name(repo.path, args)}`"
                   + (" and a higher --budget" if summary.reason == "budget" else ""))
     return EXIT_INTERRUPTED if interrupts.count else EXIT_ENDED

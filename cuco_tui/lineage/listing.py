@@ -1,4 +1,4 @@
-"""The sessions under a folder (normally sessions/): listing them for `cuco sessions` and the
+"""The sessions under a folder (normally the sessions folder, search/sessions.py sessions_root): listing them for `cuco sessions` and the
 TUI's browser, naming a new one. Opening a session for a search (its workload and config) is
 cuco_tui.search.sessions, which knows the search's config."""
 
@@ -86,7 +86,7 @@ def list_sessions(root: Path) -> list[SessionSummary]:
 
 def new_session_path(root: Path, workload: str, now: datetime | None = None) -> Path:
     """A folder name under `root` for a new session of `workload`, e.g.
-    sessions/gemm_allgather-20261123-0427, unused so far (-2, -3, ... when taken)."""
+    gemm_allgather-20261123-0427, unused so far (-2, -3, ... when taken)."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", workload).strip(".-") or "session"
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M")
     path = Path(root) / f"{stem}-{stamp}"

@@ -1,6 +1,7 @@
-"""A session: a folder under sessions/ holding a git repository with one commit per candidate
-(parents = the candidate's parents, so a crossover is a merge commit), a ref per island, a
-`best` tag, and nothing that cannot be rebuilt from them (the SQLite index lives in .git).
+"""A session: a folder (in the sessions folder, search/sessions.py sessions_root) holding a git
+repository with one commit per candidate (parents = the candidate's parents, so a crossover is a
+merge commit), a ref per island, a `best` tag, and nothing that cannot be rebuilt from them (the
+SQLite index lives in .git).
 
 Every candidate also gets a lightweight tag named by its id (refs/tags/c0042). `main` names
 only the newest candidate, and most candidates end up leaves (failures, dead ends) that no
@@ -8,9 +9,9 @@ later candidate descends from: without a ref of their own they would be unreacha
 missing from `git log --all`, from bundles and from an index rebuild, and pruned by `git gc`.
 The tags also let a person write `git show c0042:candidate.cu` or `git diff c0001 c0042`.
 
-The repository is bare (`sessions/<name>/.git` with core.bare = true): candidates are written
+The repository is bare (`<session>/.git` with core.bare = true): candidates are written
 straight into the object database, never checked out, so there is no work tree to go stale or
-dirty while `main` moves. `git -C sessions/<name> log --graph --all` works as usual; to look at
+dirty while `main` moves. `git -C <session> log --graph --all` works as usual; to look at
 files, use `git show <sha>:candidate.cu` or `git worktree add`.
 
 The root commit's session.json records the machine the session was created on (GPUs, driver,

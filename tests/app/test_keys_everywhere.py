@@ -115,7 +115,7 @@ def test_the_question_names_the_workload_the_generations_and_the_gpus(tmp_path):
     h200s = GpuInventory(tuple(GpuInfo(i, "NVIDIA H200", 143771) for i in range(2)))
     question, detail = start_question(app.search_launch, h200s)
     assert question == "Start a new search of gemm_allgather?"
-    assert detail == ("10 generations of gemm_allgather, in a new session under sessions/. It runs on every GPU of "
+    assert detail == (f"10 generations of gemm_allgather, in a new session under {tmp_path}. It runs on every GPU of "
                       "this machine at once: 2 x NVIDIA H200 (GPUs 0,1). The offline agent proposes. Nothing starts "
                       "unless you say yes.")
     _, detail = start_question(app.search_launch, GpuInventory((), problem="no NVIDIA driver"))

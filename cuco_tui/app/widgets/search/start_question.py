@@ -36,7 +36,7 @@ def start_question(launch: SearchLaunch, inventory: GpuInventory) -> tuple[str, 
         what = f"Session {launch.resume.name} goes on to its last generation."
     else:
         question = f"Start a new search of {launch.workload.name}?"
-        session = f"in {launch.session}" if launch.session is not None else "in a new session under sessions/"
+        session = f"in {launch.session}" if launch.session is not None else f"in a new session under {launch.sessions_folder}"
         what = f"{config.generations} generations of {launch.workload.name}, {session}."
     return question, (f"{what} {where_it_runs(launch, inventory)} The {launch.agent_kind} agent proposes. "
                       "Nothing starts unless you say yes.")
