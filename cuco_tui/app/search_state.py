@@ -14,7 +14,8 @@ from cuco_tui.core.bounds import Bounds, Work
 from cuco_tui.core.ending import END_STATES, describe_end
 from cuco_tui.core.noise import Band, speedup_of
 from cuco_tui.core.records import CandidateRecord, id_number
-from cuco_tui.core.result import UNTIMED_OK, CascadeResult, ShapeTiming
+from cuco_tui.core.ranking import status_tier
+from cuco_tui.core.result import CascadeResult, ShapeTiming
 from cuco_tui.search import events as ev
 
 SOURCE = "candidate.cu"
@@ -110,15 +111,10 @@ def shown_status(record: CandidateRecord) -> str:
 
 def board_key(entry: BoardEntry) -> tuple[int, float, int]:
     """Best first: measured by speedup, then verified (nothing timed), then compiled only
-    (no_gpu), then the rest; newest first. Only a measured entry's speed counts."""
-    if entry.measured:
-        tier = 0
-    elif entry.status in UNTIMED_OK:
-        tier = 1 + UNTIMED_OK.index(entry.status)
-    else:
-        tier = 1 + len(UNTIMED_OK)
+    (no_gpu), then the rest (core/ranking.py's tiers); newest first. Only a measured entry's
+    speed counts."""
     speed = entry.speedup if entry.measured and entry.speedup is not None else 0.0
-    return (tier, -speed, -id_number(entry.candidate))
+    return (status_tier(entry.status, timed=entry.measured), -speed, -id_number(entry.candidate))
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -22,10 +22,17 @@ FAILED = 1 + len(UNMEASURED_OK)
 
 def tier(record: CandidateRecord) -> int:
     """0: measured; 1: verified, nothing timed; 2: compiled only (no GPU); 3 (FAILED): the rest."""
-    if record.status == MEASURED:
+    return status_tier(record.status)
+
+
+def status_tier(status: str, timed: bool = True) -> int:
+    """tier() from a status alone, for what shows a candidate without its record (the dashboard's
+    leaderboard). `timed` False: a "measured" status without its figure, which has no speed to
+    rank by and goes with the failures."""
+    if status == MEASURED and timed:
         return 0
-    if record.status in UNMEASURED_OK:
-        return 1 + UNMEASURED_OK.index(record.status)
+    if status in UNMEASURED_OK:
+        return 1 + UNMEASURED_OK.index(status)
     return FAILED
 
 
