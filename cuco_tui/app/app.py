@@ -27,7 +27,7 @@ from cuco_tui.app.search_launch import SearchLaunch
 from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.search.start_question import start_question
 from cuco_tui.core.result import CascadeResult
-from cuco_tui.lineage import SessionError, list_sessions, open_session_or_bundle
+from cuco_tui.lineage import SessionError, SessionRepo, list_sessions, open_session_or_bundle
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.workload.manifest import load_workload
 
@@ -60,8 +60,10 @@ class CucoApp(App):
     10 generations), `review_mode` overrides its review mode, `session` the session folder
     (default: a new one in the sessions folder), `engine_options` extra SearchEngine keyword arguments,
     `agent` "offline" or "claude" (None: claude when ANTHROPIC_API_KEY is set), `resume` a
-    session folder to continue instead of a new one. `b` lists the sessions and the example
-    bundles to browse."""
+    session folder to continue instead of a new one. `open_session`: a lineage to open first, a
+    session folder or bundle, or a session already opened (`cuco-tui open` imports a bundle once,
+    to refuse a bad one before the app starts; the app then owns it). `b` lists the sessions and
+    the example bundles to browse."""
 
     CSS_PATH = "cuco.tcss"
     TITLE = "cuco"
@@ -81,7 +83,7 @@ class CucoApp(App):
         search_config: SearchConfig | None = None,
         session: Path | str | None = None,
         engine_options: dict[str, Any] | None = None,
-        open_session: Path | str | None = None,
+        open_session: Path | str | SessionRepo | None = None,
         sessions_root: Path | None = None,
         agent: str | None = None,
         model: str | None = None,
@@ -103,7 +105,8 @@ class CucoApp(App):
                                           resume_overrides=tuple((resume_overrides or {}).items()),
                                           root=sessions_root)
         self.start_search = start_search
-        self.open_session = Path(open_session) if open_session is not None else None
+        self.open_session = (open_session if isinstance(open_session, SessionRepo) or open_session is None
+                             else Path(open_session))
         self.sessions_root = sessions_root  # None: cuco_tui.search.sessions.sessions_root(), and the clone's examples
         # Made from search_launch once the app runs, started by the dashboard when it first opens;
         # the lineage screens get it so that candidates of its session can be steered.
@@ -115,6 +118,8 @@ class CucoApp(App):
         if self.start_search:
             self._search_asked = True  # the command line asked for it
             self.action_search()
+        elif isinstance(self.open_session, SessionRepo):
+            self.push_screen(LineageScreen(self.open_session, owns_repo=True, search=self.live_search, first=True))
         elif self.open_session is not None:
             self._open_lineage(self.open_session, first=True)
 

@@ -65,15 +65,15 @@ def tui_main(argv: list[str] | None = None) -> int:
 def _open(argv: list[str]) -> int:
     """`cuco-tui open SESSION_OR_BUNDLE`."""
     opened = build_open_parser().parse_args(argv)
-    from cuco_tui.lineage import SessionError
+    from cuco_tui.lineage import SessionError, SessionRepo
     from cuco_tui.search.sessions import resolve_session
 
-    target = Path(opened.session)
+    target: Path | SessionRepo = Path(opened.session)
     if target.is_file() and target.suffix == ".bundle":
         from cuco_tui.lineage import open_session_or_bundle
 
         try:  # a bundle that is not one of a session's is refused here, not inside the app
-            open_session_or_bundle(target).close()
+            target = open_session_or_bundle(target)  # imported once: the app is handed it
         except SessionError as exc:
             print(f"cuco-tui: {exc}", file=sys.stderr)
             return 2
@@ -88,14 +88,17 @@ def _open(argv: list[str]) -> int:
             print(f"cuco-tui: no session or bundle at {opened.session}: it {what}; `cuco sessions` lists the sessions",
                   file=sys.stderr)
             return 2
+    from cuco_tui.app.app import CucoApp
+
     try:
         workload_named(opened.workload)
+        CucoApp(workload_name=opened.workload, open_session=target).run()
     except UsageError as exc:
         print(f"cuco-tui: {exc}", file=sys.stderr)
         return 2
-    from cuco_tui.app.app import CucoApp
-
-    CucoApp(workload_name=opened.workload, open_session=target).run()
+    finally:
+        if isinstance(target, SessionRepo):  # its lineage screen closes it; not when the app ended first
+            target.close()
     return 0
 
 

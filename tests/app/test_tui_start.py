@@ -5,6 +5,7 @@ search and the example sessions offered to browse."""
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.app.search_launch import SearchLaunch
 from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.cli import tui_main
-from cuco_tui.lineage import SessionRepo
+from cuco_tui.lineage import SessionRepo, open_session_or_bundle
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.executors import GpuGroup, GpuPool
 from cuco_tui.workload.manifest import load_workload
@@ -152,6 +153,29 @@ async def test_browse_offers_the_example_bundle_and_opens_its_lineage(tmp_path):
                                 and "example" in str(app.screen.query_one(OptionList).get_option_at_index(0).prompt))
         await pilot.press("enter")
         assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen), timeout_s=30)
+
+
+@pytest.mark.asyncio
+async def test_cuco_tui_open_imports_a_bundle_once_and_shows_that_copy(tmp_path, monkeypatch):
+    """The bundle is imported once, to refuse a bad one before the app starts, and the app shows
+    that copy (it was imported a second time inside the app); nothing of it outlives the app."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the imports land, to count them
+    seen = []
+
+    def run(app, *args, **kwargs):  # the app as cuco-tui starts it, run here under run_test
+        seen.append((app.open_session, sorted(p.name for p in tmp_path.iterdir())))
+
+    monkeypatch.setattr(CucoApp, "run", run)
+    assert tui_main(["open", str(EXAMPLE)]) == 0
+    (repo, imported), = seen
+    assert isinstance(repo, SessionRepo) and len(imported) == 1 and repo.path.parent == tmp_path / imported[0]
+    assert not any(tmp_path.iterdir())  # closed when the app ended
+    monkeypatch.undo()
+    app = CucoApp(open_session=open_session_or_bundle(EXAMPLE), evaluate_fn=fake_evaluate)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready,
+                                timeout_s=30)
+        assert app.screen.repo is app.open_session
 
 
 @pytest.mark.asyncio
