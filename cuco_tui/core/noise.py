@@ -62,10 +62,6 @@ class Band:
         """The half-width as a fraction of the figure (0.03: ±3%)."""
         return math.sqrt(self.high / self.low) - 1.0 if self.low > 0 else 0.0
 
-    def per(self, work: float) -> "Band":
-        """work / this figure (a rate from a time): the band turns over."""
-        return Band(work / self.value, work / self.high, work / self.low)
-
     def label(self, spec: str = ".2f", unit: str = "x") -> str:
         """'1.48x ±3%' (no ± where no spread was recorded)."""
         return f"{self.value:{spec}}{unit}" + (f" {spread_label(self.spread)}" if self.spread > 0 else "")

@@ -136,7 +136,3 @@ def violations(point: DesignPoint, caps: Capabilities = Capabilities()) -> list[
     if point.chunk == "full" and point.placement in ("interleaved", "fused"):
         out.append("overlap needs the data in pieces: chunk must be shard or a count, not full")
     return out
-
-
-def is_valid(point: DesignPoint, caps: Capabilities = Capabilities()) -> bool:
-    return not violations(point, caps)

@@ -37,9 +37,6 @@ class Archive:
             return True
         return False
 
-    def elite(self, cell: tuple[str, ...]) -> CandidateRecord | None:
-        return self._cells.get(cell)
-
     def elites(self) -> list[CandidateRecord]:
         return sorted(self._cells.values(), key=rank_key)
 

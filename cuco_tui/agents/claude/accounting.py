@@ -171,10 +171,6 @@ class Ledger:
         return sum(c.tokens_out for c in self.calls)
 
     @property
-    def remaining_usd(self) -> float | None:
-        return None if self.cap_usd is None else max(0.0, self.cap_usd - self.spent_usd)
-
-    @property
     def exhausted(self) -> bool:
         return self.cap_usd is not None and self.spent_usd >= self.cap_usd
 

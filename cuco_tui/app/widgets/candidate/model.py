@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from cuco_tui.core.bounds import Bounds, ShapeFigures, Work, all_figures
-from cuco_tui.core.result import CascadeResult, Diagnostic, Level, Status
+from cuco_tui.core.result import CascadeResult, Diagnostic, Status
 from cuco_tui.lineage import SessionError, SessionRepo
 from cuco_tui.lineage.files import log_paths
 from cuco_tui.core.records import CandidateRecord
@@ -102,10 +102,6 @@ class CandidateView:
     @property
     def compile_failed(self) -> bool:
         return self.result is not None and self.result.status is Status.COMPILE_ERROR
-
-    @property
-    def stopped_before_compiling(self) -> bool:
-        return self.result is not None and self.result.level is Level.STATIC
 
 
 def parse_result(record: CandidateRecord) -> tuple[CascadeResult | None, str]:
