@@ -64,7 +64,13 @@ class Band:
 
     def label(self, spec: str = ".2f", unit: str = "x") -> str:
         """'1.48x ±3%' (no ± where no spread was recorded)."""
-        return f"{self.value:{spec}}{unit}" + (f" {spread_label(self.spread)}" if self.spread > 0 else "")
+        return figure_label(self.value, self.spread, spec, unit)
+
+
+def figure_label(value: float, spread: float, spec: str = ".2f", unit: str = "x") -> str:
+    """A figure with its spread as every reader shows it: '1.48x ±3%'; no ± for a spread of 0
+    (not recorded). For a figure kept as value and spread (the search's summary), not a Band."""
+    return f"{value:{spec}}{unit}" + (f" {spread_label(spread)}" if spread > 0 else "")
 
 
 def spread_label(spread: float) -> str:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from cuco_tui.core.ending import describe_end, end_state
-from cuco_tui.core.noise import Band, read_timings, record_speedup, speedup_band, spread_label, within_noise
+from cuco_tui.core.noise import Band, figure_label, read_timings, record_speedup, speedup_band, within_noise
 from cuco_tui.core.records import CandidateRecord
 from cuco_tui.core.ranking import best_measured, rank_key
 
@@ -106,8 +106,8 @@ class SearchSummary:
                    else " (no GPU here: candidates were compiled, not run)" if self.by_status.get("no_gpu") else "")
             lines.append("best      none measured yet" + why)
         else:
-            spread = f" {spread_label(self.best_spread)}" if self.best_spread > 0 else ""
-            lines.append(f"best      {self.best}: {self.best_speedup:.3f}x{spread} the reference (geometric mean)")
+            best = figure_label(self.best_speedup or 0.0, self.best_spread, ".3f")  # set with best
+            lines.append(f"best      {self.best}: {best} the reference (geometric mean)")
             if self.ties:
                 more = f" and {len(self.ties) - 8} more" if len(self.ties) > 8 else ""
                 lines.append(f"ties      within noise of it: {', '.join(self.ties[:8])}{more}")
@@ -121,9 +121,8 @@ class SearchSummary:
                 width = max(len(s.shape) for s in self.best_shapes)
                 lines.append("per shape " + f"{'shape':<{width}}  reference ms  candidate ms  speedup")
                 for s in self.best_shapes:
-                    spread = f" {spread_label(s.spread)}" if s.spread > 0 else ""
                     lines.append(f"          {s.shape:<{width}}  {s.reference_ms:12.3f}  {s.candidate_ms:12.3f}  "
-                                 f"{s.speedup:6.2f}x{spread}")
+                                 f"{figure_label(s.speedup, s.spread, '6.2f')}")
         return "\n".join(line for line in lines if line)
 
 
