@@ -17,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from cuco_tui.core.errors import UsageError
-from cuco_tui.core.noise import speedup_band, speedup_of
+from cuco_tui.core.bounds import all_figures
+from cuco_tui.core.noise import speedup_of
 from cuco_tui.core.result import CascadeResult, Status
 from cuco_tui.core.workload import Workload, WorkloadError
 from cuco_tui.harness.gpus import parse_gpu_list
@@ -312,11 +313,11 @@ def render_result(result: CascadeResult) -> Group:
         t = Table(title="timings (ms, median of the slowest rank per repetition)", title_justify="left")
         for col in ("shape", "M,K,N", "reference", "candidate", "IQR %", "per-rank medians", "speedup"):
             t.add_column(col, justify="right" if col not in ("shape",) else "left")
-        for s in result.timings:
+        for s, f in zip(result.timings, all_figures(result.timings)):
             dims = ",".join(str(v) for v in s.dims.values())
             ranks = " ".join(f"{r.median:.3f}" for r in s.per_rank)
-            t.add_row(s.shape, dims, f"{s.reference.median:.3f}", f"{s.candidate.median:.3f}",
-                      f"{s.spread_pct:.1f}", ranks, speedup_band(s).label())
+            t.add_row(f.shape, dims, f"{f.reference_ms:.3f}", f"{f.time_ms:.3f}", f"{f.iqr_pct:.1f}", ranks,
+                      f.speedup_band.label())
         parts.append(t)
     if result.deadlock_report:
         parts.append(Panel(result.deadlock_report, title="deadlock report", expand=False))

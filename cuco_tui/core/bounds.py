@@ -7,9 +7,11 @@ evaluate/baseline.py). A search measures it once per session, on a GPU, and stor
 session (`Bounds`). The work of a shape (`Work`: one rank's FLOPs and received bytes) comes
 from the workload's reference (`flops(dims, world)`, `comm_bytes(dims, world)`).
 
-`figures` turns one ShapeTiming into what the screens show: time, speedup, TFLOP/s, GB/s and
-% of the bound, with the bands of the time and the speedup (core/noise.py: TFLOP/s and GB/s
-follow the time's, % of the bound the speedup's). The bound is taken as a speedup (reference
+`figures` turns one ShapeTiming into the row every table of timings is drawn from (the
+candidate's Timings tab, the evaluate screen, `cuco eval` and `cuco show`, the search's summary,
+the leaderboard and compare; each keeps its own look): the candidate's and the reference's times,
+the speedup, TFLOP/s, GB/s and % of the bound, with the bands of the times and the speedup
+(core/noise.py: TFLOP/s and GB/s follow the time's, % of the bound the speedup's). The bound is taken as a speedup (reference
 time / bound time, both from the baseline run) and compared with the candidate's speedup
 (measured against the reference in the candidate's own run), so clocks that drift between the
 two runs do not move the figure.
@@ -99,17 +101,22 @@ class Bounds:
 
 @dataclass(frozen=True)
 class ShapeFigures:
-    """One measured shape as the screens show it; None where the figure cannot be known."""
+    """One measured shape as every table of timings shows it; None where the figure cannot be
+    known. Times are per repetition the slowest rank's, in ms."""
 
     shape: str
-    time_ms: float  # the candidate's median (slowest rank per repetition)
-    speedup: float
+    time_ms: float  # the candidate's median
+    speedup: float  # the reference's median / the candidate's, both of this run
+    time_band: Band  # the candidate's median and interquartile range (p25-p75)
+    speedup_band: Band  # core/noise.py speedup_band
+    reference_ms: float  # the reference's median, timed in the same run
+    reference_band: Band  # its interquartile range
+    iqr_pct: float  # the candidate's interquartile range, % of its median
+    samples: int  # repetitions timed
     tflops: float | None = None  # one rank's FLOPs / time, in TFLOP/s
     gbps: float | None = None  # the bytes one rank receives / time, in GB/s
     pct_of_bound: float | None = None  # 100: at the bound
     bound_speedup: float | None = None
-    time_band: Band | None = None  # the candidate's interquartile range
-    speedup_band: Band | None = None
 
 
 def figures(timing: ShapeTiming, bound: ShapeBound | None = None, work: Work | None = None) -> ShapeFigures:
@@ -122,8 +129,9 @@ def figures(timing: ShapeTiming, bound: ShapeBound | None = None, work: Work | N
     if bound is not None and math.isfinite(bound.speedup) and bound.speedup > 0:
         bound_speedup = bound.speedup
         pct = 100.0 * timing.speedup / bound_speedup
-    return ShapeFigures(timing.shape, ms, timing.speedup, tflops, gbps, pct, bound_speedup,
-                        time_band(timing.candidate), speedup_band(timing))
+    return ShapeFigures(timing.shape, ms, timing.speedup, time_band(timing.candidate), speedup_band(timing),
+                        timing.reference.median, time_band(timing.reference), timing.spread_pct, timing.candidate.n,
+                        tflops, gbps, pct, bound_speedup)
 
 
 def all_figures(timings: Iterable[ShapeTiming], bounds: Bounds | None = None,

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from cuco_tui.core.ending import describe_end, end_state
-from cuco_tui.core.noise import Band, figure_label, read_timings, record_speedup, speedup_band, within_noise
+from cuco_tui.core.bounds import all_figures
+from cuco_tui.core.noise import Band, figure_label, read_timings, record_speedup, within_noise
 from cuco_tui.core.records import CandidateRecord
 from cuco_tui.core.ranking import best_measured, rank_key
 
@@ -67,8 +68,8 @@ class SearchSummary:
         shapes: tuple[ShapeSpeedup, ...] = ()
         ties: tuple[str, ...] = ()
         if best is not None and best_band is not None:
-            shapes = tuple(ShapeSpeedup(t.shape, t.reference.median, t.candidate.median, t.speedup,
-                                        speedup_band(t).spread) for t in read_timings(best.result))
+            shapes = tuple(ShapeSpeedup(f.shape, f.reference_ms, f.time_ms, f.speedup, f.speedup_band.spread)
+                           for f in all_figures(read_timings(best.result)))
             ties = tuple(r.id for r in sorted(measured, key=rank_key)
                          if r is not best and within_noise(_band(r), best_band))
         ordered = {s: by_status[s] for s in STATUS_ORDER if s in by_status}

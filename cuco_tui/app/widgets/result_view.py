@@ -17,7 +17,8 @@ from textual.widgets import Label, Static
 
 from cuco_tui.app.messages import CandidateState, status_tone
 from cuco_tui.app.widgets.measure import natural_width
-from cuco_tui.core.noise import speedup_band, speedup_of
+from cuco_tui.core.bounds import all_figures
+from cuco_tui.core.noise import speedup_of
 from cuco_tui.core.result import CascadeResult, Diagnostic, Level, ShapeTiming, Verification
 
 LEVEL_NAMES = {
@@ -169,7 +170,6 @@ def _timing_table(rows: list[ShapeTiming], geomean: float | None) -> Table:
                   caption=caption, caption_justify="left", box=box.SIMPLE_HEAD, expand=False)
     for name in ("shape", "reference ms", "candidate ms", "spread %", "speedup"):
         table.add_column(name, justify="left" if name == "shape" else "right")
-    for t in rows:
-        table.add_row(t.shape, f"{t.reference.median:.3f}", f"{t.candidate.median:.3f}", f"{t.spread_pct:.1f}",
-                      speedup_band(t).label())
+    for f in all_figures(rows):
+        table.add_row(f.shape, f"{f.reference_ms:.3f}", f"{f.time_ms:.3f}", f"{f.iqr_pct:.1f}", f.speedup_band.label())
     return table

@@ -11,16 +11,16 @@ from rich.table import Table
 from rich.text import Text
 
 from cuco_tui.core.bounds import ShapeFigures, format_figure, mean_pct_of_bound
-from cuco_tui.core.noise import speedup_band, speedup_of
-from cuco_tui.core.result import ShapeTiming, Spread
+from cuco_tui.core.noise import speedup_of
+from cuco_tui.core.result import ShapeTiming
 
 
 def _ms(x: float) -> str:
     return f"{x:.3f}"
 
 
-def _iqr(s: Spread) -> str:
-    return f"{s.p25:.3f}-{s.p75:.3f}"
+def _range(low: float, high: float) -> str:
+    return f"{low:.3f}-{high:.3f}"
 
 
 def summary_text(geomean: float | None, figures: tuple[ShapeFigures, ...] = (), no_bound: str = "",
@@ -47,25 +47,23 @@ SHAPE_COLUMNS = ("shape", "speedup", "% bound", "candidate", "cand p25-p75", "re
                  "TFLOP/s", "GB/s", "bound", "n")
 
 
-def shape_table(timings: list[ShapeTiming], figures: tuple[ShapeFigures, ...] = ()) -> Table:
+def shape_table(figures: tuple[ShapeFigures, ...]) -> Table:
     table = Table(title="Per shape (ms): per repetition the slowest rank's time; median and p25-p75",
                   title_justify="left", **TABLE_STYLE)
     for name in SHAPE_COLUMNS:
         table.add_column(name, justify="left" if name == "shape" else "right", no_wrap=True)
-    by_shape = {f.shape: f for f in figures}
-    for t in timings:
-        tone = "green" if t.speedup >= 1.0 else "red"
-        tflops, gbps, bound, pct = figure_cells(by_shape.get(t.shape))
-        table.add_row(t.shape, Text(speedup_band(t).label(), style=f"bold {tone}"), Text(pct, style="bold"),
-                      _ms(t.candidate.median), _iqr(t.candidate), _ms(t.reference.median), _iqr(t.reference),
-                      f"{t.spread_pct:.1f}", tflops, gbps, bound, str(t.candidate.n))
+    for f in figures:
+        tone = "green" if f.speedup >= 1.0 else "red"
+        tflops, gbps, bound, pct = figure_cells(f)
+        table.add_row(f.shape, Text(f.speedup_band.label(), style=f"bold {tone}"), Text(pct, style="bold"),
+                      _ms(f.time_ms), _range(f.time_band.low, f.time_band.high), _ms(f.reference_ms),
+                      _range(f.reference_band.low, f.reference_band.high),
+                      f"{f.iqr_pct:.1f}", tflops, gbps, bound, str(f.samples))
     return table
 
 
-def figure_cells(f: ShapeFigures | None) -> tuple[str, str, str, str]:
+def figure_cells(f: ShapeFigures) -> tuple[str, str, str, str]:
     """TFLOP/s, GB/s, the bound as a speedup, % of it ('-' where unknown)."""
-    if f is None:
-        return ("-", "-", "-", "-")
     return (format_figure(f.tflops, ".0f"), format_figure(f.gbps, ".0f"), format_figure(f.bound_speedup, ".2f", "x"),
             format_figure(f.pct_of_bound, ".0f", "%"))
 
@@ -81,14 +79,15 @@ def rank_table(timings: list[ShapeTiming]) -> Table | None:
         slowest = max(range(len(t.per_rank)), key=lambda r: t.per_rank[r].median, default=-1)
         for rank, s in enumerate(t.per_rank):
             mark = "*" if rank == slowest and len(t.per_rank) > 1 else ""
-            table.add_row(t.shape if rank == 0 else "", str(rank), _ms(s.median) + mark, _iqr(s),
-                          f"{s.min:.3f}-{s.max:.3f}", str(s.n))
+            table.add_row(t.shape if rank == 0 else "", str(rank), _ms(s.median) + mark, _range(s.p25, s.p75),
+                          _range(s.min, s.max), str(s.n))
     return table
 
 
-def timings_parts(timings: list[ShapeTiming], geomean: float | None, figures: tuple[ShapeFigures, ...] = (),
+def timings_parts(timings: list[ShapeTiming], geomean: float | None, figures: tuple[ShapeFigures, ...],
                   no_bound: str = "") -> tuple[Text | Table, ...]:
-    """The Timings tab: the summary line, the per-shape table, the per-rank table (or why none)."""
+    """The Timings tab: the summary line, the per-shape table (a row of `figures`, all_figures of
+    `timings`, per shape), the per-rank table (or why none)."""
     ranks = rank_table(timings)
-    return (summary_text(geomean, figures, no_bound, timings), shape_table(timings, figures),
+    return (summary_text(geomean, figures, no_bound, timings), shape_table(figures),
             ranks if ranks is not None else Text("Per-rank timings are not stored in this result.", style="dim"))
