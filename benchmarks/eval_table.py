@@ -1,7 +1,8 @@
 """One table from `cuco eval --json` results and a `cuco baseline --json`, all of one device call:
 per candidate and shape, its time (median of the slowest rank, IQR %), the reference's time in the
 same run, the speedup, and the time over the perfect-overlap bound of `cuco baseline`
-(max(compute alone, bytes / peer copy bandwidth)).
+(evaluate/baseline.py's bound, the one a search measures against: max(compute alone, bytes / peer
+copy bandwidth)).
 
     python3 benchmarks/eval_table.py BASELINE.json NAME=EVAL.json [NAME=EVAL.json ...] [--md]
 """
@@ -13,17 +14,12 @@ import math
 import sys
 from pathlib import Path
 
-COMM = {"allgather", "allreduce", "transfer", "alltoall", "dispatch", "combine", "comm", "reducescatter"}
+from cuco_tui.evaluate.baseline import Baseline, bound
 
 
 def bounds(baseline: dict) -> dict[str, float]:
-    out = {}
-    for s in baseline.get("shapes", []):
-        compute = sum(p["median"] for k, p in s["parts"].items() if k not in COMM)
-        gbps, nbytes = s.get("peer_gbps"), s.get("comm_bytes", 0)
-        link = nbytes / (gbps * 1e6) if gbps and nbytes else 0.0
-        out[s["shape"]] = max(compute, link) or s["overlap_bound_ms"]
-    return out
+    """Per shape, the bound of a `cuco baseline --json` output."""
+    return {s.shape: bound(s) for s in Baseline.from_dict(baseline).shapes}
 
 
 def main(argv: list[str]) -> int:

@@ -71,6 +71,15 @@ class ShapeBaseline:
             "link_bound_ms": self.link_bound_ms,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], world: int) -> "ShapeBaseline":
+        """A shape of `cuco baseline --json` read back (`world`: the run's rank count, which
+        the bandwidth depends on); the figures it derives (bounds, bandwidth) are computed again."""
+        peer = d.get("peer_copy")
+        return cls(shape=str(d["shape"]), dims={str(k): int(v) for k, v in d["dims"].items()},
+                   reference=Spread(**d["reference"]), parts={k: Spread(**v) for k, v in d["parts"].items()},
+                   comm_bytes=int(d.get("comm_bytes") or 0), peer_copy=Spread(**peer) if peer else None, world=world)
+
 
 @dataclass(frozen=True)
 class Baseline:
@@ -83,6 +92,13 @@ class Baseline:
     def to_dict(self) -> dict[str, Any]:
         return {"workload": self.workload, "gpus": self.gpus, "seconds": self.seconds,
                 "shapes": [s.to_dict() for s in self.shapes], "warnings": self.warnings}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Baseline":
+        """`cuco baseline --json` read back (benchmarks/eval_table.py)."""
+        gpus = [int(g) for g in d["gpus"]]
+        return cls(str(d["workload"]), gpus, [ShapeBaseline.from_dict(s, len(gpus)) for s in d["shapes"]],
+                   float(d.get("seconds", 0.0)), [str(w) for w in d.get("warnings", [])])
 
 
 def compute_ms(shape: ShapeBaseline) -> float | None:
