@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from cuco_tui.harness.perturb import KINDS
+
 ROOT = Path(__file__).resolve().parents[1]
 CP_EMU = ROOT / "workloads" / "cp_attention" / "emulator"
 RUNTIME = ROOT / "cuco_tui" / "harness" / "runtime"
@@ -110,3 +112,9 @@ def candidate_source(seed: Path, book, strategy: str | None, knobs: dict) -> str
 def with_driver(src: str, driver: str) -> str:
     """A rendered candidate for the emulator: launches rewritten, the workload's driver after it."""
     return rewrite_launches(src) + f'\n#include "{driver}"\n'
+
+
+def seeds_of(kind: str, world: int) -> list[int]:
+    """One perturbation seed of `kind` aimed at each rank (harness/perturb.py kind_of, target_of)."""
+    k = KINDS.index(kind)
+    return [len(KINDS) * t + k for t in range(world)]

@@ -32,6 +32,7 @@ from cuco_tui.toolchain.toolchain import (Library, Toolchain, cutlass_report, cu
                                           find_cutlass)
 from cuco_tui.workload.manifest import load_workload
 from repo_paths import REPO
+from strategy_helpers import every_point
 
 W = load_workload("gemm_allgather")
 SEED = W.seed.read_text()
@@ -40,20 +41,8 @@ FUSED = BOOK.get("fused_tile")
 TOOLCHAIN = discover()
 
 
-def every_point() -> list[dict]:
-    """The strategy's offline space: every knob combination, normalized, without repeats."""
-    seen, out = set(), []
-    for values in itertools.product(*FUSED.knobs.values()):
-        knobs = FUSED.normalized(dict(zip(FUSED.knobs, values)))
-        key = tuple(sorted(knobs.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(knobs)
-    return out
-
-
 def test_every_point_renders_and_passes_l0():
-    points = every_point()
+    points = every_point(FUSED)
     # 5 chunk counts x (copy engine + 3 store-kernel sizes) x 2 tiles x 2 clusters x 3 orders x 2 fanouts
     assert len(points) == 5 * 4 * 2 * 2 * 3 * 2
     sources = set()

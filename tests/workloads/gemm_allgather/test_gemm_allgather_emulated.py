@@ -23,7 +23,7 @@ from cuco_tui.harness.perturb import KINDS, kind_of, target_of
 from cuco_tui.core.reference import reference_module
 from cuco_tui.harness.verify import POISON_BF16
 from cuco_tui.workload.manifest import load_workload
-from emulator_helpers import candidate_source, compile_emulated, needs_gxx, with_driver
+from emulator_helpers import candidate_source, compile_emulated, needs_gxx, seeds_of, with_driver
 
 W = load_workload("gemm_allgather")
 DRIVER = load_workload("moe_dispatch_combine").root / "emulator"
@@ -116,12 +116,6 @@ def wrong(got_bits, want):
 
 def failures(results):
     return [f"rank {rank}, {what}: {why}" for what, rank, got, want in results if (why := wrong(got, want))]
-
-
-def seeds_of(kind, world):
-    """One seed of `kind` aimed at each rank."""
-    k = KINDS.index(kind)
-    return [4 * t + k for t in range(world)]
 
 
 def test_the_seed_decides_kind_and_target_as_the_policy_says():

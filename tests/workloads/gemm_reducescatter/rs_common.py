@@ -1,20 +1,19 @@
 """What gemm_reducescatter's tests share: the workload, its seed, the reference module (loaded once
-from the workload's folder), inputs as the harness fills them, bf16 helpers, the offline agent's
-strategy book and the marker for machines that cannot compile."""
-
-import itertools
+from the workload's folder: its own functions and Reference class, which the tests call directly),
+inputs as the harness fills them, bf16 helpers, the offline agent's strategy book and the marker
+for machines that cannot compile."""
 
 import numpy as np
 import pytest
 
 from cuco_tui.agents.offline import StrategyBook
 from cuco_tui.harness.bf16 import from_bf16_bits, to_bf16_bits
-from cuco_tui.core.reference import reference_module as load_reference
+from cuco_tui.core.reference import reference_module
 from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.workload.manifest import load_workload
 
 W = load_workload("gemm_reducescatter")
-REF = load_reference(W.reference)
+REF = reference_module(W.reference)
 SEED = W.seed.read_text()
 BOOK = StrategyBook.load(W.root, W.seed)
 can_compile = pytest.mark.skipif(not discover().can_compile, reason="needs nvcc, NCCL and cuBLAS headers")
@@ -43,14 +42,3 @@ def bits(v):
 def f64(v):
     return from_bf16_bits(np, v).astype(np.float64)
 
-
-def every_point(strategy):
-    """The strategy's offline space: every knob combination, normalized, without repeats."""
-    seen, out = set(), []
-    for values in itertools.product(*strategy.knobs.values()):
-        knobs = strategy.normalized(dict(zip(strategy.knobs, values)))
-        key = tuple(sorted(knobs.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(knobs)
-    return out

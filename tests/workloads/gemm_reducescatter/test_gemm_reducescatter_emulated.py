@@ -22,7 +22,7 @@ from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.perturb import KINDS, kind_of, target_of
 from cuco_tui.harness.verify import POISON_BF16
 from cuco_tui.workload.manifest import load_workload
-from emulator_helpers import candidate_source, compile_emulated, needs_gxx, with_driver
+from emulator_helpers import candidate_source, compile_emulated, needs_gxx, seeds_of, with_driver
 from rs_common import BOOK, REF, W
 
 DRIVER = load_workload("moe_dispatch_combine").root / "emulator"
@@ -128,12 +128,6 @@ def wrong(got_bits, want):
 
 def failures(results):
     return [f"rank {rank}, {what}: {why}" for what, rank, got, want in results if (why := wrong(got, want))]
-
-
-def seeds_of(kind, world):
-    """One seed of `kind` aimed at each rank."""
-    k = KINDS.index(kind)
-    return [4 * t + k for t in range(world)]
 
 
 @needs_gxx

@@ -12,7 +12,8 @@ from cuco_tui.core.result import Status
 from cuco_tui.design.space import Capabilities, parse_design, violations
 from cuco_tui.evaluate.cascade import evaluate
 from cuco_tui.source.regions import design_of
-from rs_common import BOOK, SEED, W, can_compile, every_point
+from rs_common import BOOK, SEED, W, can_compile
+from strategy_helpers import every_point
 from static_helpers import assert_static_ok
 
 
