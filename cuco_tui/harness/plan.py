@@ -6,12 +6,16 @@ wider limits), the launcher places it (GPUs, run folder) and writes it as `plan.
 folder; every rank reads it back with `RunPlan.from_json`. Each default is written once, here.
 
 plan.json is JSON with a `version`: a plan is read back exactly by the version that wrote it, and
-a file of another version is refused in one sentence rather than half understood."""
+a file of another version is refused in one sentence rather than half understood. The file is the
+records' fields under their own names (`dataclasses.asdict`), read back by the types the fields
+declare (str, int, float, bool, `X | None`, `tuple[X, ...]`, dict, and records of those): a new
+field needs no code here, only PLAN_VERSION raised."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 PLAN_VERSION = 1
 
@@ -53,15 +57,6 @@ class ShapePlan:
     checks: int
     index: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dims": dict(self.dims), "level": self.level, "checks": self.checks,
-                "index": self.index}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ShapePlan:
-        return cls(str(data["name"]), {str(k): int(v) for k, v in data["dims"].items()}, str(data["level"]),
-                   int(data["checks"]), int(data["index"]))
-
 
 @dataclass(frozen=True)
 class PerturbPlan:
@@ -72,13 +67,6 @@ class PerturbPlan:
     seed: int
     rounds: int
     unit_us: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"library": self.library, "seed": self.seed, "rounds": self.rounds, "unit_us": self.unit_us}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PerturbPlan:
-        return cls(str(data["library"]), int(data["seed"]), int(data["rounds"]), int(data["unit_us"]))
 
 
 @dataclass(frozen=True)
@@ -118,15 +106,9 @@ class RunPlan:
         return replace(self, gpus=tuple(gpus), rundir=rundir)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "version": PLAN_VERSION, "mode": self.mode, "workload": self.workload, "reference": self.reference,
-            "library": self.library, "shapes": [s.to_json() for s in self.shapes], "rtol": self.rtol,
-            "floor": self.floor, "warmup": self.warmup, "repetitions": self.repetitions, "nonce": self.nonce,
-            "limits": self.limits.__dict__.copy(), "trace_slots": self.trace_slots, "trace_ab": self.trace_ab,
-            "shared_gpu": self.shared_gpu, "preload": list(self.preload), "notes": list(self.notes),
-            "perturb": self.perturb.to_json() if self.perturb else None, "sanitize": self.sanitize,
-            "gpus": list(self.gpus), "rundir": self.rundir,
-        }
+        """plan.json's content: the version, then every field under its own name, nested records
+        as objects and tuples as lists."""
+        return {"version": PLAN_VERSION, **asdict(self, dict_factory=_json_object)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunPlan:
@@ -134,19 +116,28 @@ class RunPlan:
         if version != PLAN_VERSION:
             raise PlanError(f"a run plan of version {version!r}; this harness reads version {PLAN_VERSION}")
         try:
-            perturb = data["perturb"]
-            return cls(
-                mode=str(data["mode"]), workload=str(data["workload"]), reference=str(data["reference"]),
-                library=None if data["library"] is None else str(data["library"]),
-                shapes=tuple(ShapePlan.from_json(s) for s in data["shapes"]), rtol=float(data["rtol"]),
-                floor=float(data["floor"]), warmup=int(data["warmup"]), repetitions=int(data["repetitions"]),
-                nonce=int(data["nonce"]), limits=Limits(**{k: float(v) for k, v in data["limits"].items()}),
-                trace_slots=int(data["trace_slots"]), trace_ab=bool(data["trace_ab"]),
-                shared_gpu=bool(data["shared_gpu"]), preload=tuple(str(p) for p in data["preload"]),
-                notes=tuple(str(n) for n in data["notes"]),
-                perturb=PerturbPlan.from_json(perturb) if perturb else None,
-                sanitize=None if data["sanitize"] is None else str(data["sanitize"]),
-                gpus=tuple(int(g) for g in data["gpus"]), rundir=str(data["rundir"]),
-            )
+            return _read(cls, data)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise PlanError(f"a run plan this harness cannot read: {type(exc).__name__}: {exc}") from exc
+
+
+def _json_object(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in items}
+
+
+def _read(kind: Any, value: Any) -> Any:
+    """`value` from plan.json as the type a field declares: every field of a record must be there
+    (a default is what the cascade starts from, not what a missing key means), names and numbers
+    converted as the record types them."""
+    if is_dataclass(kind):
+        hints = get_type_hints(kind)
+        return kind(**{f.name: _read(hints[f.name], value[f.name]) for f in fields(kind)})
+    origin, args = get_origin(kind), get_args(kind)
+    if origin in (Union, UnionType):  # X | None
+        (inner,) = [a for a in args if a is not type(None)]
+        return None if value is None else _read(inner, value)
+    if origin is tuple:  # tuple[X, ...]
+        return tuple(_read(args[0], v) for v in value)
+    if origin is dict:
+        return {_read(args[0], k): _read(args[1], v) for k, v in value.items()}
+    return kind(value)  # str, int, float, bool
