@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cuco_tui.cli.sessions import open_named, record_of, shown_as
 from cuco_tui.core.errors import UsageError
-from cuco_tui.source.lexer import INCLUDE_LINE, SourceText
+from cuco_tui.source.includes import included
 from cuco_tui.toolchain.nvcc import cuda_arch, cutlass_flags, nvcc_flags, uses_cutlass
 from cuco_tui.toolchain.toolchain import RUNTIME_INCLUDE, Library, Toolchain, discover
 
@@ -43,9 +43,7 @@ def runtime_headers(source: str, folder: Path = RUNTIME_INCLUDE) -> list[Path]:
     needed: dict[str, Path] = {}
     texts = [source]
     while texts:
-        for m in INCLUDE_LINE.finditer(SourceText(texts.pop()).nocomment):
-            spelled = m.group(1).strip()
-            name = spelled[1:-1].strip() if spelled[:1] in '<"' and len(spelled) > 1 else ""
+        for name in included(texts.pop()):
             path = folder / name
             if name and name not in needed and "/" not in name and path.is_file():
                 needed[name] = path

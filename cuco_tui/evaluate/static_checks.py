@@ -18,7 +18,8 @@ import re
 
 from cuco_tui.core.result import Diagnostic, Level, StaticVerdict
 from cuco_tui.source.arguments import split_args
-from cuco_tui.source.lexer import IDENT_CHARS, INCLUDE_LINE, SourceText, closing_bracket
+from cuco_tui.source.includes import includes
+from cuco_tui.source.lexer import IDENT_CHARS, SourceText, closing_bracket
 from cuco_tui.source.model import CandidateSource
 from cuco_tui.source.regions import (DESIGN_LINE, DESIGN_PAIR, END, START, Regions, design_line, frozen_hash,
                                      frozen_lines, split_regions)
@@ -228,20 +229,17 @@ _BAD_HEADER_DIRS = ("sys/", "netinet/", "arpa/")
 
 def _check_includes(src: SourceText, file_name: str) -> list[Diagnostic]:
     out: list[Diagnostic] = []
-    for m in INCLUDE_LINE.finditer(src.nocomment):
-        arg = m.group(1).strip()
-        line, _ = src.pos(m.start())
-        col = src.pos(m.start(1))[1]
-        hm = re.match(r'<([^>]*)>|"([^"]*)"', arg)
-        if not hm:
-            if arg:
-                out.append(_diag(f"`#include {arg}` is not allowed in a candidate: include a header by its "
+    for inc in includes(src):
+        line, _ = src.pos(inc.offset)
+        col = src.pos(inc.argument_offset)[1]
+        if inc.through_macro:
+            if inc.argument:
+                out.append(_diag(f"`#include {inc.argument}` is not allowed in a candidate: include a header by its "
                                  f"name in <...> or \"...\", not through a macro",
                                  file_name, line, src.line(line), column=col, code="forbidden-include"))
             continue
-        path = (hm.group(1) if hm.group(1) is not None else hm.group(2)).strip()
-        spelled = arg[:hm.end()]
-        norm = path.replace("\\", "/")
+        spelled = inc.named
+        norm = inc.header.replace("\\", "/")
         parts = norm.split("/")
         if norm.startswith(("/", "~")) or re.match(r"^[A-Za-z]:/", norm) or ".." in parts:
             out.append(_diag(f"`#include {spelled}` is not allowed in a candidate: include headers by name "

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuco_tui.source.includes import included
 from cuco_tui.toolchain.nvcc import BuildCache
 from cuco_tui.toolchain.process import install_library, killed, record_failure, run_tool, unlink_quietly
 from cuco_tui.toolchain.toolchain import RUNTIME_INCLUDE, Toolchain, package_dir
@@ -33,7 +34,6 @@ HEADER = RUNTIME_INCLUDE / "cuco_attn.h"
 CUDNN_SONAME = "libcudnn.so.9"
 NVRTC_SONAME = "libnvrtc.so.13"
 INSTALL_HINT = "pip install 'cuco-tui[attention]' (nvidia-cudnn-cu13 and nvidia-cudnn-frontend)"
-_USES = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]cuco_attn\.h[>\"]", re.M)
 
 
 MIN_CUDNN = (9, 7)
@@ -51,7 +51,7 @@ def _older(version: str, floor: tuple[int, ...]) -> bool:
 
 def uses_attention(source: str) -> bool:
     """Whether a candidate includes the harness's attention library."""
-    return bool(_USES.search(source))
+    return "cuco_attn.h" in included(source)
 
 
 @dataclass(frozen=True)

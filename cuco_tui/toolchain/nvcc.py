@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cuco_tui.source.includes import included
 from cuco_tui.toolchain import tile_gemm_lib
 from cuco_tui.toolchain.diagnostics import LEVEL, parse_nvcc_output
 from cuco_tui.toolchain.process import killed, run_tool, unlink_quietly
@@ -32,7 +33,8 @@ FORMAT = 1  # bump when the cache record's layout or meaning changes
 # ptxas serializes the wgmma pipeline: about 2x slower) and --expt-relaxed-constexpr (CuTe calls
 # constexpr host functions from device code). One such kernel configuration takes about 45 s of
 # CPU in nvcc 13.0 (a 2-core machine under load: 3 min), hence its own, longer limit.
-_USES_CUTLASS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:cutlass/|cute/|cuco_tile_gemm\.cuh)', re.M)
+# Headers that bring CUTLASS in: its own, CuTe's, and the runtime's fused GEMM built on them.
+_CUTLASS_HEADERS = ("cutlass/", "cute/", "cuco_tile_gemm.cuh")
 CUTLASS_FLAGS = ("-DNDEBUG", "--expt-relaxed-constexpr")
 CUTLASS_TIMEOUT = 900.0
 
@@ -90,7 +92,7 @@ def nvcc_flags(toolchain: Toolchain) -> list[str]:
 
 def uses_cutlass(source: str) -> bool:
     """Whether a candidate includes CUTLASS or CuTe headers, or the runtime's CUTLASS GEMM."""
-    return bool(_USES_CUTLASS.search(source))
+    return any(h.startswith(_CUTLASS_HEADERS) for h in included(source))
 
 
 def cutlass_flags(toolchain: Toolchain) -> list[str]:

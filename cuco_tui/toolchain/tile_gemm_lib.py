@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cuco_tui.source.includes import included
 from cuco_tui.source.lexer import SourceText
 from cuco_tui.toolchain.process import install_library, killed, record_failure, run_tool, unlink_quietly
 from cuco_tui.toolchain.toolchain import Toolchain
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 
 SOURCE = Path(__file__).resolve().parent.parent / "harness" / "tile_gemm_lib" / "cuco_tile_gemm_lib.cu"
 HEADER = "cuco_tile_gemm_lib.h"
-_USES = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]cuco_tile_gemm_lib\.h[>"]', re.M)
 # `tg::KernelConfig{128, 256, 2, 1}`, `constexpr tg::KernelConfig kConfig{...}` or `= KernelConfig(...)`.
 _CONFIG = re.compile(r"\bKernelConfig\b[^;{}()]*?[{(]\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*[})]")
 _ERROR_LINE = re.compile(r"\berror\b", re.I)
@@ -78,7 +78,7 @@ CONFIGS = tuple(KernelConfig(bm, bn, cm, cn) for bm, bn in ((128, 256), (256, 12
 
 def uses_library(source: str) -> bool:
     """Whether a candidate includes the prebuilt fused GEMM's header."""
-    return bool(_USES.search(source))
+    return HEADER in included(source)
 
 
 def configs_named(source: str) -> tuple[tuple[KernelConfig, ...], list[str]]:
