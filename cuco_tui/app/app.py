@@ -27,6 +27,7 @@ from cuco_tui.app.search_launch import SearchLaunch
 from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.search.start_question import start_question
 from cuco_tui.core.result import CascadeResult
+from cuco_tui.core.workload import DEFAULT_WORKLOAD
 from cuco_tui.lineage import SessionError, list_sessions, open_session_or_bundle
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.workload.manifest import load_workload
@@ -72,7 +73,7 @@ class CucoApp(App):
 
     def __init__(
         self,
-        workload_name: str = "gemm_allgather",
+        workload_name: str = DEFAULT_WORKLOAD,
         gpus: list[int] | None = None,
         evaluate_fn: EvaluateFn | None = None,
         *,

@@ -19,7 +19,7 @@ from rich.text import Text
 from cuco_tui.core.errors import UsageError
 from cuco_tui.core.noise import speedup_band, speedup_of
 from cuco_tui.core.result import CascadeResult, Status
-from cuco_tui.core.workload import Workload, WorkloadError
+from cuco_tui.core.workload import DEFAULT_WORKLOAD, Workload, WorkloadError
 from cuco_tui.harness.gpus import parse_gpu_list
 from cuco_tui.workload.manifest import load_workload
 
@@ -27,7 +27,7 @@ DEFAULT_GENERATIONS = 10
 DEFAULT_CLAUDE_BUDGET = 5.0
 
 WORKLOAD_HELP = ("the workload: a name (`cuco workloads` lists them) or a workload's folder "
-                 "(default gemm_allgather)")
+                 f"(default {DEFAULT_WORKLOAD})")
 SHARE_GPU_HELP = ("run every rank on one GPU (the one --gpus names, else 0; --world ranks, else the workload's "
                   "smallest world): checks correctness on a machine with fewer GPUs than ranks; times nothing")
 SHARE_GPU_HINT = "with fewer GPUs, --share-gpu checks correctness with every rank on one GPU (nothing timed)"

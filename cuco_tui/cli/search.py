@@ -19,6 +19,7 @@ from cuco_tui.cli.common import (
 )
 from cuco_tui.core.ending import describe_end
 from cuco_tui.core.errors import UsageError
+from cuco_tui.core.workload import DEFAULT_WORKLOAD
 
 
 # ---------------------------------------------------------------------------- progress lines
@@ -209,7 +210,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                                  "one: give one of them")
             repo, workload, config = open_resumed(args.resume, root, overrides, args.generations, args.workload)
         else:
-            workload = workload_named(args.workload or "gemm_allgather")
+            workload = workload_named(args.workload or DEFAULT_WORKLOAD)
             config = SearchConfig(workload=workload.name, **{"generations": DEFAULT_GENERATIONS, **overrides})
             folder = new_session_folder(Path(args.session) if args.session else None, root, workload.name)
     except (SessionError, ConfigError) as exc:
