@@ -57,7 +57,7 @@ from cuco_tui.search.events import (
 )
 from cuco_tui.search.plateau import DIVERSIFY, STOP, PlateauWatch
 from cuco_tui.search.population import EXPLORE, Population, phase_of
-from cuco_tui.search.proposing import Drafts, Proposer, cap_agent
+from cuco_tui.search.proposing import Drafts, Proposer
 from cuco_tui.search.scheduling import EvaluateFn, Scheduler, is_finalist, ranking_view
 from cuco_tui.search.steering import DECISIONS, ReviewError, SteeringError, Steering, Stop
 from cuco_tui.search.summary import SearchSummary
@@ -110,7 +110,7 @@ class SearchEngine:
         self._drafts = Drafts(agent.name, reserve=self.scratch / "ids.json")
         self._steering = Steering(config, self._cond, self._publish, drafts=self._drafts,
                                   committed=lambda cid: self._population.records.get(cid),
-                                  cap_agent=lambda cap: cap_agent(self.agent, cap))
+                                  cap_agent=lambda cap: self.agent.set_budget(cap))
         self._proposer = Proposer(workload, agent, config, self._drafts, population=lambda: self._population,
                                   lock=self._cond, publish=self._publish, account=self._steering.account,
                                   screen=check_l0, design_context=design_context)
