@@ -28,6 +28,7 @@ from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.search.start_question import start_question
 from cuco_tui.core.result import CascadeResult
 from cuco_tui.core.workload import DEFAULT_WORKLOAD
+from cuco_tui.executors import Executor
 from cuco_tui.lineage import SessionError, list_sessions, open_session_or_bundle
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.workload.manifest import load_workload
@@ -59,7 +60,8 @@ class CucoApp(App):
 
     The search (`s`, or at once with `start_search`): `search_config` (default: the workload's,
     10 generations), `review_mode` overrides its review mode, `session` the session folder
-    (default: a new one in the sessions folder), `engine_options` extra SearchEngine keyword arguments,
+    (default: a new one in the sessions folder), `executor` where its evaluations run (None: this
+    machine's GPU groups), `engine_options` extra SearchEngine keyword arguments,
     `agent` "offline" or "claude" (None: claude when ANTHROPIC_API_KEY is set), `resume` a
     session folder to continue instead of a new one. `b` lists the sessions and the example
     bundles to browse."""
@@ -88,6 +90,7 @@ class CucoApp(App):
         model: str | None = None,
         resume: Path | str | None = None,
         resume_overrides: dict[str, Any] | None = None,
+        executor: Executor | None = None,
     ) -> None:
         super().__init__()
         self.workload = load_workload(workload_name)
@@ -102,7 +105,7 @@ class CucoApp(App):
                                           tuple((engine_options or {}).items()), agent=agent, model=model,
                                           resume=Path(resume) if resume is not None else None,
                                           resume_overrides=tuple((resume_overrides or {}).items()),
-                                          root=sessions_root)
+                                          root=sessions_root, executor=executor)
         self.start_search = start_search
         self.open_session = Path(open_session) if open_session is not None else None
         self.sessions_root = sessions_root  # None: cuco_tui.search.sessions.sessions_root(), and the clone's examples

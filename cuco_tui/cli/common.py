@@ -9,7 +9,7 @@ import argparse
 import io
 import os
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -22,6 +22,9 @@ from cuco_tui.core.result import CascadeResult, Status
 from cuco_tui.core.workload import DEFAULT_WORKLOAD, Workload, WorkloadError
 from cuco_tui.harness.gpus import parse_gpu_list
 from cuco_tui.workload.manifest import load_workload
+
+if TYPE_CHECKING:  # the executors import the cascade: only `--executor slurm` needs them at run time
+    from cuco_tui.executors import Executor
 
 DEFAULT_GENERATIONS = 10
 DEFAULT_CLAUDE_BUDGET = 5.0
@@ -193,7 +196,7 @@ def _count(flag: str, text: str) -> int:
     return value
 
 
-def make_executor(args: argparse.Namespace, workload: Workload, world: int) -> Any:
+def make_executor(args: argparse.Namespace, workload: Workload, world: int) -> Executor | None:
     """The executor --executor names for evaluations of `world` ranks of `workload`: None for the
     local pool (the scheduler plans it), else a SlurmExecutor whose settings and cluster were
     checked (partition, GPUs per node, time limit) with `sinfo`. Every problem is a UsageError."""

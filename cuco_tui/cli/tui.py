@@ -149,5 +149,5 @@ def _run(args: argparse.Namespace) -> int:
 
     CucoApp(workload_name=workload_name, gpus=gpus, start_search=not args.evaluate, search_config=config,
             agent=agent, model=args.model, resume=resume, resume_overrides=overrides,
-            engine_options={"gpu_pool": executor} if executor is not None else None).run()
+            executor=executor).run()
     return 0

@@ -66,12 +66,15 @@ class Order:
 class Steering:
     def __init__(self, config: SearchConfig, cond: threading.Condition, publish: Callable[[Event], None], *,
                  drafts: Drafts, committed: Callable[[str], CandidateRecord | None],
-                 cap_agent: Callable[[float | None], None]) -> None:
+                 cap_agent: Callable[[float | None], None], hints_unread: Callable[[], str] = lambda: "",
+                 on_stop: Callable[[], None] = lambda: None) -> None:
         self._cond = cond
         self._publish = publish
         self._drafts = drafts
         self._committed = committed  # a committed candidate by id (the population's records)
         self._cap_agent = cap_agent  # gives the agent what is left of the budget
+        self._hints_unread = hints_unread  # why the agent would never read a hint ("" when it reads them)
+        self._on_stop = on_stop  # the scheduler's stop: an executor of cluster jobs cancels them
         self._running = False  # run() is under way
         self._accepting = False  # from run()'s start until its last drain: steering commands are taken
         self._paused = False
@@ -112,6 +115,7 @@ class Steering:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+        self._on_stop()
 
     @property
     def paused(self) -> bool:
@@ -144,6 +148,11 @@ class Steering:
             self._cond.notify_all()
 
     def add_hint(self, text: str) -> None:
+        """Refused (SteeringError) for an agent that does not read hints: kept, it would be
+        counted and never used."""
+        unread = self._hints_unread()
+        if unread:
+            raise SteeringError(unread)
         text = text.strip()
         if not text:
             return
@@ -366,3 +375,72 @@ class Steering:
                 return None
             self._cond.wait(0.25)
             return []
+
+
+class Controls:
+    """The engineer's controls and what they read, listed once for the objects a UI or the CLI
+    steers through (SearchEngine, the app's LiveSearch): each forwards to the Steering that
+    carries it out (`steering`), where it is written."""
+
+    @property
+    def steering(self) -> Steering:
+        raise NotImplementedError
+
+    def pause(self) -> None:
+        self.steering.pause()
+
+    def resume(self) -> None:
+        self.steering.resume()
+
+    def stop(self) -> None:
+        self.steering.stop()
+
+    def set_review_mode(self, mode: str) -> None:
+        self.steering.set_review_mode(mode)
+
+    def add_hint(self, text: str) -> None:
+        self.steering.add_hint(text)
+
+    def set_budget(self, usd: float | None) -> None:
+        self.steering.set_budget(usd)
+
+    def review(self, candidate_id: str, decision: str, reason: str = "", source: str | None = None) -> None:
+        self.steering.review(candidate_id, decision, reason, source)
+
+    def rebenchmark(self, candidate_id: str) -> str:
+        """The id the re-benchmark will be committed under."""
+        return self.steering.rebenchmark(candidate_id)
+
+    def prefer_parent(self, candidate_id: str) -> None:
+        self.steering.prefer_parent(candidate_id)
+
+    def awaiting_review(self) -> list[CandidateRecord]:
+        return self.steering.awaiting_review()
+
+    @property
+    def paused(self) -> bool:
+        return self.steering.paused
+
+    @property
+    def review_mode(self) -> str:
+        return self.steering.review_mode
+
+    @property
+    def hints(self) -> tuple[str, ...]:
+        return self.steering.hints
+
+    @property
+    def preferred_parent(self) -> str | None:
+        """The candidate prefer_parent() named, until a proposal used it."""
+        return self.steering.preferred_parent
+
+    @property
+    def running(self) -> bool:
+        """True while run() takes steering commands (from its start to its last drain)."""
+        return self.steering.running
+
+    @property
+    def can_measure(self) -> bool | None:
+        """True when the run has a GPU group to verify and time on; False on a machine without
+        GPUs (everything stops after compiling); None until run() planned its groups."""
+        return self.steering.can_measure
