@@ -14,14 +14,14 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
-from cuco_tui.core.records import CandidateRecord, id_number
+from cuco_tui.core.records import CandidateRecord, Review, ReviewDecision, ReviewOutcome, id_number
 from cuco_tui.search.config import REVIEW_MODES, ConfigError, SearchConfig
 from cuco_tui.search.summary import record_cost
 from cuco_tui.search.events import AwaitingReview, BudgetSpent, Event, HintAdded, Paused, Resumed, ReviewDecided
 from cuco_tui.search.population import Selection, can_be_parent
 from cuco_tui.search.proposing import Drafts, design_of
 
-DECISIONS = ("accept", "reject", "edit")
+DECISIONS = tuple(d.value for d in ReviewDecision)
 
 
 class ReviewError(ValueError):
@@ -49,7 +49,7 @@ class Held:
 @dataclass(frozen=True)
 class Decision:
     candidate: str
-    decision: str
+    decision: ReviewDecision
     reason: str
     source: str | None
 
@@ -144,7 +144,7 @@ class Steering:
                 queued = {d.candidate for d in self._decisions}
                 for cid in self._held:
                     if cid not in queued:
-                        self._decisions.append(Decision(cid, "accept", "review mode set to auto", None))
+                        self._decisions.append(Decision(cid, ReviewDecision.ACCEPT, "review mode set to auto", None))
             self._cond.notify_all()
 
     def add_hint(self, text: str) -> None:
@@ -178,18 +178,21 @@ class Steering:
         self.push_cap(lift=True)
         self._publish(BudgetSpent(spent=self._spent, cap=usd))
 
-    def review(self, candidate_id: str, decision: str, reason: str = "", source: str | None = None) -> None:
+    def review(self, candidate_id: str, decision: ReviewDecision | str, reason: str = "",
+               source: str | None = None) -> None:
         """Decide on a held proposal: accept it, reject it (with a reason), or edit it (the
         engineer's `source` is evaluated instead). Applied by the engine's loop, in order."""
-        if decision not in DECISIONS:
-            raise ReviewError(f"a review decision is one of {', '.join(DECISIONS)}, not {decision!r}")
-        if decision == "edit" and not (source and source.strip()):
+        try:
+            decided = ReviewDecision(decision)
+        except ValueError:
+            raise ReviewError(f"a review decision is one of {', '.join(DECISIONS)}, not {decision!r}") from None
+        if decided is ReviewDecision.EDIT and not (source and source.strip()):
             raise ReviewError("an edit needs the edited source")
         with self._cond:
             if candidate_id not in self._held or any(d.candidate == candidate_id for d in self._decisions):
                 waiting = ", ".join(self._held) or "none"
                 raise ReviewError(f"{candidate_id} is not waiting for review (waiting: {waiting})")
-            self._decisions.append(Decision(candidate_id, decision, reason.strip(), source))
+            self._decisions.append(Decision(candidate_id, decided, reason.strip(), source))
             self._cond.notify_all()
 
     def awaiting_review(self) -> list[CandidateRecord]:
@@ -349,15 +352,16 @@ class Steering:
                 continue
             self._publish(ReviewDecided(candidate=d.candidate, decision=d.decision, reason=d.reason))
             record = held.record
-            if d.decision == "reject":
+            if d.decision is ReviewDecision.REJECT:
                 return Order(record, rejected=d.reason or "no reason given")
-            if d.decision == "edit":
+            if d.decision is ReviewDecision.EDIT:
                 assert d.source is not None
                 design = design_of({"knobs": record.design.get("knobs", {})}, d.source)
                 extra = {**record.extra, "edited_by": "engineer", "edit_reason": d.reason} if d.reason else \
                     {**record.extra, "edited_by": "engineer"}
-                return Order(replace(record, source=d.source, design=design, review="edited", extra=extra))
-            return Order(replace(record, review="accepted"))
+                return Order(replace(record, source=d.source, design=design,
+                                     review=str(Review(ReviewOutcome.EDITED)), extra=extra))
+            return Order(replace(record, review=str(Review(ReviewOutcome.ACCEPTED))))
 
     def settle(self, final: bool, in_flight: Callable[[], bool]) -> list[Held] | None:
         """One step of a drain. When stopping (or `final`) and no decision is queued, the held
@@ -404,7 +408,8 @@ class Controls:
     def set_budget(self, usd: float | None) -> None:
         self.steering.set_budget(usd)
 
-    def review(self, candidate_id: str, decision: str, reason: str = "", source: str | None = None) -> None:
+    def review(self, candidate_id: str, decision: ReviewDecision | str, reason: str = "",
+               source: str | None = None) -> None:
         self.steering.review(candidate_id, decision, reason, source)
 
     def rebenchmark(self, candidate_id: str) -> str:
