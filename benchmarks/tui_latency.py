@@ -68,15 +68,15 @@ async def measure(args: argparse.Namespace, session: Path) -> dict:
     inv = inventory()
     if args.gpus and inv.count:
         gpus = parse_gpu_list(args.gpus)
-        pool_opts = {}
+        pool = None
         config = SearchConfig(workload="gemm_allgather", generations=200, islands=args.evaluations,
                               gpus=tuple(gpus), max_concurrent_builds=args.evaluations, seed=0)
     else:  # compile-only: one placeholder group per evaluation wanted
-        pool_opts = {"gpu_pool": GpuPool([GpuGroup(i, (2 * i, 2 * i + 1)) for i in range(args.evaluations)])}
+        pool = GpuPool([GpuGroup(i, (2 * i, 2 * i + 1)) for i in range(args.evaluations)])
         config = SearchConfig(workload="gemm_allgather", generations=200, islands=args.evaluations,
                               max_concurrent_builds=args.evaluations, seed=0)
     app = CucoApp(start_search=True, search_config=config, session=session, agent="offline",
-                  engine_options=pool_opts)
+                  executor=pool)
     focus, palette, review, applied, in_flight = [], [], [], [], []
     async with app.run_test(size=(120, 40)) as pilot:
         started = await _until(pilot, lambda: isinstance(app.screen, DashboardScreen), 30)

@@ -84,6 +84,10 @@ class ScriptedAgent:
     calls: list = field(default_factory=list)
     summaries: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    spent_usd: float | None = None  # its proposals' costs come with each Proposal
+
+    def set_budget(self, usd: float | None) -> None:
+        pass  # no cap of its own: the session's budget stops it
 
     def propose(self, request: ProposalRequest) -> Proposal:
         with self.lock:

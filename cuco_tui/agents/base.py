@@ -76,6 +76,14 @@ class Agent(Protocol):
     # (the offline agent: templates steered by results) says so, and the search refuses a hint for
     # it in one line (hints_unread) instead of keeping one it will never use.
     uses_hints: bool
+    # Dollars its calls have cost in this process (None: it does not count them). The search adds
+    # what a summarize() cost to the session's spending from it.
+    spent_usd: float | None
+
+    def set_budget(self, usd: float | None) -> None:
+        """Its own dollar cap from now on (None: none), what is left of the session's budget; an
+        agent that spends nothing has no cap to set."""
+        ...
 
     def propose(self, request: ProposalRequest) -> Proposal: ...
 

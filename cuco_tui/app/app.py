@@ -27,6 +27,8 @@ from cuco_tui.app.search_launch import SearchLaunch
 from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.search.start_question import start_question
 from cuco_tui.core.result import CascadeResult
+from cuco_tui.core.workload import DEFAULT_WORKLOAD
+from cuco_tui.executors import Executor
 from cuco_tui.lineage import SessionError, SessionRepo, list_sessions, open_session_or_bundle
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.workload.manifest import load_workload
@@ -58,7 +60,8 @@ class CucoApp(App):
 
     The search (`s`, or at once with `start_search`): `search_config` (default: the workload's,
     10 generations), `review_mode` overrides its review mode, `session` the session folder
-    (default: a new one in the sessions folder), `engine_options` extra SearchEngine keyword arguments,
+    (default: a new one in the sessions folder), `executor` where its evaluations run (None: this
+    machine's GPU groups), `engine_options` extra SearchEngine keyword arguments,
     `agent` "offline" or "claude" (None: claude when ANTHROPIC_API_KEY is set), `resume` a
     session folder to continue instead of a new one. `open_session`: a lineage to open first, a
     session folder or bundle, or a session already opened (`cuco-tui open` imports a bundle once,
@@ -74,7 +77,7 @@ class CucoApp(App):
 
     def __init__(
         self,
-        workload_name: str = "gemm_allgather",
+        workload_name: str = DEFAULT_WORKLOAD,
         gpus: list[int] | None = None,
         evaluate_fn: EvaluateFn | None = None,
         *,
@@ -89,6 +92,7 @@ class CucoApp(App):
         model: str | None = None,
         resume: Path | str | None = None,
         resume_overrides: dict[str, Any] | None = None,
+        executor: Executor | None = None,
     ) -> None:
         super().__init__()
         self.workload = load_workload(workload_name)
@@ -103,7 +107,7 @@ class CucoApp(App):
                                           tuple((engine_options or {}).items()), agent=agent, model=model,
                                           resume=Path(resume) if resume is not None else None,
                                           resume_overrides=tuple((resume_overrides or {}).items()),
-                                          root=sessions_root)
+                                          root=sessions_root, executor=executor)
         self.start_search = start_search
         self.open_session = (open_session if isinstance(open_session, SessionRepo) or open_session is None
                              else Path(open_session))

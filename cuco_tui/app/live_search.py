@@ -4,7 +4,8 @@ to its EventBus), runs it, and closes the session's repository once when asked. 
 and read the search only through it: the engine's public controls, the session's path, and a
 repository handle of their own on the session. start(), run() and close() block (git, NVML,
 building the agent): the dashboard calls them from its thread worker, never from the event
-loop; the controls may be called from any thread, and each is the engine's own."""
+loop; the controls (search/steering.py's Controls) may be called from any thread, and each is
+the engine's own Steering's."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from cuco_tui.app.search_launch import SearchLaunch
 from cuco_tui.lineage import SessionRepo
 from cuco_tui.search.engine import SearchEngine
 from cuco_tui.search.events import EventBus
+from cuco_tui.search.steering import Controls, Steering
 
 if TYPE_CHECKING:
     from cuco_tui.search.summary import SearchSummary
@@ -25,7 +27,7 @@ class SearchNotStarted(RuntimeError):
     """A control or a read that needs the engine, asked before start() built it."""
 
 
-class LiveSearch:
+class LiveSearch(Controls):
     def __init__(self, launch: SearchLaunch, events: EventBus | None = None) -> None:
         self.launch = launch
         self.events = events or EventBus()
@@ -39,43 +41,24 @@ class LiveSearch:
     # ---- lifetime (blocking: call from a thread) ---------------------------------------------
 
     def start(self) -> None:
-        """Create or reopen the session, build the agent and the engine. Once only. Whatever can
-        refuse the search (the agent, the world and the GPU groups) is checked before a new
-        session is made, so a refusal leaves none behind."""
-        from cuco_tui.agents.factory import make_agent
-        from cuco_tui.search.scheduling import plan_executor
-        from cuco_tui.search.sessions import create_session, new_session_folder, open_session
+        """Create or reopen the session, build the agent and the engine, as every search starts
+        (search/launch.py). Once only. Whatever can refuse the search (the world and the GPU
+        groups, the agent) is checked before a new session is made, so a refusal leaves none
+        behind."""
+        from cuco_tui.search.launch import agent_maker, new_target, resumed_target, start_engine
 
         with self._lock:
             if self._starting or self._closed:
                 raise RuntimeError("this search was already started or closed; a LiveSearch starts once")
             self._starting = True
         launch = self.launch
-        kwargs: dict[str, Any] = dict(launch.engine_options)
+        options: dict[str, Any] = dict(launch.engine_options)
         if launch.evaluate_fn is not None:
-            kwargs["evaluate_fn"] = launch.evaluate_fn
-        if launch.resume is not None:
-            repo, workload, config = open_session(launch.resume)
-            config = config.with_(**dict(launch.resume_overrides))
-            try:
-                kwargs["gpu_pool"] = plan_executor(workload, config, kwargs.get("gpu_pool"))
-                agent = make_agent(launch.agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
-                                   seed=config.seed, budget_usd=config.budget_usd, model=launch.model)
-            except BaseException:
-                repo.close()
-                raise
-        else:
-            workload, config = launch.workload, launch.config
-            folder = new_session_folder(launch.session, launch.root, workload.name)
-            kwargs["gpu_pool"] = plan_executor(workload, config, kwargs.get("gpu_pool"))
-            agent = make_agent(launch.agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
-                               seed=config.seed, budget_usd=config.budget_usd, model=launch.model)
-            repo = create_session(workload, config, folder)
-        try:
-            engine = SearchEngine(workload, agent, repo, config, events=self.events, **kwargs)
-        except BaseException:
-            repo.close()
-            raise
+            options["evaluate_fn"] = launch.evaluate_fn
+        target = (resumed_target(launch.resume, dict(launch.resume_overrides)) if launch.resume is not None
+                  else new_target(launch.workload, launch.config, launch.session, launch.root))
+        engine, repo = start_engine(target, agent_maker(launch.agent_kind, launch.model), launch.executor,
+                                    self.events, **options)
         with self._lock:
             self._engine, self._repo = engine, repo
             stop = self._stop_asked
@@ -146,29 +129,12 @@ class LiveSearch:
         engine = self._engine
         return None if engine is None else engine.can_measure
 
-    @property
-    def paused(self) -> bool:
-        return self._started().paused
+    # ---- controls (any thread): steering.Controls, forwarded to the engine's Steering --------
 
     @property
-    def review_mode(self) -> str:
-        return self._started().review_mode
-
-    @property
-    def hints(self) -> tuple[str, ...]:
-        return self._started().hints
-
-    @property
-    def preferred_parent(self) -> str | None:
-        return self._started().preferred_parent
-
-    # ---- controls (any thread; the engine's own) ---------------------------------------------
-
-    def pause(self) -> None:
-        self._started().pause()
-
-    def resume(self) -> None:
-        self._started().resume()
+    def steering(self) -> Steering:
+        """The engine's controls; SearchNotStarted before start() built it."""
+        return self._started().steering
 
     def stop(self) -> None:
         """Stop proposing; what is in flight finishes and is committed. Before start(): the
@@ -179,25 +145,6 @@ class LiveSearch:
                 self._stop_asked = True
                 return
         engine.stop()
-
-    def set_review_mode(self, mode: str) -> None:
-        self._started().set_review_mode(mode)
-
-    def add_hint(self, text: str) -> None:
-        self._started().add_hint(text)
-
-    def set_budget(self, usd: float | None) -> None:
-        self._started().set_budget(usd)
-
-    def review(self, candidate_id: str, decision: str, reason: str = "", source: str | None = None) -> None:
-        self._started().review(candidate_id, decision, reason, source)
-
-    def rebenchmark(self, candidate_id: str) -> str:
-        """The id the re-benchmark will be committed under."""
-        return self._started().rebenchmark(candidate_id)
-
-    def prefer_parent(self, candidate_id: str) -> None:
-        self._started().prefer_parent(candidate_id)
 
     def _started(self) -> SearchEngine:
         engine = self._engine

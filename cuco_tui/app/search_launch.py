@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cuco_tui.core.workload import Workload
+from cuco_tui.executors import Executor
 from cuco_tui.search.config import SearchConfig
 
 EvaluateFn = Callable[..., Any]
@@ -17,9 +18,11 @@ EvaluateFn = Callable[..., Any]
 
 @dataclass(frozen=True)
 class SearchLaunch:
-    """`engine_options` go to SearchEngine as keyword arguments (gpu_pool, compile_ahead,
-    design_context), for tests and odd machines. With `resume`, the session's own workload and
-    config are used; `resume_overrides` replaces some of the config (e.g. more generations)."""
+    """`executor` is where the evaluations run (None: this machine's GPU groups, planned when the
+    search starts). `engine_options` go to SearchEngine as keyword arguments (compile_ahead,
+    design_context, bounds_fn), for tests and odd machines. With `resume`, the session's own
+    workload and config are used; `resume_overrides` replaces some of the config (e.g. more
+    generations)."""
 
     workload: Workload
     config: SearchConfig
@@ -31,6 +34,7 @@ class SearchLaunch:
     resume: Path | None = None
     resume_overrides: tuple[tuple[str, Any], ...] = ()
     root: Path | None = None  # the sessions folder of a new session; None: search.sessions.sessions_root()
+    executor: Executor | None = None  # given on the command line (--executor slurm, the GPU groups it planned)
 
     @property
     def sessions_folder(self) -> Path:

@@ -106,7 +106,7 @@ def board_entry(record: CandidateRecord) -> BoardEntry:
 
 def shown_status(record: CandidateRecord) -> str:
     """The status the dashboard counts and ranks: "rejected" for one turned down in review."""
-    return "rejected" if record.review.startswith("rejected") else record.status
+    return "rejected" if record.reviewed.rejected else record.status
 
 
 def board_key(entry: BoardEntry) -> tuple[int, float, int]:

@@ -9,7 +9,7 @@ import argparse
 import io
 import os
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -20,15 +20,18 @@ from cuco_tui.core.errors import UsageError
 from cuco_tui.core.bounds import all_figures
 from cuco_tui.core.noise import speedup_of
 from cuco_tui.core.result import CascadeResult, Status
-from cuco_tui.core.workload import Workload, WorkloadError
+from cuco_tui.core.workload import DEFAULT_WORKLOAD, Workload, WorkloadError
 from cuco_tui.harness.gpus import parse_gpu_list
 from cuco_tui.workload.manifest import load_workload
+
+if TYPE_CHECKING:  # the executors import the cascade: only `--executor slurm` needs them at run time
+    from cuco_tui.executors import Executor
 
 DEFAULT_GENERATIONS = 10
 DEFAULT_CLAUDE_BUDGET = 5.0
 
 WORKLOAD_HELP = ("the workload: a name (`cuco workloads` lists them) or a workload's folder "
-                 "(default gemm_allgather)")
+                 f"(default {DEFAULT_WORKLOAD})")
 SHARE_GPU_HELP = ("run every rank on one GPU (the one --gpus names, else 0; --world ranks, else the workload's "
                   "smallest world): checks correctness on a machine with fewer GPUs than ranks; times nothing")
 SHARE_GPU_HINT = "with fewer GPUs, --share-gpu checks correctness with every rank on one GPU (nothing timed)"
@@ -194,7 +197,7 @@ def _count(flag: str, text: str) -> int:
     return value
 
 
-def make_executor(args: argparse.Namespace, workload: Workload, world: int) -> Any:
+def make_executor(args: argparse.Namespace, workload: Workload, world: int) -> Executor | None:
     """The executor --executor names for evaluations of `world` ranks of `workload`: None for the
     local pool (the scheduler plans it), else a SlurmExecutor whose settings and cluster were
     checked (partition, GPUs per node, time limit) with `sinfo`. Every problem is a UsageError."""

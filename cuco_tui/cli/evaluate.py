@@ -15,7 +15,7 @@ from cuco_tui.cli.common import (SHARE_GPU_HELP, WORKLOAD_HELP, bench_shapes, ch
                                  share_gpu_asked, share_gpu_hint, stderr_console, stdout_console, workload_named)
 from cuco_tui.core.errors import UsageError
 from cuco_tui.core.result import CascadeResult, Level, Status
-from cuco_tui.core.workload import Workload
+from cuco_tui.core.workload import DEFAULT_WORKLOAD, Workload
 from cuco_tui.evaluate.sanitizer import TOOLS
 from cuco_tui.evaluate.static_checks import source_too_large
 from cuco_tui.workload.manifest import list_workloads, load_workload
@@ -188,7 +188,7 @@ def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
     """eval and baseline."""
     e = sub.add_parser("eval", help="run the evaluation cascade (static checks, compile, verify, benchmark) on a candidate")
     e.add_argument("file", help="the candidate .cu")
-    e.add_argument("--workload", "-w", default="gemm_allgather", help=WORKLOAD_HELP)
+    e.add_argument("--workload", "-w", default=DEFAULT_WORKLOAD, help=WORKLOAD_HELP)
     e.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: the first GPUs the workload can use)")
     e.add_argument("--world", type=int, help="number of ranks when --gpus is not given, or with --share-gpu "
                                              "(one of the workload's world sizes)")
@@ -203,7 +203,7 @@ def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(fn=cmd_eval)
 
     b = sub.add_parser("baseline", help="measure the workload's reference and its ceilings")
-    b.add_argument("--workload", "-w", default="gemm_allgather", help=WORKLOAD_HELP)
+    b.add_argument("--workload", "-w", default=DEFAULT_WORKLOAD, help=WORKLOAD_HELP)
     b.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: the first GPUs the workload can use)")
     b.add_argument("--world", type=int, help="number of ranks when --gpus is not given (one of the workload's "
                                              "world sizes; default: the largest this machine's GPUs hold)")
@@ -215,7 +215,7 @@ def add_selftest_parsers(sub: argparse._SubParsersAction) -> None:
     """selftest and workloads."""
     st = sub.add_parser("selftest", help="run the deliberately broken candidates and check each diagnosis (GPU)")
     st.add_argument("--faults", action="store_true", help="the fault suite of the workload")
-    st.add_argument("--workload", "-w", default="gemm_allgather", help=WORKLOAD_HELP)
+    st.add_argument("--workload", "-w", default=DEFAULT_WORKLOAD, help=WORKLOAD_HELP)
     st.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: the first GPUs the workload can use)")
     st.add_argument("--world", type=int, help="number of ranks when --gpus is not given, or with --share-gpu "
                                               "(one of the workload's world sizes)")

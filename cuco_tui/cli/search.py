@@ -19,6 +19,7 @@ from cuco_tui.cli.common import (
 )
 from cuco_tui.core.ending import describe_end
 from cuco_tui.core.errors import UsageError
+from cuco_tui.core.workload import DEFAULT_WORKLOAD
 
 
 # ---------------------------------------------------------------------------- progress lines
@@ -179,20 +180,17 @@ class Interrupts:
 def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.lineage import SessionError
     from cuco_tui.search.config import ConfigError, SearchConfig
-    from cuco_tui.search.engine import SearchEngine
     from cuco_tui.search.events import EventBus
-    from cuco_tui.search.scheduling import plan_executor
+    from cuco_tui.search.launch import SessionTarget, agent_maker, new_target, start_engine
     from cuco_tui.executors import PlacementError
     from cuco_tui.executors.base import JobExecutor
     from cuco_tui.executors.slurm_types import SlurmError
-    from cuco_tui.search.sessions import (
-        create_session, new_session_folder, sessions_root,
-    )
+    from cuco_tui.search.sessions import sessions_root
     from cuco_tui.core.workload import WorkloadError
     from cuco_tui.core.ending import STOPPED, end_state
     from cuco_tui.toolchain.process import kill_child_groups
 
-    from cuco_tui.agents.factory import AgentUnavailable, default_agent_kind, make_agent
+    from cuco_tui.agents.factory import AgentUnavailable, default_agent_kind
 
     # Every flag is checked, and the executor and the agent made, before a session exists: a
     # refusal leaves nothing behind (no empty session for `cuco sessions` to list).
@@ -201,43 +199,36 @@ def cmd_search(args: argparse.Namespace) -> int:
         gpu_list(args.gpus)  # a GPU named twice or not on this machine: refused before anything starts
     overrides = config_overrides(args, agent_kind, ("generations", "islands", "world", "seed"))
     root = Path(args.root) if args.root else sessions_root()
-    folder, repo = None, None
     try:
         if args.resume:
             if args.session:
                 raise UsageError("--session names the folder of a new session, and --resume continues an existing "
                                  "one: give one of them")
             repo, workload, config = open_resumed(args.resume, root, overrides, args.generations, args.workload)
+            target = SessionTarget(workload, config, repo=repo)
         else:
-            workload = workload_named(args.workload or "gemm_allgather")
+            workload = workload_named(args.workload or DEFAULT_WORKLOAD)
             config = SearchConfig(workload=workload.name, **{"generations": DEFAULT_GENERATIONS, **overrides})
-            folder = new_session_folder(Path(args.session) if args.session else None, root, workload.name)
+            target = new_target(workload, config, Path(args.session) if args.session else None, root)
     except (SessionError, ConfigError) as exc:
         raise UsageError(str(exc)) from exc
-    try:
-        executor = plan_executor(workload, config,
-                                 make_executor(args, workload, config.world or min(workload.world_sizes)))
-        agent = make_agent(agent_kind, workload, world=config.world, gpus=tuple(config.gpus),
-                           seed=config.seed, budget_usd=config.budget_usd, model=args.model)
-    except BaseException as exc:
-        if repo is not None:
-            repo.close()
-        if isinstance(exc, (PlacementError, WorkloadError)):
-            raise UsageError(placement_hint(str(exc), workload, config)) from exc
-        if isinstance(exc, (AgentUnavailable, ConfigError)):
-            raise UsageError(str(exc)) from exc
-        raise
-    if repo is None:
-        try:
-            repo = create_session(workload, config, folder)
-        except SessionError as exc:
-            raise UsageError(str(exc)) from exc
-
+    workload, config = target.workload, target.config
     bus = EventBus()
+    try:
+        try:
+            executor = make_executor(args, workload, config.world or min(workload.world_sizes))
+        except BaseException:
+            target.close()
+            raise
+        engine, repo = start_engine(target, agent_maker(agent_kind, args.model), executor, bus)
+    except (PlacementError, WorkloadError) as exc:
+        raise UsageError(placement_hint(str(exc), workload, config)) from exc
+    except (AgentUnavailable, ConfigError, SessionError) as exc:
+        raise UsageError(str(exc)) from exc
+
     err = sys.stderr
     bus.subscribe(ProgressPrinter(err))
     try:
-        engine = SearchEngine(workload, agent, repo, config, events=bus, gpu_pool=executor)
         interrupts = Interrupts(engine.stop, err, jobs=isinstance(executor, JobExecutor))
         previous = signal.signal(signal.SIGINT, interrupts)
         try:

@@ -13,6 +13,7 @@ from cuco_tui.cli.common import (
     package_version, workload_named,
 )
 from cuco_tui.core.errors import UsageError
+from cuco_tui.core.workload import DEFAULT_WORKLOAD
 
 
 def build_tui_parser() -> argparse.ArgumentParser:
@@ -44,9 +45,9 @@ def build_open_parser() -> argparse.ArgumentParser:
     opener = argparse.ArgumentParser(prog="cuco-tui open",
                                      description="open a session's lineage (a session folder or a .bundle)")
     opener.add_argument("session", help="a session folder, or a .bundle (imported into a temporary folder)")
-    opener.add_argument("--workload", "-w", default="gemm_allgather",
+    opener.add_argument("--workload", "-w", default=DEFAULT_WORKLOAD,
                         help="the workload of the app's other screens, such as evaluate (a name or a folder; "
-                             "default gemm_allgather)")
+                             f"default {DEFAULT_WORKLOAD})")
     return opener
 
 
@@ -112,7 +113,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.review:
         overrides["review_mode"] = args.review
     resume = None
-    workload_name = args.workload or "gemm_allgather"
+    workload_name = args.workload or DEFAULT_WORKLOAD
     resumed = None  # the resumed session's config, with the command line's changes
     if args.resume:
         from cuco_tui.cli.search import open_resumed
@@ -151,5 +152,5 @@ def _run(args: argparse.Namespace) -> int:
 
     CucoApp(workload_name=workload_name, gpus=gpus, start_search=not args.evaluate, search_config=config,
             agent=agent, model=args.model, resume=resume, resume_overrides=overrides,
-            engine_options={"gpu_pool": executor} if executor is not None else None).run()
+            executor=executor).run()
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 _ID = re.compile(r"^c(\d+)$")
@@ -15,6 +16,55 @@ _ID = re.compile(r"^c(\d+)$")
 # The engine no longer writes them (the agent raises AgentExhausted and the search ends).
 EXHAUSTED = "exhausted"
 _EXHAUSTED_REASON = "proposed every valid combination"
+
+
+class ReviewDecision(StrEnum):
+    """The engineer's decision on a proposal the review gate held: launch it, commit it as
+    rejected (with a reason), or launch the engineer's edit of it instead."""
+
+    ACCEPT = "accept"
+    REJECT = "reject"
+    EDIT = "edit"
+
+
+class ReviewOutcome(StrEnum):
+    """What the review gate did with a candidate, as its record says: nothing ("", it was not
+    held), or the decision's outcome, or "unreviewed" (still held when the search stopped)."""
+
+    NONE = ""
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    EDITED = "edited"
+    UNREVIEWED = "unreviewed"
+
+
+@dataclass(frozen=True)
+class Review:
+    """A record's `review` field, typed: the outcome, and for a rejection the engineer's reason.
+    Stored as one string ("rejected: <reason>"), as every session on disk has it."""
+
+    outcome: ReviewOutcome = ReviewOutcome.NONE
+    reason: str = ""
+
+    def __str__(self) -> str:
+        if self.outcome is ReviewOutcome.REJECTED:
+            return f"rejected: {self.reason}"
+        return self.outcome.value
+
+    @classmethod
+    def parse(cls, text: str) -> "Review":
+        """The stored string read back (an unknown word reads as no review)."""
+        head, colon, reason = text.partition(":")
+        if colon and head == ReviewOutcome.REJECTED:
+            return cls(ReviewOutcome.REJECTED, reason.strip())
+        try:
+            return cls(ReviewOutcome(text))
+        except ValueError:
+            return cls()
+
+    @property
+    def rejected(self) -> bool:
+        return self.outcome is ReviewOutcome.REJECTED
 
 
 @dataclass(frozen=True)
@@ -35,7 +85,7 @@ class CandidateRecord:
     cost_usd: float = 0.0
     tokens_in: int = 0
     tokens_out: int = 0
-    review: str = ""  # "", "accepted", "rejected: <reason>", "edited"
+    review: str = ""  # str(Review): "", "accepted", "rejected: <reason>", "edited", "unreviewed"
     created: float = 0.0  # unix time
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -49,6 +99,11 @@ class CandidateRecord:
         d = _as_read_now(dict(d))
         d["parents"] = tuple(d.get("parents", ()))
         return cls(**d)
+
+    @property
+    def reviewed(self) -> Review:
+        """The `review` field, typed."""
+        return Review.parse(self.review)
 
     @property
     def placeholder(self) -> bool:

@@ -10,6 +10,8 @@ from pathlib import Path
 LIBRARIES = ("attention",)
 # Element types a manifest's `dtype` may name; the harness ABI (cuco_abi.h) has one code for each.
 DTYPES = ("bf16", "f16", "f32", "i32", "i64", "u8")
+# The workload a command, the app and a search config use when none is named.
+DEFAULT_WORKLOAD = "gemm_allgather"
 
 
 class WorkloadError(ValueError):

@@ -6,6 +6,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from cuco_tui.core.workload import DEFAULT_WORKLOAD
+
 REVIEW_MODES = ("auto", "review", "risky")
 
 
@@ -19,7 +21,7 @@ def _cpu_count() -> int:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    workload: str = "gemm_allgather"
+    workload: str = DEFAULT_WORKLOAD
     generations: int = 10  # the session's total: generation 0 is the seed (and the fast path)
     islands: int = 3
     proposals_per_generation: int | None = None  # None: one per island

@@ -57,9 +57,9 @@ from cuco_tui.search.events import (
 )
 from cuco_tui.search.plateau import DIVERSIFY, STOP, PlateauWatch
 from cuco_tui.search.population import EXPLORE, Population, phase_of
-from cuco_tui.search.proposing import Drafts, Proposer, cap_agent
+from cuco_tui.search.proposing import Drafts, Proposer
 from cuco_tui.search.scheduling import EvaluateFn, Scheduler, is_finalist, ranking_view
-from cuco_tui.search.steering import DECISIONS, ReviewError, SteeringError, Steering, Stop
+from cuco_tui.search.steering import DECISIONS, Controls, ReviewError, SteeringError, Steering, Stop
 from cuco_tui.search.summary import SearchSummary
 
 __all__ = ["DECISIONS", "EvaluateFn", "Lineage", "ReviewError", "SearchEngine", "SteeringError", "ranking_view"]
@@ -79,7 +79,7 @@ class Lineage(Protocol):
     def set_ended(self, reason: str) -> None: ...  # how the search ended (core/ending.py), "" as one starts
 
 
-class SearchEngine:
+class SearchEngine(Controls):
     def __init__(
         self,
         workload: Workload,
@@ -110,7 +110,9 @@ class SearchEngine:
         self._drafts = Drafts(agent.name, reserve=self.scratch / "ids.json")
         self._steering = Steering(config, self._cond, self._publish, drafts=self._drafts,
                                   committed=lambda cid: self._population.records.get(cid),
-                                  cap_agent=lambda cap: cap_agent(self.agent, cap))
+                                  cap_agent=lambda cap: self.agent.set_budget(cap),
+                                  hints_unread=lambda: hints_unread(self.agent),
+                                  on_stop=lambda: self._scheduler.stop())
         self._proposer = Proposer(workload, agent, config, self._drafts, population=lambda: self._population,
                                   lock=self._cond, publish=self._publish, account=self._steering.account,
                                   screen=check_l0, design_context=design_context)
@@ -131,64 +133,24 @@ class SearchEngine:
         **kwargs: Any,
     ) -> "SearchEngine":
         """An engine on the session at `path`, with the workload and config it was started with
-        (`overrides` replaces some, e.g. generations). `agent` may be a factory taking the
-        workload and config. run() then continues after the last committed generation."""
-        from cuco_tui.search.sessions import open_session
+        (`overrides` replaces some, e.g. generations), started as every search is (search/launch.py).
+        `agent` may be a factory taking the workload and config. run() then continues after the
+        last committed generation; the engine's `repo` is the session's, for the caller to close."""
+        from cuco_tui.search.launch import resumed_target, start_engine
 
-        repo, workload, config = open_session(Path(path))
-        config = config.with_(**(overrides or {}))
-        if not hasattr(agent, "propose") and callable(agent):
-            agent = agent(workload, config)
-        return cls(workload, agent, repo, config, **kwargs)
+        given = agent
+        maker = given if not hasattr(given, "propose") and callable(given) else (lambda workload, config: given)
+        executor, events = kwargs.pop("gpu_pool", None), kwargs.pop("events", None)
+        engine, _ = start_engine(resumed_target(Path(path), overrides), maker, executor, events, **kwargs)
+        return engine
 
-    # ================================================================== controls: see steering.Steering
-
-    def pause(self) -> None: self._steering.pause()
-    def resume(self) -> None: self._steering.resume()
-    def stop(self) -> None:
-        self._steering.stop()
-        self._scheduler.stop()  # an executor of cluster jobs cancels them (local evaluations finish)
-    def set_review_mode(self, mode: str) -> None: self._steering.set_review_mode(mode)
-    def add_hint(self, text: str) -> None:
-        unread = hints_unread(self.agent)  # kept, it would be counted and never used
-        if unread:
-            raise SteeringError(unread)
-        self._steering.add_hint(text)
-    def set_budget(self, usd: float | None) -> None: self._steering.set_budget(usd)
-    def rebenchmark(self, candidate_id: str) -> str: return self._steering.rebenchmark(candidate_id)
-    def prefer_parent(self, candidate_id: str) -> None: self._steering.prefer_parent(candidate_id)
-    def awaiting_review(self) -> list[CandidateRecord]: return self._steering.awaiting_review()
-
-    def review(self, candidate_id: str, decision: str, reason: str = "", source: str | None = None) -> None:
-        self._steering.review(candidate_id, decision, reason, source)
+    # ================================================================== controls: steering.Controls
 
     @property
-    def paused(self) -> bool:
-        return self._steering.paused
-
-    @property
-    def review_mode(self) -> str:
-        return self._steering.review_mode
-
-    @property
-    def hints(self) -> tuple[str, ...]:
-        return self._steering.hints
-
-    @property
-    def preferred_parent(self) -> str | None:
-        """The candidate prefer_parent() named, until a proposal used it."""
-        return self._steering.preferred_parent
-
-    @property
-    def running(self) -> bool:
-        """True while run() takes steering commands (from its start to its last drain)."""
-        return self._steering.running
-
-    @property
-    def can_measure(self) -> bool | None:
-        """True when the run has a GPU group to verify and time on; False on a machine without
-        GPUs (everything stops after compiling); None until run() planned its groups."""
-        return self._steering.can_measure
+    def steering(self) -> Steering:
+        """The engineer's controls (pause, stop, review, hints, ...), which the engine's own
+        (steering.Controls) forward to."""
+        return self._steering
 
     def snapshot(self) -> SearchSummary:
         """The summary as of now (for a status line; safe while running)."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from cuco_tui.core.bounds import Bounds, Work
 from cuco_tui.core.ending import end_state
-from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord, ReviewDecision
 
 if TYPE_CHECKING:
     from cuco_tui.search.summary import SearchSummary
@@ -91,7 +91,7 @@ class AwaitingReview(Event):
 @dataclass(frozen=True, kw_only=True)
 class ReviewDecided(Event):
     candidate: str
-    decision: str  # "accept" | "reject" | "edit"
+    decision: ReviewDecision
     reason: str = ""
 
 

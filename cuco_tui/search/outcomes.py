@@ -15,7 +15,7 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
-from cuco_tui.core.records import CandidateRecord, id_number
+from cuco_tui.core.records import CandidateRecord, Review, ReviewOutcome, id_number
 from cuco_tui.core.result import CascadeResult, Diagnostic, Level, Status
 from cuco_tui.executors.base import JobRun
 from cuco_tui.search.novelty import Verdict
@@ -70,7 +70,7 @@ def duplicate(record: CandidateRecord, verdict: Verdict) -> CandidateRecord:
 
 def rejected_in_review(record: CandidateRecord, reason: str) -> CandidateRecord:
     """The engineer rejected the held proposal (`reason`: theirs, or "no reason given")."""
-    return turned_away(replace(record, review=f"rejected: {reason}"), "review", f"rejected in review: {reason}",
+    return turned_away(replace(record, review=str(Review(ReviewOutcome.REJECTED, reason))), "review", f"rejected in review: {reason}",
                        "review")
 
 
@@ -81,7 +81,7 @@ def unreviewed(record: CandidateRecord, held_because: str) -> CandidateRecord:
     """The search stopped (or ended) while the proposal waited for the engineer: neither
     accepted nor rejected. `held_because`: why the review gate held it."""
     reason = "the search stopped before this proposal was reviewed; resuming the session holds it for review again"
-    return replace(record, status=UNREVIEWED, review=UNREVIEWED, result={"status": UNREVIEWED, "reason": reason},
+    return replace(record, status=UNREVIEWED, review=str(Review(ReviewOutcome.UNREVIEWED)), result={"status": UNREVIEWED, "reason": reason},
                    extra={**record.extra, "held_because": held_because})
 
 

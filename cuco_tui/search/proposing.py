@@ -300,10 +300,10 @@ class Proposer:
         with self._lock:  # an unreviewed proposal has no outcome to learn from
             history = sorted((r for r in self._population().records.values() if not outcomes.is_unreviewed(r)),
                              key=lambda r: id_number(r.id))
-        before = agent_spent(self.agent)
+        before = self.agent.spent_usd
         self.meta = self.agent.summarize(history)
         self._meta_fresh = True
-        after = agent_spent(self.agent)
+        after = self.agent.spent_usd
         if before is not None and after is not None and after > before:
             with self._lock:
                 self._meta_cost += after - before
@@ -315,21 +315,3 @@ class Proposer:
             return cost
 
 
-def agent_spent(agent: Agent) -> float | None:
-    """Dollars the agent says it spent (`spent_usd`, or its ledger's), if it keeps count."""
-    spent = getattr(agent, "spent_usd", None)
-    if spent is None:
-        spent = getattr(getattr(agent, "ledger", None), "spent_usd", None)
-    return float(spent) if isinstance(spent, (int, float)) else None
-
-
-def cap_agent(agent: Agent, cap: float | None) -> None:
-    """Give an agent with its own cap (`set_budget(usd)`, or a `ledger.cap_usd` as ClaudeAgent
-    has) a new one (None: no cap)."""
-    setter = getattr(agent, "set_budget", None)
-    if callable(setter):
-        setter(cap)
-        return
-    ledger = getattr(agent, "ledger", None)
-    if ledger is not None and hasattr(ledger, "cap_usd"):
-        ledger.cap_usd = cap

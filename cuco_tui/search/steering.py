@@ -14,14 +14,14 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
-from cuco_tui.core.records import CandidateRecord, id_number
+from cuco_tui.core.records import CandidateRecord, Review, ReviewDecision, ReviewOutcome, id_number
 from cuco_tui.search.config import REVIEW_MODES, ConfigError, SearchConfig
 from cuco_tui.search.summary import record_cost
 from cuco_tui.search.events import AwaitingReview, BudgetSpent, Event, HintAdded, Paused, Resumed, ReviewDecided
 from cuco_tui.search.population import Selection, can_be_parent
 from cuco_tui.search.proposing import Drafts, design_of
 
-DECISIONS = ("accept", "reject", "edit")
+DECISIONS = tuple(d.value for d in ReviewDecision)
 
 
 class ReviewError(ValueError):
@@ -49,7 +49,7 @@ class Held:
 @dataclass(frozen=True)
 class Decision:
     candidate: str
-    decision: str
+    decision: ReviewDecision
     reason: str
     source: str | None
 
@@ -66,12 +66,15 @@ class Order:
 class Steering:
     def __init__(self, config: SearchConfig, cond: threading.Condition, publish: Callable[[Event], None], *,
                  drafts: Drafts, committed: Callable[[str], CandidateRecord | None],
-                 cap_agent: Callable[[float | None], None]) -> None:
+                 cap_agent: Callable[[float | None], None], hints_unread: Callable[[], str] = lambda: "",
+                 on_stop: Callable[[], None] = lambda: None) -> None:
         self._cond = cond
         self._publish = publish
         self._drafts = drafts
         self._committed = committed  # a committed candidate by id (the population's records)
         self._cap_agent = cap_agent  # gives the agent what is left of the budget
+        self._hints_unread = hints_unread  # why the agent would never read a hint ("" when it reads them)
+        self._on_stop = on_stop  # the scheduler's stop: an executor of cluster jobs cancels them
         self._running = False  # run() is under way
         self._accepting = False  # from run()'s start until its last drain: steering commands are taken
         self._paused = False
@@ -112,6 +115,7 @@ class Steering:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+        self._on_stop()
 
     @property
     def paused(self) -> bool:
@@ -140,10 +144,15 @@ class Steering:
                 queued = {d.candidate for d in self._decisions}
                 for cid in self._held:
                     if cid not in queued:
-                        self._decisions.append(Decision(cid, "accept", "review mode set to auto", None))
+                        self._decisions.append(Decision(cid, ReviewDecision.ACCEPT, "review mode set to auto", None))
             self._cond.notify_all()
 
     def add_hint(self, text: str) -> None:
+        """Refused (SteeringError) for an agent that does not read hints: kept, it would be
+        counted and never used."""
+        unread = self._hints_unread()
+        if unread:
+            raise SteeringError(unread)
         text = text.strip()
         if not text:
             return
@@ -169,18 +178,21 @@ class Steering:
         self.push_cap(lift=True)
         self._publish(BudgetSpent(spent=self._spent, cap=usd))
 
-    def review(self, candidate_id: str, decision: str, reason: str = "", source: str | None = None) -> None:
+    def review(self, candidate_id: str, decision: ReviewDecision | str, reason: str = "",
+               source: str | None = None) -> None:
         """Decide on a held proposal: accept it, reject it (with a reason), or edit it (the
         engineer's `source` is evaluated instead). Applied by the engine's loop, in order."""
-        if decision not in DECISIONS:
-            raise ReviewError(f"a review decision is one of {', '.join(DECISIONS)}, not {decision!r}")
-        if decision == "edit" and not (source and source.strip()):
+        try:
+            decided = ReviewDecision(decision)
+        except ValueError:
+            raise ReviewError(f"a review decision is one of {', '.join(DECISIONS)}, not {decision!r}") from None
+        if decided is ReviewDecision.EDIT and not (source and source.strip()):
             raise ReviewError("an edit needs the edited source")
         with self._cond:
             if candidate_id not in self._held or any(d.candidate == candidate_id for d in self._decisions):
                 waiting = ", ".join(self._held) or "none"
                 raise ReviewError(f"{candidate_id} is not waiting for review (waiting: {waiting})")
-            self._decisions.append(Decision(candidate_id, decision, reason.strip(), source))
+            self._decisions.append(Decision(candidate_id, decided, reason.strip(), source))
             self._cond.notify_all()
 
     def awaiting_review(self) -> list[CandidateRecord]:
@@ -340,15 +352,16 @@ class Steering:
                 continue
             self._publish(ReviewDecided(candidate=d.candidate, decision=d.decision, reason=d.reason))
             record = held.record
-            if d.decision == "reject":
+            if d.decision is ReviewDecision.REJECT:
                 return Order(record, rejected=d.reason or "no reason given")
-            if d.decision == "edit":
+            if d.decision is ReviewDecision.EDIT:
                 assert d.source is not None
                 design = design_of({"knobs": record.design.get("knobs", {})}, d.source)
                 extra = {**record.extra, "edited_by": "engineer", "edit_reason": d.reason} if d.reason else \
                     {**record.extra, "edited_by": "engineer"}
-                return Order(replace(record, source=d.source, design=design, review="edited", extra=extra))
-            return Order(replace(record, review="accepted"))
+                return Order(replace(record, source=d.source, design=design,
+                                     review=str(Review(ReviewOutcome.EDITED)), extra=extra))
+            return Order(replace(record, review=str(Review(ReviewOutcome.ACCEPTED))))
 
     def settle(self, final: bool, in_flight: Callable[[], bool]) -> list[Held] | None:
         """One step of a drain. When stopping (or `final`) and no decision is queued, the held
@@ -366,3 +379,73 @@ class Steering:
                 return None
             self._cond.wait(0.25)
             return []
+
+
+class Controls:
+    """The engineer's controls and what they read, listed once for the objects a UI or the CLI
+    steers through (SearchEngine, the app's LiveSearch): each forwards to the Steering that
+    carries it out (`steering`), where it is written."""
+
+    @property
+    def steering(self) -> Steering:
+        raise NotImplementedError
+
+    def pause(self) -> None:
+        self.steering.pause()
+
+    def resume(self) -> None:
+        self.steering.resume()
+
+    def stop(self) -> None:
+        self.steering.stop()
+
+    def set_review_mode(self, mode: str) -> None:
+        self.steering.set_review_mode(mode)
+
+    def add_hint(self, text: str) -> None:
+        self.steering.add_hint(text)
+
+    def set_budget(self, usd: float | None) -> None:
+        self.steering.set_budget(usd)
+
+    def review(self, candidate_id: str, decision: ReviewDecision | str, reason: str = "",
+               source: str | None = None) -> None:
+        self.steering.review(candidate_id, decision, reason, source)
+
+    def rebenchmark(self, candidate_id: str) -> str:
+        """The id the re-benchmark will be committed under."""
+        return self.steering.rebenchmark(candidate_id)
+
+    def prefer_parent(self, candidate_id: str) -> None:
+        self.steering.prefer_parent(candidate_id)
+
+    def awaiting_review(self) -> list[CandidateRecord]:
+        return self.steering.awaiting_review()
+
+    @property
+    def paused(self) -> bool:
+        return self.steering.paused
+
+    @property
+    def review_mode(self) -> str:
+        return self.steering.review_mode
+
+    @property
+    def hints(self) -> tuple[str, ...]:
+        return self.steering.hints
+
+    @property
+    def preferred_parent(self) -> str | None:
+        """The candidate prefer_parent() named, until a proposal used it."""
+        return self.steering.preferred_parent
+
+    @property
+    def running(self) -> bool:
+        """True while run() takes steering commands (from its start to its last drain)."""
+        return self.steering.running
+
+    @property
+    def can_measure(self) -> bool | None:
+        """True when the run has a GPU group to verify and time on; False on a machine without
+        GPUs (everything stops after compiling); None until run() planned its groups."""
+        return self.steering.can_measure

@@ -45,8 +45,8 @@ def make_app(tmp_path: Path, review_mode: str = "review", **cfg) -> CucoApp:
     config = SearchConfig(workload="gemm_allgather", max_concurrent_builds=1, seed=0, **cfg)
     return CucoApp(evaluate_fn=fake_evaluate, start_search=True, review_mode=review_mode, search_config=config,
                    session=tmp_path / "session",
-                   engine_options={"gpu_pool": GpuPool([GpuGroup(0, (0, 1))]), "compile_ahead": False,
-                                   "design_context": lambda point: ""})
+                   executor=GpuPool([GpuGroup(0, (0, 1))]),
+                   engine_options={"compile_ahead": False, "design_context": lambda point: ""})
 
 
 async def stop(pilot, app: CucoApp) -> None:
@@ -87,4 +87,6 @@ def with_engine(app: CucoApp, **options) -> CucoApp:
 
 def no_gpu_app(tmp_path: Path, **cfg) -> CucoApp:
     """The search of a machine without GPUs: CPU slots only (the fake evaluator still answers)."""
-    return with_engine(make_app(tmp_path, **cfg), gpu_pool=GpuPool.cpu_only(1))
+    app = make_app(tmp_path, **cfg)
+    app.search_launch = replace(app.search_launch, executor=GpuPool.cpu_only(1))
+    return app

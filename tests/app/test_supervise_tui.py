@@ -121,8 +121,8 @@ async def test_a_resumed_search_shows_the_unreviewed_proposals_again(tmp_path):
     config = SearchConfig(workload="gemm_allgather", max_concurrent_builds=1, seed=0)
     again = CucoApp(evaluate_fn=fake_evaluate, start_search=True, search_config=config, agent="offline",
                     resume=tmp_path / "session", resume_overrides={"generations": 4},
-                    engine_options={"gpu_pool": GpuPool([GpuGroup(0, (0, 1))]), "compile_ahead": False,
-                                    "design_context": lambda point: ""})
+                    executor=GpuPool([GpuGroup(0, (0, 1))]),
+                    engine_options={"compile_ahead": False, "design_context": lambda point: ""})
     async with again.run_test(size=SIZE) as pilot:
         assert await wait_until(pilot, lambda: isinstance(again.screen, DashboardScreen) and queue(again).ids)
         first = queue(again).proposal(queue(again).ids[0])

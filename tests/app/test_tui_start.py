@@ -83,8 +83,8 @@ def _small_session(tmp_path: Path) -> Path:
     w = load_workload("gemm_allgather")
     config = SearchConfig(workload="gemm_allgather", generations=1, islands=2, seed=0, max_concurrent_builds=1)
     launch = SearchLaunch(w, config, fake_evaluate, tmp_path / "s1",
-                          (("gpu_pool", GpuPool([GpuGroup(0, (0, 1))])), ("compile_ahead", False),
-                           ("design_context", lambda point: "")), agent="offline")
+                          (("compile_ahead", False), ("design_context", lambda point: "")), agent="offline",
+                          executor=GpuPool([GpuGroup(0, (0, 1))]))
     with LiveSearch(launch) as search:
         search.start()
         search.run()
@@ -95,8 +95,8 @@ def test_live_search_owns_the_session_it_opens_and_closes_it_once(tmp_path):
     w = load_workload("gemm_allgather")
     config = SearchConfig(workload="gemm_allgather", generations=2, islands=1, seed=0, max_concurrent_builds=1)
     launch = SearchLaunch(w, config, fake_evaluate, tmp_path / "s2",
-                          (("gpu_pool", GpuPool([GpuGroup(0, (0, 1))])), ("compile_ahead", False),
-                           ("design_context", lambda point: "")), agent="offline")
+                          (("compile_ahead", False), ("design_context", lambda point: "")), agent="offline",
+                          executor=GpuPool([GpuGroup(0, (0, 1))]))
     search = LiveSearch(launch)
     assert not search.started and not search.running and search.session is None
     assert not search.works_on(tmp_path / "s2")
@@ -130,8 +130,8 @@ def test_resume_continues_the_session_with_its_own_workload(tmp_path, started):
     assert launch.resume == path and dict(launch.resume_overrides)["generations"] == 2
     resumed = SearchLaunch(launch.workload, launch.config, fake_evaluate, resume=path, agent="offline",
                            resume_overrides=(("generations", 2),),
-                           engine_options=(("gpu_pool", GpuPool([GpuGroup(0, (0, 1))])), ("compile_ahead", False),
-                                           ("design_context", lambda point: "")))
+                           engine_options=(("compile_ahead", False), ("design_context", lambda point: "")),
+                           executor=GpuPool([GpuGroup(0, (0, 1))]))
     with LiveSearch(resumed) as search:
         search.start()
         search.run()
@@ -215,8 +215,8 @@ async def test_q_while_evaluating_stops_commits_what_runs_then_quits(tmp_path):
     config = SearchConfig(workload="gemm_allgather", generations=3, islands=2, seed=0, max_concurrent_builds=1)
     app = CucoApp(start_search=True, search_config=config, session=tmp_path / "s", agent="offline",
                   evaluate_fn=slow_evaluate,
-                  engine_options={"gpu_pool": GpuPool([GpuGroup(0, (0, 1))]), "compile_ahead": False,
-                                  "design_context": lambda point: ""})
+                  executor=GpuPool([GpuGroup(0, (0, 1))]),
+                  engine_options={"compile_ahead": False, "design_context": lambda point: ""})
     async with app.run_test(size=(120, 40)) as pilot:
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
                                 and app.screen.state.in_flight >= 1)

@@ -235,6 +235,10 @@ def test_budget_exhaustion_ends_cleanly_with_the_offline_agent(tmp_path, no_gpu)
 
     class Capped:
         name = "offline"
+        spent_usd = 0.0
+
+        def set_budget(self, usd):
+            pass  # the real agent's: nothing to cap
 
         def __init__(self):
             self.calls = 0

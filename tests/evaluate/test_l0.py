@@ -69,6 +69,10 @@ class OneSource:
 
     name = "one-source"
     uses_hints = True
+    spent_usd = None
+
+    def set_budget(self, usd: float | None) -> None:
+        pass  # no cap of its own
 
     def __init__(self, source: str) -> None:
         self.source = source

@@ -17,6 +17,7 @@ from cuco_tui.app.widgets.search.in_flight import InFlightTable
 from cuco_tui.cli import main, tui_main
 from cuco_tui.cli.search import ProgressPrinter
 from cuco_tui.evaluate import remote
+from cuco_tui.executors import GpuPool
 from cuco_tui.evaluate.cascade import EvalOptions, make_plan, run_deadline
 from cuco_tui.executors.slurm import limit_seconds, lost_reason, session_token
 from cuco_tui.executors.slurm_settings import SlurmSettings, SlurmSettingsError, load_settings
@@ -141,7 +142,7 @@ def test_the_local_executor_stays_the_default(no_cluster, monkeypatch):
     started = []
     monkeypatch.setattr(CucoApp, "run", lambda self, *a, **k: started.append(self))
     assert tui_main([]) == 0
-    assert "gpu_pool" not in dict(started[0].search_launch.engine_options)
+    assert isinstance(started[0].search_launch.executor, GpuPool)  # the GPU groups cuco-tui planned, not Slurm
 
 
 # ---------------------------------------------------------------------------- what the job runs

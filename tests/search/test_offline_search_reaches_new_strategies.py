@@ -96,6 +96,10 @@ class Recording:
         self.agent = agent
         self.name = agent.name
         self.knobs_of: dict[str, dict[str, Any]] = {}
+        self.spent_usd = agent.spent_usd
+
+    def set_budget(self, usd: float | None) -> None:
+        self.agent.set_budget(usd)
 
     def propose(self, request: ProposalRequest) -> Proposal:
         proposal = self.agent.propose(request)

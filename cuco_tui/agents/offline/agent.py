@@ -58,6 +58,10 @@ def _key(name: str, knobs: Knobs) -> str:
 
 class OfflineAgent:
     uses_hints = False  # no model reads text here: decisions come from templates and results
+    spent_usd = 0.0  # no call costs anything
+
+    def set_budget(self, usd: float | None) -> None:
+        """Nothing to cap: proposing costs nothing."""
 
     def __init__(self, workload: Workload, caps: Capabilities = Capabilities(), seed: int = 0) -> None:
         self.name = "offline"

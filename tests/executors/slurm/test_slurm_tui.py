@@ -30,7 +30,7 @@ def test_cuco_tui_hands_the_search_a_slurm_executor(slurm_cluster, monkeypatch, 
     settings = tmp_path / "slurm.toml"
     settings.write_text('max_jobs = 3\nsetup = ["module load cuda"]\n')
     assert tui_main(["--executor", "slurm", "--slurm-config", str(settings), "--partition", "urgent"]) == 0
-    executor = dict(apps[0].search_launch.engine_options)["gpu_pool"]
+    executor = apps[0].search_launch.executor
     assert isinstance(executor, SlurmExecutor)
     assert (executor.settings.partition, executor.size, executor.settings.setup) == ("urgent", 3, ("module load cuda",))
     assert executor.gpus_per_node == 2  # gemm_allgather's smallest world
@@ -46,7 +46,7 @@ async def test_the_dashboard_shows_the_job_and_x_cancels_it(slurm, slurm_cluster
                                            setup=(gate_line(gate),)), 2, client=slurm)
     config = SearchConfig(workload="gemm_allgather", generations=1, islands=1, seed=0, max_concurrent_builds=1)
     app = CucoApp(start_search=True, search_config=config, session=tmp_path / "live", agent="offline",
-                  engine_options={"gpu_pool": executor})
+                  executor=executor)
     async with app.run_test(size=(160, 40)) as pilot:
         def running():
             return isinstance(app.screen, DashboardScreen) and any(

@@ -12,7 +12,7 @@ from cuco_tui.harness.gpus import GpuInventory
 
 def where_it_runs(launch: SearchLaunch, inventory: GpuInventory) -> str:
     """The GPUs the search would take, as it would take them: a sentence."""
-    if any(name == "gpu_pool" for name, _ in launch.engine_options):
+    if launch.executor is not None:
         return "It runs on the executor given on the command line."
     named = list(launch.config.gpus)
     found = {g.index: g for g in inventory.gpus}
