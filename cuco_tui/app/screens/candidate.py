@@ -67,6 +67,9 @@ class CandidateScreen(Screen):
         self._owns_repo = owns_repo
         self.view: CandidateView | None = None  # set once loaded
         self.error: str | None = None  # set when the candidate cannot be read
+        # Set before the Header mounts: a title changed in on_mount reaches the Header through a
+        # watcher queued for later, which fails if the screen is already gone by then.
+        self.title = f"{self.candidate_id} · {self.repo.path.name}"
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -76,7 +79,6 @@ class CandidateScreen(Screen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.title = f"{self.candidate_id} · {self.repo.path.name}"
         self._load()
 
     @property

@@ -35,6 +35,9 @@ class CompareScreen(Screen):
         self.b_id = b_id
         self.diff_text: str | None = None  # set once read
         self.views: tuple[CandidateView, CandidateView] | None = None
+        # Set before the Header mounts: a title changed in on_mount reaches the Header through a
+        # watcher queued for later, which fails if the screen is already gone by then.
+        self.title = f"compare {self.a_id} → {self.b_id}"
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -44,7 +47,6 @@ class CompareScreen(Screen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.title = f"compare {self.a_id} → {self.b_id}"
         self._load()
 
     @work(thread=True, exclusive=True, group="compare")

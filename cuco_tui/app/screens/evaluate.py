@@ -73,6 +73,9 @@ class EvaluateScreen(Screen):
         self._queue: deque[Path] = deque()
         self._lock = threading.Lock()
         self._draining = False
+        # Set before the Header mounts: a title changed in on_mount reaches the Header through a
+        # watcher queued for later, which fails if the screen is already gone by then.
+        self.sub_title = f"{self._workload.title} ({self._workload.name})"
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -83,7 +86,6 @@ class EvaluateScreen(Screen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.sub_title = f"{self._workload.title} ({self._workload.name})"
         self._show(self._paths[0] if self._paths else None)
 
     # --- actions ----------------------------------------------------------------------------

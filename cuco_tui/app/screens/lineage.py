@@ -91,6 +91,9 @@ class LineageScreen(Screen):
         self.marked: str | None = None
         self._drawn = False  # the table's first screenful is drawn
         self._machine_shown = False  # the header names the machine (read in a worker)
+        # Set before the Header mounts: a title changed in on_mount reaches the Header through a
+        # watcher queued for later, which fails if the screen is already gone by then.
+        self.title = f"lineage · {self.repo.path.name}"
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -103,7 +106,6 @@ class LineageScreen(Screen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.title = f"lineage · {self.repo.path.name}"
         self._fit(self.size.width)
         self.rows = lineage_rows(self.repo.summaries())
         self._read_machine()  # after the summaries: both take the repository's lock
