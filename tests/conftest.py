@@ -1,7 +1,6 @@
-import os
-
 import pytest
 
+from build_cache import shared_build_cache
 from cuco_tui.harness.gpus import inventory
 
 
@@ -19,13 +18,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    # Tests share one build cache per session (compiles are slow) but never the user's, unless
-    # CUCO_TEST_CACHE_DIR names one (scripts/gpu-tests.sh: a cache a device call warmed in parallel).
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the run's folder, above each worker's own: the workers share one cache
-    cache = base / "cuco-cache"
-    monkeypatch.setenv("CUCO_CACHE_DIR", os.environ.get("CUCO_TEST_CACHE_DIR") or str(cache / "build"))
+    monkeypatch.setenv("CUCO_CACHE_DIR", str(shared_build_cache(tmp_path_factory)))
     yield
 
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from build_cache import shared_build_cache
 from repo_paths import DATA, REPO
 
 offline = pytest.importorskip("cuco_tui.agents.offline", reason="the offline agent (cuco_tui.agents.offline) "
@@ -71,8 +72,7 @@ def commit_parents(repo: SessionRepo) -> dict[str, tuple[str, ...]]:
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
-    # the same folder conftest gives every test, so compiles are shared across the session
-    return tmp_path_factory.getbasetemp() / "cuco-cache" / "build"
+    return shared_build_cache(tmp_path_factory)  # the folder conftest gives every test: compiles are shared
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from build_cache import shared_build_cache
 from repo_paths import REPO
 
 from cuco_tui.lineage import SessionRepo, list_sessions
@@ -51,7 +52,7 @@ def env_with(standin: Path | None, cache: Path) -> dict[str, str]:
 def searched(tmp_path_factory) -> Path:
     """A session of one finished generation, made with the real nvcc (the tests' shared cache)."""
     session = tmp_path_factory.mktemp("interrupt") / "s"
-    cache = tmp_path_factory.getbasetemp() / "cuco-cache" / "build"
+    cache = shared_build_cache(tmp_path_factory)
     done = subprocess.run([sys.executable, "-c", MAIN, "search", "--workload", "gemm_allgather", "--agent", "offline",
                            "--generations", "1", "--islands", "1", "--session", str(session)],
                           env=env_with(None, cache), capture_output=True, text=True, cwd=REPO, timeout=1200)

@@ -130,7 +130,7 @@ def test_an_offline_search_of_an_imported_allgather_program_compiles_fused_candi
     made = cuco(["workload", "import", str(AG), "--world", "2", "--dir", str(tmp_path)])
     assert made.returncode == 0, made.stderr
     session = tmp_path / "s"
-    env = dict(os.environ, CUCO_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ)  # the run's shared build cache: the fused GEMM libraries are built once a run
     out = cuco(["search", "--workload", str(tmp_path / "ag_linear"), "--agent", "offline", "--generations", "2",
                 "--seed", "0", "--session", str(session), "--json"], env, timeout=3600)
     assert out.returncode == 0, out.stderr[-3000:]
