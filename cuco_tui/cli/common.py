@@ -9,6 +9,7 @@ import argparse
 import io
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, Group
@@ -85,6 +86,15 @@ def workload_named(name: str) -> Workload:
         return load_workload(name)
     except WorkloadError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def workload_of_file(path: Path) -> Path | None:
+    """The workload folder (one holding manifest.toml) a candidate file lies in, looking up from it:
+    a workload's seed, templates' renders or faults need no --workload."""
+    for folder in Path(path).resolve().parents:
+        if (folder / "manifest.toml").is_file():
+            return folder
+    return None
 
 
 def check_group(workload: Workload, args: argparse.Namespace) -> None:

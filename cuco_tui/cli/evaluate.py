@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from cuco_tui.cli.common import (SHARE_GPU_HELP, WORKLOAD_HELP, bench_shapes, check_group, gpu_list, render_result,
-                                 share_gpu_asked, share_gpu_hint, stderr_console, stdout_console, workload_named)
+                                 share_gpu_asked, share_gpu_hint, stderr_console, stdout_console, workload_named,
+                                 workload_of_file)
 from cuco_tui.core.errors import UsageError
 from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.core.workload import DEFAULT_WORKLOAD, Workload
@@ -30,7 +31,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     too_large = source_too_large(path.stat().st_size, str(path))  # before a byte of it is read
     if too_large:
         raise UsageError(too_large)
-    workload = workload_named(args.workload)
+    if args.workload is None:
+        inside = workload_of_file(path)
+        workload = workload_named(str(inside) if inside is not None else DEFAULT_WORKLOAD)
+        if inside is not None and not args.json:
+            stderr_console().print(Text(f"workload {workload.name} (the folder {path} is in; --workload names "
+                                        f"another)", style="dim"))
+    else:
+        workload = workload_named(args.workload)
     if args.sanitize and (args.perturb_seed is not None or args.perturb_rounds is not None or args.shapes):
         raise UsageError("--sanitize verifies under compute-sanitizer without perturbed schedules or timing: "
                          "drop --perturb-seed, --perturb-rounds and --shapes")
@@ -188,7 +196,8 @@ def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
     """eval and baseline."""
     e = sub.add_parser("eval", help="run the evaluation cascade (static checks, compile, verify, benchmark) on a candidate")
     e.add_argument("file", help="the candidate .cu")
-    e.add_argument("--workload", "-w", default=DEFAULT_WORKLOAD, help=WORKLOAD_HELP)
+    e.add_argument("--workload", "-w", help=WORKLOAD_HELP.removesuffix(f"(default {DEFAULT_WORKLOAD})")
+                   + f"(default: the workload folder the file is in, else {DEFAULT_WORKLOAD})")
     e.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: the first GPUs the workload can use)")
     e.add_argument("--world", type=int, help="number of ranks when --gpus is not given, or with --share-gpu "
                                              "(one of the workload's world sizes)")

@@ -116,6 +116,21 @@ def test_the_resume_command_sessions_suggests_works_from_another_root(tmp_path, 
 # ---------------------------------------------------------------------------- item 5: the size of a candidate
 
 
+def test_eval_of_a_file_in_a_workload_folder_takes_that_workload(capsys, monkeypatch, tmp_path):
+    # `cuco eval workloads/moe_dispatch_combine/seed.cu` evaluated it as gemm_allgather's and
+    # rejected its first line as a frozen region changed; the folder says which workload it is.
+    monkeypatch.setenv("CUCO_CACHE_DIR", str(tmp_path / "cache"))
+    moe = REPO / "workloads" / "moe_dispatch_combine" / "seed.cu"
+    rc = main(["eval", str(moe), "--shapes", "nope"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "workload moe_dispatch_combine (the folder" in err and "prefill-4k" in err, err
+    assert not (tmp_path / "cache").exists()
+    outside = tmp_path / "c.cu"  # a file in no workload's folder: the default workload, said in the refusal
+    outside.write_text(SEED.read_text())
+    assert main(["eval", str(outside), "--shapes", "nope"]) == 2
+    assert "mlp-up-70b" in capsys.readouterr().err
+
+
 def test_eval_refuses_a_candidate_past_the_size_limit_before_reading_it(tmp_path, capsys, monkeypatch):
     from cuco_tui.evaluate.static_checks import MAX_SOURCE_BYTES
 
