@@ -7,9 +7,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.perturb import KINDS
+from cuco_tui.harness.verify import POISON_BF16
 
 ROOT = Path(__file__).resolve().parents[1]
 CP_EMU = ROOT / "workloads" / "cp_attention" / "emulator"
@@ -118,3 +121,23 @@ def seeds_of(kind: str, world: int) -> list[int]:
     """One perturbation seed of `kind` aimed at each rank (harness/perturb.py kind_of, target_of)."""
     k = KINDS.index(kind)
     return [len(KINDS) * t + k for t in range(world)]
+
+
+def wrong(got_bits, want, rtol: float) -> str:
+    """harness.verify.compare's verdict on a bf16 output against the float64 answer: '' when it
+    passes, else why not."""
+    unwritten = int((got_bits == POISON_BF16).sum())
+    got = from_bf16_bits(np, got_bits).astype(np.float64)
+    finite = np.isfinite(got)
+    rms = float(np.sqrt(np.mean(want * want)))
+    rel = np.where(finite, np.abs(np.where(finite, got, 0.0) - want) / (np.abs(want) + rms), np.inf)
+    if unwritten == 0 and finite.all() and float(rel.max()) <= rtol:
+        return ""
+    worst = np.unravel_index(int(np.argmax(rel)), rel.shape)
+    return (f"{unwritten} unwritten, {int((~finite).sum())} non-finite, max rel error {float(rel.max()):.3g} at "
+            f"{tuple(int(i) for i in worst)}: got {got[worst]:.4g}, want {want[worst]:.4g}")
+
+
+def failures(results, rtol: float) -> list[str]:
+    """What failed of an emulated run's (what, rank, got, want) results."""
+    return [f"rank {rank}, {what}: {why}" for what, rank, got, want in results if (why := wrong(got, want, rtol))]

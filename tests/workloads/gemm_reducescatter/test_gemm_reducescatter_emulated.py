@@ -18,11 +18,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.perturb import KINDS, kind_of, target_of
-from cuco_tui.harness.verify import POISON_BF16
 from cuco_tui.workload.manifest import load_workload
-from emulator_helpers import candidate_source, compile_emulated, needs_gxx, seeds_of, with_driver
+from emulator_helpers import (candidate_source, compile_emulated, needs_gxx, seeds_of, with_driver,
+                              failures as emulated_failures)
 from rs_common import BOOK, REF, W
 
 DRIVER = load_workload("moe_dispatch_combine").root / "emulator"
@@ -112,22 +111,8 @@ def run(binary, folder, world, perturb_seed=None, launches=3, seed=7, timeout=90
              want[i][rank]["y"]) for what, tag, i in tags for rank in range(world)]
 
 
-def wrong(got_bits, want):
-    """harness.verify.compare's verdict against the float64 answer: '' when it passes, else why not."""
-    unwritten = int((got_bits == POISON_BF16).sum())
-    got = from_bf16_bits(np, got_bits).astype(np.float64)
-    finite = np.isfinite(got)
-    rms = float(np.sqrt(np.mean(want * want)))
-    rel = np.where(finite, np.abs(np.where(finite, got, 0.0) - want) / (np.abs(want) + rms), np.inf)
-    if unwritten == 0 and finite.all() and float(rel.max()) <= W.rtol:
-        return ""
-    worst = np.unravel_index(int(np.argmax(rel)), rel.shape)
-    return (f"{unwritten} unwritten, {int((~finite).sum())} non-finite, max rel error {float(rel.max()):.3g} at "
-            f"{tuple(int(i) for i in worst)}: got {got[worst]:.4g}, want {want[worst]:.4g}")
-
-
 def failures(results):
-    return [f"rank {rank}, {what}: {why}" for what, rank, got, want in results if (why := wrong(got, want))]
+    return emulated_failures(results, W.rtol)
 
 
 @needs_gxx
