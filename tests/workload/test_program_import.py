@@ -181,6 +181,16 @@ def test_a_program_without_a_pattern_imports_with_a_placeholder_seed(imported):
     assert "all_gather x1, broadcast x1" in warned["offline agent"] and "gelu" in warned["offline agent"]
 
 
+def test_a_program_that_splits_no_dim_imports(imported):
+    """Every rank holds whole tensors (ParallelKernelBench's collectives): no split dim, so the
+    manifest's [divisible] is empty (its comment was rendered from the largest entry and the import
+    ended in a traceback)."""
+    made = imported("replicated_sum")
+    manifest = load_workload(made.root)
+    assert not manifest.split_dims and not manifest.divisible
+    assert _record(made.root)["summary"] == "collectives: all_reduce x1; ops: mul x1"
+    _check_is_clean(made.root)
+
 
 def test_a_program_that_prints_much_runs_under_gloo(tmp_path):
     """The ranks' output goes to files: a rank printing more than a pipe holds, before a collective its
