@@ -192,6 +192,22 @@ def test_a_program_that_splits_no_dim_imports(imported):
     _check_is_clean(made.root)
 
 
+def test_ranks_whose_inputs_differ_in_shape_import(imported):
+    """A scatter's root holds [W, M, H], the other ranks [M, H]: the written reference's expected runs
+    each rank on its own inputs in its own shapes (it read every rank's as rank 0's shapes, and the
+    import ended in "the written reference does not reproduce ...; please report this")."""
+    made = imported("scatter_from_root")
+    ref = _reference(made.root)
+    dims = {"M": 16, "H": 24}
+    assert [ref.io_spec(dims, 2, r)["inputs"][0][1] for r in (0, 1)] == [(2, 16, 24), (16, 24)]
+    inputs = _buffers(ref, dims, 2, seed=3)
+    want = ref.expected(inputs, dims, 2)
+    rows = _f64(inputs[0]["x"])
+    for r in range(2):
+        np.testing.assert_allclose(want[r]["out"], 2 * rows[r])
+    _check_is_clean(made.root)
+
+
 def test_a_program_that_prints_much_runs_under_gloo(tmp_path):
     """The ranks' output goes to files: a rank printing more than a pipe holds, before a collective its
     peer waits in, does not stall the run (it did while the output went to pipes read one rank after

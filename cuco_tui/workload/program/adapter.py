@@ -121,7 +121,9 @@ class ProgramReference:
                 for b in self.layout.inputs:
                     np.save(folder / f"in_0_{rank}_{b.index}.npy", to_float64(inputs[b.name], b.dtype))
             order = sorted(self.layout.inputs, key=lambda b: b.index)
-            specs = [{"layout": b.layout, "shape": entry["ranks"][0]["inputs"][b.index][0]} for b in order]
+            # Each rank's own shapes: a program's ranks may hold inputs of different shapes (a scatter's root)
+            specs = [[{"layout": b.layout, "shape": entry["ranks"][rank]["inputs"][b.index][0]} for b in order]
+                     for rank in range(world)]
             run = run_gloo(self.program, world, {entry["shape"]: entry["dims"]}, folder, mode="files", inputs=specs)
             return [{b.name: run.output(0, rank, b.index).reshape(entry["ranks"][rank]["outputs"][b.index][0])
                      for b in self.layout.outputs} for rank in range(world)]

@@ -54,7 +54,7 @@ def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
                 for i, t in enumerate(inputs):
                     np.save(jobdir / f"in_{index}_{rank}_{i}.npy", t.detach().contiguous().numpy())
             else:
-                specs = job["inputs"]
+                specs = job["inputs"][rank]
                 inputs = tuple(to_program(torch.from_numpy(np.load(jobdir / f"in_{index}_{rank}_{i}.npy")), spec)
                                for i, spec in enumerate(specs))
             recorder = OpRecorder(dataflow=True) if job.get("trace") and rank == 0 and index == 0 else None
