@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from repo_paths import REPO
 
 SCRIPT = REPO / "benchmarks" / "parallelkernelbench.py"
@@ -82,7 +81,8 @@ def test_a_pkb_shaped_clone_is_adapted_imported_checked_and_tabled(tmp_path):
     adapter = (scratch / "adapters" / "pkb1.py").read_text()
     assert "CONSTANTS = {1: 0.5}" in adapter and "def solution(x, shift):" in adapter
     results = json.loads((scratch / "results.json").read_text())
-    commit = subprocess.run(["git", "-C", str(pkb), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    commit = subprocess.run(["git", "-C", str(pkb), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout
     assert results["pkb_commit"] == commit.strip()
     one = results["problems"]["1"]["worlds"]["2"]
     assert (one["imported"], one["check"], one["pattern"]) == ("yes", "passed", "none")
@@ -93,7 +93,7 @@ def test_a_pkb_shaped_clone_is_adapted_imported_checked_and_tabled(tmp_path):
     text = table.read_text()
     assert f"at commit `{commit.strip()}`" in text
     rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| ") and " | " in line}
-    assert "| yes | passed | none | not run (needs a GPU host) |" in rows["1_scaled_sum"]
+    assert "| yes | passed (W=2) | none | not run (needs a GPU host) |" in rows["1_scaled_sum"]
     assert " refused | - |" in rows["2_in_group"] and "not run |" in rows["3_split_sizes"]
     assert "- 2 W=2 import: refused: pkb2.py: make_inputs must return a tensor" in text
 
