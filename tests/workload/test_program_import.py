@@ -156,6 +156,22 @@ def test_a_linear_all_reduce_derives_the_patterns_dims(imported):
     _check_is_clean(made.root)
 
 
+def test_a_matmul_copied_before_its_all_reduce_is_the_pattern(imported):
+    """ParallelKernelBench's gemm + all-reduce clones the product and all-reduces the copy: the
+    pattern is followed back through the copy (it was not named at all)."""
+    made = imported("matmul_copy_allreduce")
+    assert any("matmul → all-reduce: mapped" in line for line in made.lines), made.lines
+    w = load_workload(made.root)
+    assert "ncclAllReduce" in w.seed.read_text()
+    ref = _reference(made.root)
+    dims = dict(w.verify_shapes[0].dims)
+    inputs = _buffers(ref, dims, 2, seed=5)
+    total = sum(_f64(r["x"]) @ _f64(r["b"]) for r in inputs)
+    for got in ref.expected(inputs, dims, 2):
+        assert np.allclose(got["y"], total, rtol=1e-10, atol=1e-10)
+    _check_is_clean(made.root)
+
+
 @pytest.mark.parametrize("name,pattern", [("moe_alltoall", "all-to-all → 1 matmul(s) → all-to-all"),
                                           ("cp_attention_kv", "all-gather of K/V (2 gather(s)) → attention")])
 def test_expert_and_attention_patterns_are_named_but_not_mapped(imported, name, pattern):
