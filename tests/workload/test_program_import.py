@@ -224,6 +224,18 @@ def test_ranks_whose_inputs_differ_in_shape_import(imported):
     _check_is_clean(made.root)
 
 
+def test_an_all_gather_into_a_stacked_output_runs_under_gloo(imported):
+    """NCCL takes all_gather_into_tensor's output stacked, [W, M, H]; gloo took only [W*M, H], and the
+    import was refused with gloo's "invalid tensor size" (ParallelKernelBench's allgather problems)."""
+    made = imported("stacked_gather")
+    ref = _reference(made.root)
+    dims = {"M": 16, "H": 24}
+    inputs = _buffers(ref, dims, 2, seed=4)
+    total = sum(_f64(r["x"]) for r in inputs)
+    for got in ref.expected(inputs, dims, 2):
+        assert np.allclose(got["out"], total, rtol=1e-12, atol=1e-12)
+
+
 def test_a_program_that_prints_much_runs_under_gloo(tmp_path):
     """The ranks' output goes to files: a rank printing more than a pipe holds, before a collective its
     peer waits in, does not stall the run (it did while the output went to pipes read one rank after
