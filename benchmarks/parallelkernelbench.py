@@ -23,7 +23,8 @@ Given a local clone (kept outside this repository: nothing of it is copied here)
    world size (a process group each, killed whole at the timeout), and records per problem: imported
    or the one-line refusal, the CPU check (float64 under gloo), the pattern the importer names;
 4. keeps every result in SCRATCH/results.json (runs of subsets add to it) and writes the table of
-   every problem of the clone to docs/parallelkernelbench.md (the GPU columns: not run here).
+   every problem of the clone to docs/parallelkernelbench.md (pkb_table.py; the GPU columns: not run
+   here).
 
 An import or check that ends in a Python traceback is a bug of cuco-tui: the table says "crash" and
 the script exits 1."""
@@ -44,11 +45,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from pkb_table import render_table  # noqa: E402  (the table's words)
+
 SCRATCH = Path("/tmp/cuco-pkb")
 TABLE = REPO / "docs" / "parallelkernelbench.md"
 SHAPES = {"verify": {"M": 256, "N": 256}, "bench": {"M": 1024, "N": 1024}}
 INTROSPECT_WORLDS = (2, 4, 8)  # the world sizes the importer sizes a program at
-GPU_CELL = "not run (needs a GPU host)"
+TIMEOUT = 180.0  # seconds an import or a check may take (a problem's whole run is bounded by 3 of them)
 _PROBLEM_FILE = re.compile(r"^(\d+)_(\w+)\.py$")
 
 
@@ -358,125 +362,6 @@ def save_result(path: Path, results: dict[str, Any], result: Result) -> None:
     os.replace(tmp, path)
 
 
-REASONS = (  # (what a refusal says, the group it falls in), first match wins
-    ("tuple of tensors", ("inputs or outputs that are not tensors (process groups, lists of tensors, modules, "
-                          "values that change with the shape or world size)")),
-    ("meta device", "a shape cannot be sized on the meta device (data-dependent sizes, .item(), .tolist())"),
-    ("from float64 inputs", "an output in another dtype than the inputs (fp8, integer or fixed float32 results)"),
-    ("ignores dtype", "make_inputs ignores dtype (PKB builds some inputs in a fixed dtype)"),
-    ("no floating-point input", "no floating-point input"),
-    ("does not divide by the world size", "a split dim that does not divide by the world size"),
-    ("on the CPU and", "output shapes differ between the meta device and the CPU"),
-    ("under gloo", "solution fails on the CPU under gloo (an op or collective gloo lacks, a CUDA-only call)"),
-    ("did not finish", "solution did not finish under gloo in time"),
-    ("failed", "PKB's inputs or solution fail while sized (the problem's own assertion or error)"),
-)
-
-
-CHECK_REASONS = (  # (what a failed check says, the group it falls in)
-    ("constant", ("PKB's inputs are constant (torch.full, rank + 1), which the check refuses: constant inputs "
-                  "hide indexing bugs")),
-)
-
-
-def check_reason(line: str) -> str:
-    if line.startswith(("crash", "timed out")):
-        return reason(line)
-    return next((group for words, group in CHECK_REASONS if words in line), line.split(":")[1].strip()
-                if ":" in line else line)
-
-
-def reason(line: str) -> str:
-    if line.startswith("timed out"):
-        return "the import took longer than the timeout"
-    if line.startswith("crash"):
-        return "crash of cuco-tui (a bug)"
-    return next((group for words, group in REASONS if words in line), "other")
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def render_table(problems: list[Problem], results: dict[str, Any], worlds: list[int], command: str,
-                 date: str) -> str:
-    """docs/parallelkernelbench.md: the table of every problem of the clone, what it means, and each
-    refusal's one line."""
-    done = results["problems"]
-    ws = [str(w) for w in worlds]
-    head = (["#", "problem", "imported " + ", ".join(f"W={w}" for w in ws), "CPU check", "pattern",
-             "reference verified on GPU"]
-            + [f"best speedup W={w} over {what}" for w in ws for what in ("the program", "the pattern's reference")])
-    gpu = f" {GPU_CELL} |" * (1 + 2 * len(ws))
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    refusals: dict[str, set[int]] = {}
-    failed_checks: dict[str, set[int]] = {}
-    imported = {w: 0 for w in ws}
-    patterns: dict[str, list[str]] = {}
-    lines: list[str] = []
-    checked = passed = 0
-    for q in problems:
-        r = done.get(str(q.id))
-        if r is None:
-            rows.append(f"| {q.id} | {q.stem} | not run | - | - |{gpu}")
-            continue
-        outs = [(w, r["worlds"][w]) for w in ws if w in r["worlds"]]
-        imp = ", ".join("yes" if o["imported"] == "yes" else o["imported"].split(":")[0] for _, o in outs)
-        check = next(((w, o["check"]) for w, o in outs if o["check"]), None)
-        chk = f"{check[1].split(':')[0]} (W={check[0]})" if check else "-"
-        pats = sorted({o["pattern"] for _, o in outs if o["pattern"]})
-        for w, o in outs:
-            imported[w] += o["imported"] == "yes"
-            if o["imported"] != "yes":
-                refusals.setdefault(reason(o["imported"]), set()).add(q.id)
-            for line, what in ((o["imported"], "import"), (o["check"], "check")):
-                if line and line not in ("yes", "passed"):
-                    lines.append(f"- {q.id} W={w} {what}: {line}")
-        if check:
-            checked += 1
-            passed += check[1] == "passed"
-            if check[1] != "passed":
-                failed_checks.setdefault(check_reason(check[1]), set()).add(q.id)
-        for pat in pats:
-            if pat != "none":
-                patterns.setdefault(pat, []).append(str(q.id))
-        rows.append(f"| {q.id} | {q.stem} | {imp} | {chk} | {_cell('; '.join(pats) or '-')} |{gpu}")
-    ran = sum(1 for q in problems if str(q.id) in done)
-
-    def grouped(groups: dict[str, set[int]]) -> str:
-        return "; ".join(f"{why}: {', '.join(map(str, sorted(ids)))}"
-                         for why, ids in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])))
-
-    meaning = [f"Of the {len(problems)} problems of ParallelKernelBench, {ran} were run here: "
-               + ", ".join(f"{imported[w]} import at W={w}" for w in ws)
-               + f"; of the {checked} checked, {passed} pass `cuco workload check` (the reference run in float64 "
-                 f"under gloo against its contract; no compile)."]
-    if failed_checks:
-        meaning.append(f"The checks that fail, by reason (problem ids): {grouped(failed_checks)}.")
-    if refusals:
-        meaning.append(f"The refusals, one line each (listed below), by reason (problem ids, refused at either "
-                       f"world size): {grouped(refusals)}.")
-    meaning.append("Patterns the importer names: " + ("; ".join(
-        f"{pat}: {', '.join(ids)}" for pat, ids in sorted(patterns.items())) if patterns else "none") + ".")
-    return "\n".join([
-        "# ParallelKernelBench through `cuco workload import`", "",
-        f"Made {date} by `{command}` (`benchmarks/parallelkernelbench.py`) on a CPU-only machine, from a clone of "
-        f"[ParallelKernelBench](https://github.com/togethercomputer/ParallelKernelBench) at commit "
-        f"`{results.get('pkb_commit', 'unknown')}`, kept outside this repository. Each problem's own inputs "
-        f"(PKB's `create_input_tensor`, verify shape M=N={SHAPES['verify']['M']}, bench shape M=N="
-        f"{SHAPES['bench']['M']}) and its reference `solution` are wrapped in an adapter in the scratch folder "
-        f"that follows the program convention (docs/workloads.md); the adapter is imported with "
-        f"`cuco workload import --world W`, and the folder of the first world size that imports is checked with "
-        f"`cuco workload check --no-compile` (it probes the reference at the folder's smallest world size either "
-        f"way). The adapters, folders and results stay in the scratch folder.", "",
-        "## What it means", "", *("\n\n".join(meaning).split("\n")), "",
-        "The GPU columns (the reference verified against float64 on the GPU, the best offline speedup over the "
-        "program and over the recognized pattern's reference) need a GPU host and were not run.", "",
-        *rows, "",
-        "## Every refusal and failed check, in one line", "",
-        *(lines or ["None."]), ""])
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("pkb", type=Path, help="a local clone of ParallelKernelBench (kept outside this repository)")
@@ -484,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   "earlier runs are kept")
     p.add_argument("--worlds", default="2,4", help="world sizes to import at (default 2,4)")
     p.add_argument("--scratch", type=Path, default=SCRATCH, help=f"adapters, workloads, results (default {SCRATCH})")
-    p.add_argument("--timeout", type=float, default=240.0, help="seconds per import and per check (default 240)")
+    p.add_argument("--timeout", type=float, default=TIMEOUT, help=f"seconds per import and per check (default "
+                                                                    f"{TIMEOUT:g})")
     p.add_argument("--table", type=Path, default=TABLE, help="the Markdown table to write (default docs/...)")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill takes the imports' processes with it
@@ -522,9 +408,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{q.stem} W={w}: {outcome.imported}; check {outcome.check or '-'}; pattern "
                   f"{outcome.pattern or '-'} ({outcome.seconds:.0f} s)", flush=True)
         save_result(store, results, result)
-    command = "python3 benchmarks/parallelkernelbench.py PKB_CLONE" + (f" --worlds {args.worlds}"
-                                                                      if args.worlds != "2,4" else "")
-    args.table.write_text(render_table(problems, results, worlds, command, datetime.date.today().isoformat()))
+    command = " ".join(["python3 benchmarks/parallelkernelbench.py", str(args.pkb)]
+                       + ([f"--worlds {args.worlds}"] if args.worlds != "2,4" else [])
+                       + ([f"--timeout {args.timeout:g}"] if args.timeout != TIMEOUT else []))
+    args.table.write_text(render_table(problems, results, worlds, command, datetime.date.today().isoformat(),
+                                       str(args.pkb), SHAPES))
     print(f"wrote {args.table} ({len(results['problems'])} of {len(problems)} problems run; results in {store})")
     return 1 if crashed else 0
 

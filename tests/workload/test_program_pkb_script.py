@@ -10,11 +10,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from repo_paths import REPO
 
 SCRIPT = REPO / "benchmarks" / "parallelkernelbench.py"
+TABLE = REPO / "benchmarks" / "pkb_table.py"
 
 INPUTS = '''import torch
 import torch.distributed as dist
@@ -49,8 +51,8 @@ def solution(x, group):
 '''
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("pkb_script", SCRIPT)
+def _module(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
@@ -75,8 +77,9 @@ def test_a_pkb_shaped_clone_is_adapted_imported_checked_and_tabled(tmp_path):
     pytest.importorskip("torch")
     pkb = _clone(tmp_path / "pkb")
     scratch, table = tmp_path / "scratch", tmp_path / "table.md"
-    rc = _script().main([str(pkb), "--problems", "1,2", "--worlds", "2", "--scratch", str(scratch),
-                         "--table", str(table), "--timeout", "600"])
+    script = _module("pkb_script", SCRIPT)
+    rc = script.main([str(pkb), "--problems", "1,2", "--worlds", "2", "--scratch", str(scratch), "--table", str(table),
+                      "--timeout", "600"])
     assert rc == 0
     adapter = (scratch / "adapters" / "pkb1.py").read_text()
     assert "CONSTANTS = {1: 0.5}" in adapter and "def solution(x, shift):" in adapter
@@ -103,18 +106,20 @@ def _outcome(imported: str, check: str = "", pattern: str = "") -> dict:
 
 
 def test_the_table_groups_refusals_by_reason_and_names_patterns():
-    bench = _script()
-    problems = [bench.Problem(i, f"{i}_p", Path(f"{i}_p.py")) for i in (1, 2, 3, 4)]
+    table = _module("pkb_table", TABLE)
+    problems = [SimpleNamespace(id=i, stem=f"{i}_p") for i in (1, 2, 3, 4)]
     refusal = "refused: pkb2.py: make_inputs must return a tensor or a tuple of tensors, not a tuple of int, Tensor"
     results = {"pkb_commit": "abc", "problems": {
         "1": {"id": 1, "stem": "1_p", "inputs": "", "worlds": {
-            "2": _outcome("yes", "failed: reference: fill_inputs leaves 'x' constant", "all-gather → matmul (mapped)"),
+            "2": _outcome("yes", "failed: reference: fill_inputs leaves 'x' constant",
+                          "all-gather → matmul (mapped)"),
             "4": _outcome("yes", "", "all-gather → matmul (mapped)")}},
         "2": {"id": 2, "stem": "2_p", "inputs": "", "worlds": {"2": _outcome(refusal), "4": _outcome(refusal)}},
         "3": {"id": 3, "stem": "3_p", "inputs": "", "worlds": {
             "2": _outcome("refused: pkb3.py: solution at verify (rank 0 of 2, float64 on the CPU under gloo) failed: "
                           "RuntimeError: x | y"), "4": _outcome("timed out after 9 s")}}}}
-    text = bench.render_table(problems, results, [2, 4], "python3 benchmarks/parallelkernelbench.py PKB", "2026-01-02")
+    text = table.render_table(problems, results, [2, 4], "python3 benchmarks/parallelkernelbench.py PKB",
+                              "2026-01-02")
     assert "Made 2026-01-02 by `python3 benchmarks/parallelkernelbench.py PKB`" in text and "`abc`" in text
     assert "3 were run here: 1 import at W=2, 1 import at W=4; of the 1 checked, 0 pass" in text
     assert "The checks that fail, by reason (problem ids): PKB's inputs are constant" in text
