@@ -236,6 +236,19 @@ def test_an_all_gather_into_a_stacked_output_runs_under_gloo(imported):
         assert np.allclose(got["out"], total, rtol=1e-12, atol=1e-12)
 
 
+def test_a_program_that_uses_autograd_imports(imported):
+    """solution runs in the grad mode it sets itself: a gradient step (ParallelKernelBench's DDP and
+    ZeRO problems) was refused with "element 0 of tensors does not require grad", the tool having
+    run it under torch.no_grad()."""
+    made = imported("grad_allreduce")
+    ref = _reference(made.root)
+    dims = {"B": 24, "D": 16, "O": 8}
+    inputs = _buffers(ref, dims, 2, seed=6)
+    grads = [2 * _f64(r["x"]).T @ (_f64(r["x"]) @ _f64(r["w"]) - _f64(r["y"])) for r in inputs]
+    for got in ref.expected(inputs, dims, 2):  # each rank's own w: the mean of the ranks' gradients
+        assert np.allclose(got["out"], (grads[0] + grads[1]) / 2, rtol=1e-10, atol=1e-10)
+
+
 def test_a_program_that_prints_much_runs_under_gloo(tmp_path):
     """The ranks' output goes to files: a rank printing more than a pipe holds, before a collective its
     peer waits in, does not stall the run (it did while the output went to pipes read one rank after

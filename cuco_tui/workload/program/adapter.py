@@ -202,7 +202,7 @@ class RankProgram:
 
     def run(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         torch = self.torch
-        with torch.no_grad(), torch.cuda.stream(self.stream):
+        with torch.cuda.stream(self.stream):  # solution sets its own grad mode (as under gloo)
             out = self.module.solution(*self._args(inputs))
             outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
             for b in self.ref.layout.outputs:

@@ -75,14 +75,13 @@ def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
                 inputs = tuple(to_program(torch.from_numpy(np.load(jobdir / f"in_{index}_{rank}_{i}.npy")), spec)
                                for i, spec in enumerate(specs))
             recorder = OpRecorder(dataflow=True) if job.get("trace") and rank == 0 and index == 0 else None
-            try:
-                with torch.no_grad():
-                    if recorder is not None:
-                        with recorder:
-                            start = recorder.start(inputs)
-                            out = module.solution(*inputs)
-                    else:
+            try:  # in the grad mode solution sets itself (@torch.no_grad(), or its own autograd: a gradient step)
+                if recorder is not None:
+                    with recorder:
+                        start = recorder.start(inputs)
                         out = module.solution(*inputs)
+                else:
+                    out = module.solution(*inputs)
             except Exception as exc:
                 raise failure(f"solution at {shape} (rank {rank} of {world}, float64 on the CPU under gloo)", exc,
                               conv.path) from None

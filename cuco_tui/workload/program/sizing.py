@@ -84,7 +84,7 @@ def size_world(module: Any, conv: Convention, world: int) -> Sizes:
             check_inputs(inputs, dtype, "meta", list(conv.input_names))
             recorder = OpRecorder(dataflow=False)
             try:
-                with torch.no_grad(), recorder:
+                with recorder:  # in the grad mode solution sets itself (its own autograd, or @torch.no_grad())
                     outputs = as_tuple(module.solution(*inputs), "solution")
             except ProgramError:
                 raise
