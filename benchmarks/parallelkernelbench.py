@@ -127,7 +127,7 @@ def introspect_problem(pkb: Path, problem: Problem) -> dict[str, Any]:
                 for rank in range(world):
                     if dist.is_initialized():
                         dist.destroy_process_group()
-                    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+                    dist.init_process_group("cpu:fake,meta:fake", store=FakeStore(), rank=rank, world_size=world)
                     for dims in SHAPES.values():
                         made = create_input_tensor(rank, world, problem.id, (dims["M"], dims["N"]), torch.float32,
                                                    trial=0, device=device)

@@ -249,6 +249,19 @@ def test_a_program_that_uses_autograd_imports(imported):
         assert np.allclose(got["out"], (grads[0] + grads[1]) / 2, rtol=1e-10, atol=1e-10)
 
 
+def test_a_ring_of_batched_point_to_point_ops_imports(imported):
+    """batch_isend_irecv (ring attention's exchange) is sized on the meta device: the fake process
+    group had no backend for it there, and the import was refused with "No backend type associated
+    with device type meta"."""
+    made = imported("ring_pass")
+    ref = _reference(made.root)
+    dims = {"S": 16, "D": 24}
+    inputs = _buffers(ref, dims, 2, seed=8)
+    mine = [_f64(r["x"]) for r in inputs]
+    for rank, got in enumerate(ref.expected(inputs, dims, 2)):
+        assert np.allclose(got["out"], mine[rank] + mine[1 - rank], rtol=1e-12, atol=1e-12)
+
+
 def test_a_program_that_prints_much_runs_under_gloo(tmp_path):
     """The ranks' output goes to files: a rank printing more than a pipe holds, before a collective its
     peer waits in, does not stall the run (it did while the output went to pipes read one rank after
