@@ -262,6 +262,26 @@ def test_a_ring_of_batched_point_to_point_ops_imports(imported):
         assert np.allclose(got["out"], mine[rank] + mine[1 - rank], rtol=1e-12, atol=1e-12)
 
 
+def test_integer_inputs_reach_the_program_as_integers(imported):
+    """The reference's expected() hands the program its integer inputs as integers and its bool ones as
+    bool (it made every input float64, and indexing with them failed: "the written reference does not
+    reproduce ...; please report this", ParallelKernelBench's vocab-parallel cross-entropy)."""
+    made = imported("indexed_rows")
+    ref = _reference(made.root)
+    dims = {"V": 32, "D": 16, "T": 8}
+    assert [d for _, _, d in ref.io_spec(dims, 2, 0)["inputs"]] == ["bf16", "i64", "u8"]
+    kinds = {"bf16": np.uint16, "i64": np.int64, "u8": np.uint8}
+    inputs = []
+    for rank in range(2):
+        spec = ref.io_spec(dims, 2, rank)
+        bufs = {n: np.zeros(s, dtype=kinds[d]) for n, s, d in spec["inputs"]}
+        ref.fill_inputs(np, bufs, dims, 2, rank, 9)
+        inputs.append(bufs)
+    total = sum(np.where(r["keep"][:, None] != 0, _f64(r["table"])[r["idx"]], 0.0) for r in inputs)
+    for got in ref.expected(inputs, dims, 2):
+        assert np.allclose(got["out"], total, rtol=1e-12, atol=1e-12)
+
+
 def test_a_program_that_prints_much_runs_under_gloo(tmp_path):
     """The ranks' output goes to files: a rank printing more than a pipe holds, before a collective its
     peer waits in, does not stall the run (it did while the output went to pipes read one rank after
