@@ -240,7 +240,8 @@ def adapter_text(pkb: Path, problem: Problem, info: dict[str, Any]) -> str:
                      (names[sum(1 for j in range(i) if j not in constants)] if names else
                       f"inputs[{sum(1 for j in range(i) if j not in constants)}]") for i in range(len(args)))
     sig = ", ".join(names) if names else "*inputs"
-    return head + make + f"\n\n@torch.no_grad()\ndef solution({sig}):\n    return _reference.solution({call})\n"
+    # no @torch.no_grad() here: the reference sets its own grad mode (PKB's DDP and ZeRO steps use autograd)
+    return head + make + f"\n\ndef solution({sig}):\n    return _reference.solution({call})\n"
 
 
 def _other(info: dict[str, Any]) -> str:

@@ -83,6 +83,7 @@ def test_a_pkb_shaped_clone_is_adapted_imported_checked_and_tabled(tmp_path):
     assert rc == 0
     adapter = (scratch / "adapters" / "pkb1.py").read_text()
     assert "CONSTANTS = {1: 0.5}" in adapter and "def solution(x, shift):" in adapter
+    assert "no_grad" not in adapter  # the reference sets its own grad mode
     results = json.loads((scratch / "results.json").read_text())
     commit = subprocess.run(["git", "-C", str(pkb), "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout
