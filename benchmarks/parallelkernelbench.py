@@ -373,10 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=TIMEOUT, help=f"seconds per import and per check (default "
                                                                     f"{TIMEOUT:g})")
     p.add_argument("--table", type=Path, default=TABLE, help="the Markdown table to write (default docs/...)")
+    p.add_argument("--table-only", action="store_true", help="write the table from the results kept, run nothing")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill takes the imports' processes with it
     problems = discover(args.pkb)
-    chosen = [q for q in problems if q.id in parse_ids(args.problems)] if args.problems else problems
+    chosen = [] if args.table_only else [q for q in problems if q.id in parse_ids(args.problems)] \
+        if args.problems else problems
     worlds = [int(w) for w in args.worlds.split(",") if w.strip()]
     scratch = args.scratch.resolve()
     if scratch == REPO or REPO in scratch.parents:

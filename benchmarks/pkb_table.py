@@ -29,8 +29,8 @@ REASONS = (  # (what a refusal says, the group it falls in), first match wins
 
 
 CHECK_REASONS = (  # (what a failed check says, the group it falls in)
-    ("constant", ("PKB's inputs are constant (torch.full, rank + 1), which the check refuses: constant inputs "
-                  "hide indexing bugs")),
+    ("constant", ("an input PKB makes constant (torch.full of rank + 1 for the collectives, zeroed optimizer "
+                  "state for the Adam steps), which the check refuses: constant inputs hide indexing bugs")),
 )
 
 
@@ -98,6 +98,7 @@ def render_table(problems: list[Any], results: dict[str, Any], worlds: list[int]
                 patterns.setdefault(pat, []).append(str(q.id))
         rows.append(f"| {q.id} | {q.stem} | {imp} | {chk} | {_cell('; '.join(pats) or '-')} |{gpu}")
     ran = sum(1 for q in problems if str(q.id) in done)
+    minutes = sum(o.get("seconds", 0) for r in done.values() for o in r["worlds"].values()) / 60
 
     def grouped(groups: dict[str, set[int]]) -> str:
         return "; ".join(f"{why}: {', '.join(map(str, sorted(ids)))}"
@@ -106,7 +107,8 @@ def render_table(problems: list[Any], results: dict[str, Any], worlds: list[int]
     meaning = [f"Of the {len(problems)} problems of ParallelKernelBench, {ran} were run here: "
                + ", ".join(f"{imported[w]} import at W={w}" for w in ws)
                + f"; of the {checked} checked, {passed} pass `cuco workload check` (the reference run in float64 "
-                 f"under gloo against its contract; no compile)."]
+                 f"under gloo against its contract; no compile). The imports and checks took {minutes:.0f} minutes "
+                 f"on 2 CPU cores."]
     if failed_checks:
         meaning.append(f"The checks that fail, by reason (problem ids): {grouped(failed_checks)}.")
     if refusals:

@@ -123,7 +123,7 @@ def test_the_table_groups_refusals_by_reason_and_names_patterns():
                               "2026-01-02")
     assert "Made 2026-01-02 by `python3 benchmarks/parallelkernelbench.py PKB`" in text and "`abc`" in text
     assert "3 were run here: 1 import at W=2, 1 import at W=4; of the 1 checked, 0 pass" in text
-    assert "The checks that fail, by reason (problem ids): PKB's inputs are constant" in text
+    assert "The checks that fail, by reason (problem ids): an input PKB makes constant" in text
     assert "values that change with the shape or world size): 2;" in text
     assert "solution fails on the CPU under gloo" in text and "longer than the timeout: 3" in text
     assert "Patterns the importer names: all-gather → matmul (mapped): 1." in text
