@@ -73,6 +73,13 @@ BAD = {  # name -> (text of ag_linear.py, replaced by, what the one line must sa
                           "return F.linear(full, w, b) + torch.ones(3, device=x.device) if x.device.type == 'cpu' "
                           "else F.linear(full, w, b)",
                           "solution at verify (rank 0 of 2, float64 on the CPU under gloo) failed: RuntimeError"),
+    # rank 0, left waiting in the all-gather, fails too (its peer went away): rank 1's error is the cause
+    "raises_on_one_rank": ("    dist.all_gather_into_tensor(full, x)\n",
+                           "    if x.device.type == 'cpu' and dist.get_rank() == 1:\n"
+                           "        raise ValueError('rank 1 fails alone')\n"
+                           "    dist.all_gather_into_tensor(full, x)\n",
+                           "solution at verify (rank 1 of 2, float64 on the CPU under gloo) failed: ValueError: "
+                           "rank 1 fails alone"),
 }
 
 

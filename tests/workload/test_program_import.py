@@ -156,6 +156,22 @@ def test_a_linear_all_reduce_derives_the_patterns_dims(imported):
     _check_is_clean(made.root)
 
 
+def test_a_matmul_copied_before_its_all_reduce_is_the_pattern(imported):
+    """ParallelKernelBench's gemm + all-reduce clones the product and all-reduces the copy: the
+    pattern is followed back through the copy (it was not named at all)."""
+    made = imported("matmul_copy_allreduce")
+    assert any("matmul → all-reduce: mapped" in line for line in made.lines), made.lines
+    w = load_workload(made.root)
+    assert "ncclAllReduce" in w.seed.read_text()
+    ref = _reference(made.root)
+    dims = dict(w.verify_shapes[0].dims)
+    inputs = _buffers(ref, dims, 2, seed=5)
+    total = sum(_f64(r["x"]) @ _f64(r["b"]) for r in inputs)
+    for got in ref.expected(inputs, dims, 2):
+        assert np.allclose(got["y"], total, rtol=1e-10, atol=1e-10)
+    _check_is_clean(made.root)
+
+
 @pytest.mark.parametrize("name,pattern", [("moe_alltoall", "all-to-all → 1 matmul(s) → all-to-all"),
                                           ("cp_attention_kv", "all-gather of K/V (2 gather(s)) → attention")])
 def test_expert_and_attention_patterns_are_named_but_not_mapped(imported, name, pattern):
@@ -180,6 +196,90 @@ def test_a_program_without_a_pattern_imports_with_a_placeholder_seed(imported):
     assert "placeholder" in warned["seed"]
     assert "all_gather x1, broadcast x1" in warned["offline agent"] and "gelu" in warned["offline agent"]
 
+
+def test_a_program_that_splits_no_dim_imports(imported):
+    """Every rank holds whole tensors (ParallelKernelBench's collectives): no split dim, so the
+    manifest's [divisible] is empty (its comment was rendered from the largest entry and the import
+    ended in a traceback)."""
+    made = imported("replicated_sum")
+    manifest = load_workload(made.root)
+    assert not manifest.split_dims and not manifest.divisible
+    assert _record(made.root)["summary"] == "collectives: all_reduce x1; ops: mul x1"
+    _check_is_clean(made.root)
+
+
+def test_ranks_whose_inputs_differ_in_shape_import(imported):
+    """A scatter's root holds [W, M, H], the other ranks [M, H]: the written reference's expected runs
+    each rank on its own inputs in its own shapes (it read every rank's as rank 0's shapes, and the
+    import ended in "the written reference does not reproduce ...; please report this")."""
+    made = imported("scatter_from_root")
+    ref = _reference(made.root)
+    dims = {"M": 16, "H": 24}
+    assert [ref.io_spec(dims, 2, r)["inputs"][0][1] for r in (0, 1)] == [(2, 16, 24), (16, 24)]
+    inputs = _buffers(ref, dims, 2, seed=3)
+    want = ref.expected(inputs, dims, 2)
+    rows = _f64(inputs[0]["x"])
+    for r in range(2):
+        np.testing.assert_allclose(want[r]["out"], 2 * rows[r])
+    _check_is_clean(made.root)
+
+
+def test_an_all_gather_into_a_stacked_output_runs_under_gloo(imported):
+    """NCCL takes all_gather_into_tensor's output stacked, [W, M, H]; gloo took only [W*M, H], and the
+    import was refused with gloo's "invalid tensor size" (ParallelKernelBench's allgather problems)."""
+    made = imported("stacked_gather")
+    ref = _reference(made.root)
+    dims = {"M": 16, "H": 24}
+    inputs = _buffers(ref, dims, 2, seed=4)
+    total = sum(_f64(r["x"]) for r in inputs)
+    for got in ref.expected(inputs, dims, 2):
+        assert np.allclose(got["out"], total, rtol=1e-12, atol=1e-12)
+
+
+def test_a_program_that_uses_autograd_imports(imported):
+    """solution runs in the grad mode it sets itself: a gradient step (ParallelKernelBench's DDP and
+    ZeRO problems) was refused with "element 0 of tensors does not require grad", the tool having
+    run it under torch.no_grad()."""
+    made = imported("grad_allreduce")
+    ref = _reference(made.root)
+    dims = {"B": 24, "D": 16, "O": 8}
+    inputs = _buffers(ref, dims, 2, seed=6)
+    grads = [2 * _f64(r["x"]).T @ (_f64(r["x"]) @ _f64(r["w"]) - _f64(r["y"])) for r in inputs]
+    for got in ref.expected(inputs, dims, 2):  # each rank's own w: the mean of the ranks' gradients
+        assert np.allclose(got["out"], (grads[0] + grads[1]) / 2, rtol=1e-10, atol=1e-10)
+
+
+def test_a_ring_of_batched_point_to_point_ops_imports(imported):
+    """batch_isend_irecv (ring attention's exchange) is sized on the meta device: the fake process
+    group had no backend for it there, and the import was refused with "No backend type associated
+    with device type meta"."""
+    made = imported("ring_pass")
+    ref = _reference(made.root)
+    dims = {"S": 16, "D": 24}
+    inputs = _buffers(ref, dims, 2, seed=8)
+    mine = [_f64(r["x"]) for r in inputs]
+    for rank, got in enumerate(ref.expected(inputs, dims, 2)):
+        assert np.allclose(got["out"], mine[rank] + mine[1 - rank], rtol=1e-12, atol=1e-12)
+
+
+def test_integer_inputs_reach_the_program_as_integers(imported):
+    """The reference's expected() hands the program its integer inputs as integers and its bool ones as
+    bool (it made every input float64, and indexing with them failed: "the written reference does not
+    reproduce ...; please report this", ParallelKernelBench's vocab-parallel cross-entropy)."""
+    made = imported("indexed_rows")
+    ref = _reference(made.root)
+    dims = {"V": 32, "D": 16, "T": 8}
+    assert [d for _, _, d in ref.io_spec(dims, 2, 0)["inputs"]] == ["bf16", "i64", "u8"]
+    kinds = {"bf16": np.uint16, "i64": np.int64, "u8": np.uint8}
+    inputs = []
+    for rank in range(2):
+        spec = ref.io_spec(dims, 2, rank)
+        bufs = {n: np.zeros(s, dtype=kinds[d]) for n, s, d in spec["inputs"]}
+        ref.fill_inputs(np, bufs, dims, 2, rank, 9)
+        inputs.append(bufs)
+    total = sum(np.where(r["keep"][:, None] != 0, _f64(r["table"])[r["idx"]], 0.0) for r in inputs)
+    for got in ref.expected(inputs, dims, 2):
+        assert np.allclose(got["out"], total, rtol=1e-12, atol=1e-12)
 
 
 def test_a_program_that_prints_much_runs_under_gloo(tmp_path):

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from cuco_tui.workload.program.layout import Layout, harness_shape, to_program
 from cuco_tui.workload.program.record import RECORD
 TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "i32": "int32", "i64": "int64", "u8": "uint8"}
+FLOATS = ("bf16", "f16", "f32")
 
 
 def require_torch(program: str = "program.py") -> Any:
@@ -118,16 +119,25 @@ class ProgramReference:
         with temporary_folder() as tmp:
             folder = Path(tmp)
             for rank, inputs in enumerate(all_inputs):
-                for b in self.layout.inputs:
-                    np.save(folder / f"in_0_{rank}_{b.index}.npy", to_float64(inputs[b.name], b.dtype))
+                for b in self.layout.inputs:  # floating-point inputs in float64; integers stay integers
+                    np.save(folder / f"in_0_{rank}_{b.index}.npy", to_float64(inputs[b.name], b.dtype)
+                            if b.dtype in FLOATS else np.asarray(inputs[b.name]))
             order = sorted(self.layout.inputs, key=lambda b: b.index)
-            specs = [{"layout": b.layout, "shape": entry["ranks"][0]["inputs"][b.index][0]} for b in order]
+            # Each rank's own shapes: a program's ranks may hold inputs of different shapes (a scatter's root)
+            specs = [[program_spec(b, entry["ranks"][rank]["inputs"][b.index]) for b in order]
+                     for rank in range(world)]
             run = run_gloo(self.program, world, {entry["shape"]: entry["dims"]}, folder, mode="files", inputs=specs)
             return [{b.name: run.output(0, rank, b.index).reshape(entry["ranks"][rank]["outputs"][b.index][0])
                      for b in self.layout.outputs} for rank in range(world)]
 
     def on_rank(self, env: Any) -> "RankProgram":
         return RankProgram(self, env)
+
+
+def program_spec(b: Any, sized: list[Any]) -> dict[str, Any]:
+    """How the program sees harness buffer `b` (layout.to_program): `sized` is [shape, torch dtype name]
+    of the program's input as recorded at import."""
+    return {"layout": b.layout, "shape": sized[0], "dtype": sized[1]}
 
 
 def to_float64(array: Any, dtype: str) -> Any:
@@ -191,7 +201,7 @@ class RankProgram:
         self.module = ref._module()
         self.entry = ref.entry(env.dims, env.world)
         shapes = self.entry["ranks"][env.rank]["inputs"]
-        self.specs = {b.name: {"layout": b.layout, "shape": shapes[b.index][0]} for b in ref.layout.inputs}
+        self.specs = {b.name: program_spec(b, shapes[b.index]) for b in ref.layout.inputs}
         self.order = sorted(ref.layout.inputs, key=lambda b: b.index)
         self.scratch: dict[str, Any] = {}
 
@@ -200,7 +210,7 @@ class RankProgram:
 
     def run(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         torch = self.torch
-        with torch.no_grad(), torch.cuda.stream(self.stream):
+        with torch.cuda.stream(self.stream):  # solution sets its own grad mode (as under gloo)
             out = self.module.solution(*self._args(inputs))
             outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
             for b in self.ref.layout.outputs:

@@ -21,6 +21,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 
+def _gather_stacked_as_nccl_does(dist: Any) -> None:
+    """all_gather_into_tensor takes a stacked output, [W, *input.shape], beside the concatenated one
+    under NCCL; gloo takes only the concatenated one. The program's call is handed on with the same
+    memory seen as concatenated (a view: what the program reads after it is the same)."""
+    gather = dist.all_gather_into_tensor
+
+    def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        stacked = (output_tensor.dim() == input_tensor.dim() + 1 and input_tensor.dim() > 0
+                   and tuple(output_tensor.shape[1:]) == tuple(input_tensor.shape) and output_tensor.is_contiguous())
+        if stacked:
+            output_tensor = output_tensor.view(-1, *input_tensor.shape[1:])
+        return gather(output_tensor, input_tensor, *args, **kwargs)
+
+    dist.all_gather_into_tensor = all_gather_into_tensor
+
+
 def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
     import numpy as np
     import torch
@@ -32,6 +48,7 @@ def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     world = int(job["world"])
+    _gather_stacked_as_nccl_does(dist)  # before the program is loaded: it may import the function by name
     module, conv = load_program(job["program"])
     names = list(conv.input_names)
     store = dist.FileStore(str(jobdir / "store"), world)
@@ -54,18 +71,17 @@ def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
                 for i, t in enumerate(inputs):
                     np.save(jobdir / f"in_{index}_{rank}_{i}.npy", t.detach().contiguous().numpy())
             else:
-                specs = job["inputs"]
+                specs = job["inputs"][rank]
                 inputs = tuple(to_program(torch.from_numpy(np.load(jobdir / f"in_{index}_{rank}_{i}.npy")), spec)
                                for i, spec in enumerate(specs))
             recorder = OpRecorder(dataflow=True) if job.get("trace") and rank == 0 and index == 0 else None
-            try:
-                with torch.no_grad():
-                    if recorder is not None:
-                        with recorder:
-                            start = recorder.start(inputs)
-                            out = module.solution(*inputs)
-                    else:
+            try:  # in the grad mode solution sets itself (@torch.no_grad(), or its own autograd: a gradient step)
+                if recorder is not None:
+                    with recorder:
+                        start = recorder.start(inputs)
                         out = module.solution(*inputs)
+                else:
+                    out = module.solution(*inputs)
             except Exception as exc:
                 raise failure(f"solution at {shape} (rank {rank} of {world}, float64 on the CPU under gloo)", exc,
                               conv.path) from None

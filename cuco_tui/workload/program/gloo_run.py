@@ -42,10 +42,11 @@ class GlooRun:
 
 
 def run_gloo(program: Path, world: int, shapes: dict[str, dict[str, int]], folder: Path, *, mode: str = "make",
-             inputs: list[dict[str, Any]] | None = None, trace: bool = False, timeout: float = 600.0) -> GlooRun:
+             inputs: list[list[dict[str, Any]]] | None = None, trace: bool = False,
+             timeout: float = 600.0) -> GlooRun:
     """Run `program`'s solution at `shapes` on `world` CPU processes in `folder` (which must exist).
     mode "make": inputs from make_inputs (float64, CPU); "files": from in_*.npy the caller wrote, in
-    the harness's layout, with `inputs` the layout specs (layout.to_program)."""
+    the harness's layout, with `inputs` each rank's layout specs (layout.to_program)."""
     job = {"program": str(Path(program).resolve()), "world": world, "shapes": shapes, "mode": mode,
            "inputs": inputs or [], "trace": trace, "collective_timeout_s": max(30.0, timeout / 2)}
     (folder / "job.json").write_text(json.dumps(job))
@@ -83,8 +84,9 @@ def run_gloo(program: Path, world: int, shapes: dict[str, dict[str, int]], folde
         reports.append(json.loads(f.read_text()))
     errors = [(r, rep) for r, rep in enumerate(reports) if "error" in rep]
     if errors:
-        # The rank that failed first says why; the others only saw it leave.
-        primary = [e for e in errors if e[1].get("program_error") or not any(w in e[1]["error"] for w in _SECONDARY)]
+        # The rank that failed first says why; the others only saw it leave (inside the program's
+        # collective too: such an error is the program's, and still not the cause).
+        primary = [e for e in errors if not any(w in e[1]["error"] for w in _SECONDARY)]
         r, rep = (primary or errors)[0]
         raise ProgramRunError(rep["error"] if rep.get("program_error") else f"rank {r}: {rep['error']}")
     return GlooRun(folder, reports)

@@ -7,7 +7,7 @@ solution give them. With a mapped pattern they take the names the pattern's seed
 nn.Linear does ([N/W, K]) is given to the candidate transposed ([K, N/W]), and the program is
 handed a transposed view of it (`to_program`), so both compute on the same numbers. The pattern's
 dims (M, K, N: totals, as its templates read them) are derived from the program's shapes.
-No torch here: `to_program` uses only a tensor's own methods."""
+No torch at import: `to_program` runs only in the processes that hold the tensors."""
 
 from __future__ import annotations
 
@@ -55,7 +55,12 @@ def harness_shape(program_shape: list[int], layout: str) -> list[int]:
 
 def to_program(tensor: Any, spec: dict[str, Any]) -> Any:
     """The program's view of a harness buffer (a torch tensor): the transposed view for "transposed",
-    the program's shape otherwise. A view in both cases: the program reads the harness's memory."""
+    the program's shape otherwise. A view in both cases: the program reads the harness's memory.
+    A bool input, which the harness holds as u8, is seen as bool again."""
+    if spec.get("dtype") == "bool" and str(tensor.dtype) == "torch.uint8":
+        import torch
+
+        tensor = tensor.view(torch.bool)
     if spec["layout"] == "transposed":
         return tensor.t()
     return tensor.reshape(spec["shape"])

@@ -4,7 +4,7 @@ of: the patterns the tool knows, found by following values from the collectives 
 - all-gather → matmul (rows gathered, then mm/addmm/linear; the weight as stored, [K, N/W], or as
   nn.Linear stores it, [N/W, K]; a bias; an elementwise epilogue of residual/bias adds)
 - matmul → reduce-scatter (sum, rows scattered) (+ the same epilogue)
-- matmul → all-reduce (sum) (+ the same epilogue)
+- matmul → all-reduce (sum) (+ the same epilogue); for both, the matmul's result may be copied first
 - all-to-all → per-expert matmuls → all-to-all
 - all-gather of K/V → attention
 
@@ -22,6 +22,7 @@ MATMUL = ("aten::mm", "aten::addmm")
 ANY_MATMUL = MATMUL + ("aten::bmm", "aten::baddbmm", "aten::_grouped_mm", "aten::mv")
 ATTENTION = ("scaled_dot_product", "aten::_softmax", "aten::softmax")
 ADD = ("aten::add", "aten::add_")
+COPY = ("aten::clone", "aten::copy_")
 # Ops that make a buffer without computing anything from the program's values.
 ALLOC = ("aten::empty", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided", "aten::empty_like",
          "aten::zeros", "aten::zeros_like", "aten::new_zeros")
@@ -246,6 +247,22 @@ def _allgather_matmul(g: Graph, k: int, world: int) -> Match | None:
     return Match("allgather_matmul", desc, roles, problem)
 
 
+def _through_copies(g: Graph, read: dict[str, Any]) -> tuple[int | None, set[int]]:
+    """The op that made the value `read` reads, looking through copies of a whole value into the whole
+    of it (clone, copy_: `C = C_local.clone()` before an in-place all-reduce), and the copies."""
+    copies: set[int] = set()
+    k = g.writer.get(read["value"])
+    while k is not None and g.ops[k]["name"] in COPY:
+        op = g.ops[k]
+        src = op["reads"][-1]  # clone(self), copy_(self, src)
+        if len(op["writes"]) != 1 or not _numel(src["shape"]) == _numel(op["writes"][0]["shape"]) == \
+                _numel(read["shape"]) or not _contiguous(src):
+            break  # a copy into part of a buffer: what the collective reads is more than the copy
+        copies.add(k)
+        k = g.writer.get(src["value"])
+    return k, copies
+
+
 def _matmul_collective(g: Graph, k: int, world: int) -> Match | None:
     op = g.ops[k]
     kind = op["collective"]
@@ -254,7 +271,7 @@ def _matmul_collective(g: Graph, k: int, world: int) -> Match | None:
     ins = op["inputs"]
     if not ins:
         return None
-    producer = g.writer.get(ins[0]["value"])
+    producer, copies = _through_copies(g, ins[0])
     if producer is None or g.ops[producer]["name"] not in ANY_MATMUL:
         return None
     desc = f"matmul → {arrow}"
@@ -265,7 +282,8 @@ def _matmul_collective(g: Graph, k: int, world: int) -> Match | None:
         problem = f"a batched matmul ({_short(mm['name'])}) before the {arrow}"
     if op.get("reduce_op", "sum") != "sum":
         problem = problem or f"a {op['reduce_op']} {arrow}, not a sum"
-    partial = mm["writes"][0]
+    # the matmul's result as the collective reads it (a whole copy of it, when copied first)
+    partial = {**mm["writes"][0], "value": ins[0]["value"]} if copies else mm["writes"][0]
     if kind == "reduce_scatter":
         outs = op["writes"]
         whole = len(ins) == 1 and ins[0]["value"] == partial["value"] and _numel(ins[0]["shape"]) == \
@@ -288,7 +306,7 @@ def _matmul_collective(g: Graph, k: int, world: int) -> Match | None:
         desc = f"linear → {arrow}"
     if bias is not None:
         problem = problem or f"a bias added before the {arrow} (summed over the ranks): not mapped"
-    used = {producer, k}
+    used = {producer, k} | copies
     value, epi, stop = _epilogue(g, op["writes"][0]["value"], used)
     roles.update(epi)
     desc += "".join(f" + {r}" for r in ("bias", "residual") if r in roles)

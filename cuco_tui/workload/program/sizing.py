@@ -35,7 +35,9 @@ def _fake_group(rank: int, world: int) -> None:
 
     if dist.is_initialized():
         dist.destroy_process_group()
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    # The fake backend named for the meta device too: batched point-to-point ops (batch_isend_irecv)
+    # look their backend up by the tensors' device, which "fake" alone leaves without one.
+    dist.init_process_group("cpu:fake,cuda:fake,meta:fake", store=FakeStore(), rank=rank, world_size=world)
 
 
 def _spec(tensors: tuple[torch.Tensor, ...]) -> list[list[Any]]:
@@ -84,7 +86,7 @@ def size_world(module: Any, conv: Convention, world: int) -> Sizes:
             check_inputs(inputs, dtype, "meta", list(conv.input_names))
             recorder = OpRecorder(dataflow=False)
             try:
-                with torch.no_grad(), recorder:
+                with recorder:  # in the grad mode solution sets itself (its own autograd, or @torch.no_grad())
                     outputs = as_tuple(module.solution(*inputs), "solution")
             except ProgramError:
                 raise
