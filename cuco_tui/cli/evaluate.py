@@ -34,10 +34,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.workload is None:
         inside = workload_of_file(path)
         workload = workload_named(str(inside) if inside is not None else DEFAULT_WORKLOAD)
-        if inside is not None and not args.json:
-            stderr_console().print(Text(f"workload {workload.name} (the folder {path} is in; --workload names "
-                                        f"another)", style="dim"))
     else:
+        inside = None
         workload = workload_named(args.workload)
     if args.sanitize and (args.perturb_seed is not None or args.perturb_rounds is not None or args.shapes):
         raise UsageError("--sanitize verifies under compute-sanitizer without perturbed schedules or timing: "
@@ -51,6 +49,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         share_gpu=share_gpu_asked(args), sanitize=args.sanitize, **perturb_options(args),
     )
     err = stderr_console()
+    if inside is not None and not args.json:  # said once nothing refuses: a refusal stays one line
+        err.print(Text(f"workload {workload.name} (the folder {path} is in; --workload names another)", style="dim"))
     progress = None if args.json else (lambda p: err.print(Text(f"L{int(p.level)}", style="dim"), p.message))
     result = evaluate(path, workload, options, progress=progress)
     if args.json:

@@ -123,7 +123,7 @@ def test_eval_of_a_file_in_a_workload_folder_takes_that_workload(capsys, monkeyp
     moe = REPO / "workloads" / "moe_dispatch_combine" / "seed.cu"
     rc = main(["eval", str(moe), "--shapes", "nope"])
     err = capsys.readouterr().err
-    assert rc == 2 and "workload moe_dispatch_combine (the folder" in err and "prefill-4k" in err, err
+    assert rc == 2 and "moe_dispatch_combine" in err and "prefill-4k" in err, err
     assert not (tmp_path / "cache").exists()
     outside = tmp_path / "c.cu"  # a file in no workload's folder: the default workload, said in the refusal
     outside.write_text(SEED.read_text())
