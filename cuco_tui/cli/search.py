@@ -181,7 +181,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.lineage import SessionError
     from cuco_tui.search.config import ConfigError, SearchConfig
     from cuco_tui.search.events import EventBus
-    from cuco_tui.search.launch import SessionTarget, agent_maker, new_target, start_engine
+    from cuco_tui.search.launch import agent_maker, new_target, start_engine
     from cuco_tui.executors import PlacementError
     from cuco_tui.executors.base import JobExecutor
     from cuco_tui.executors.slurm_types import SlurmError
@@ -204,8 +204,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             if args.session:
                 raise UsageError("--session names the folder of a new session, and --resume continues an existing "
                                  "one: give one of them")
-            repo, workload, config = open_resumed(args.resume, root, overrides, args.generations, args.workload)
-            target = SessionTarget(workload, config, repo=repo)
+            target = open_resumed(args.resume, root, overrides, args.generations, args.workload)
         else:
             workload = workload_named(args.workload or DEFAULT_WORKLOAD)
             config = SearchConfig(workload=workload.name, **{"generations": DEFAULT_GENERATIONS, **overrides})
@@ -255,31 +254,35 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def open_resumed(name: str, root: Path | None, overrides: dict[str, Any], generations: int | None,
-                 given_workload: str | None) -> tuple[Any, Any, Any]:
-    """The session `name` (a folder, or a name under `root`) to resume: (repo, workload, config with
-    the command line's changes), for `cuco search --resume` and `cuco-tui --resume` alike. Every
-    refusal is a UsageError with the repository closed: no such session, one that cannot be
-    resumed, --workload naming another workload, --generations not beyond those it ran."""
+                 given_workload: str | None) -> Any:
+    """The session `name` (a folder, or a name under `root`) to resume, reopened as a
+    search/launch.py SessionTarget with the command line's changes, for `cuco search --resume` and
+    `cuco-tui --resume` alike. Every refusal is a UsageError with the repository closed: no such
+    session, one that cannot be resumed, --workload naming another workload, --generations not
+    beyond those it ran (it is the session's total; generations up to the last committed one are
+    not run again)."""
     from cuco_tui.lineage import SessionError
     from cuco_tui.search.config import ConfigError
-    from cuco_tui.search.sessions import open_session, resolve_session
+    from cuco_tui.search.launch import resumed_target
+    from cuco_tui.search.sessions import resolve_session
 
     try:
-        repo, workload, config = open_session(resolve_session(name, root))
+        target = resumed_target(resolve_session(name, root), overrides)
     except (SessionError, ConfigError) as exc:
         raise UsageError(str(exc)) from exc
     try:
+        session, workload = Path(target.repo.path).name, target.workload
         if given_workload and not names(given_workload, workload):
-            raise UsageError(f"session {Path(repo.path).name} searches {workload.name}, not {given_workload}: "
+            raise UsageError(f"session {session} searches {workload.name}, not {given_workload}: "
                              f"drop --workload to resume it, or start a new search without --resume")
-        try:
-            config = resumed_config(repo, config, overrides, generations)
-        except ConfigError as exc:
-            raise UsageError(str(exc)) from exc
+        done = max((s.generation for s in target.repo.summaries()), default=0) if generations is not None else 0
+        if generations is not None and generations <= done:
+            raise UsageError(f"session {session} has run its generations up to {done}, and --generations "
+                             f"is the session's total: give more than {done} to search on")
     except BaseException:
-        repo.close()
+        target.close()
         raise
-    return repo, workload, config
+    return target
 
 
 def names(given: str, workload: Any) -> bool:
@@ -288,19 +291,6 @@ def names(given: str, workload: Any) -> bool:
         return workload_named(given).root.resolve() == workload.root.resolve()
     except UsageError:  # no such workload: not this one
         return False
-
-
-def resumed_config(repo: Any, config: Any, overrides: dict[str, Any], generations: int | None) -> Any:
-    """A resumed session's config with the command line's changes; --generations must leave a
-    generation to run (it is the session's total, and generations up to the last committed one
-    are not run again)."""
-    config = config.with_(**overrides)
-    if generations is not None:
-        done = max((s.generation for s in repo.summaries()), default=0)
-        if generations <= done:
-            raise UsageError(f"session {Path(repo.path).name} has run its generations up to {done}, and --generations "
-                             f"is the session's total: give more than {done} to search on")
-    return config
 
 
 def resume_name(session: Path, args: argparse.Namespace) -> str:

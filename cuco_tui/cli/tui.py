@@ -118,10 +118,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.resume:
         from cuco_tui.cli.search import open_resumed
 
-        repo, workload, resumed = open_resumed(args.resume, None, overrides, args.generations, args.workload)
-        repo.close()  # the app reopens it in its own thread
-        resume = Path(repo.path)
-        workload_name = str(workload.root)
+        target = open_resumed(args.resume, None, overrides, args.generations, args.workload)
+        target.close()  # the app reopens it in its own thread
+        resume, resumed = Path(target.repo.path), target.config
+        workload_name = str(target.workload.root)
     workload = workload_named(workload_name)
     if not args.evaluate:  # refused here, in one line, before the app opens or a session exists
         from cuco_tui.agents.factory import AgentUnavailable, check_agent
