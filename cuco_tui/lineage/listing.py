@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from cuco_tui.core.ending import FINISHED, STOPPED, end_state
+from cuco_tui.core.ranking import best_measured
 from cuco_tui.core.records import EXHAUSTED
 from cuco_tui.lineage.errors import SessionError
 from cuco_tui.lineage.repo import SessionRepo
@@ -47,19 +48,19 @@ class SessionSummary:
 
 def summarize(repo: SessionRepo) -> SessionSummary:
     info = repo.session_info()
-    best = repo.best_measured()
-    summaries = repo.summaries()
+    records = repo.records()  # read once: the count, the generations and the best all come from them
+    best = best_measured(records)
     planned = (info.get("config") or {}).get("generations", 0)
     return SessionSummary(
         name=repo.path.name,
         path=repo.path,
         workload=str(info.get("workload", "")),
-        candidates=sum(1 for s in summaries if s.status != EXHAUSTED),  # placeholders are no candidates
-        best_speedup=best[1] if best else None,
-        best_id=best[0] if best else None,
+        candidates=sum(1 for r in records if r.status != EXHAUSTED),  # placeholders are no candidates
+        best_speedup=best.speedup if best else None,
+        best_id=best.id if best else None,
         created=float(info.get("created", 0.0)),
         modified=repo.last_modified(),
-        generations_done=max((s.generation for s in summaries), default=0),
+        generations_done=max((r.generation for r in records), default=0),
         generations_planned=int(planned) if isinstance(planned, int) else 0,
         ended=repo.ended(),
     )
