@@ -15,7 +15,7 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
-from cuco_tui.core.records import CandidateRecord, Review, ReviewOutcome, id_number
+from cuco_tui.core.records import CandidateRecord, RecordStatus, Review, ReviewOutcome, id_number
 from cuco_tui.core.result import CascadeResult, Diagnostic, Level, Status
 from cuco_tui.executors.base import JobRun
 from cuco_tui.search.novelty import Verdict
@@ -74,26 +74,22 @@ def rejected_in_review(record: CandidateRecord, reason: str) -> CandidateRecord:
                        "review")
 
 
-UNREVIEWED = "unreviewed"
-
-
 def unreviewed(record: CandidateRecord, held_because: str) -> CandidateRecord:
     """The search stopped (or ended) while the proposal waited for the engineer: neither
     accepted nor rejected. `held_because`: why the review gate held it."""
     reason = "the search stopped before this proposal was reviewed; resuming the session holds it for review again"
-    return replace(record, status=UNREVIEWED, review=str(Review(ReviewOutcome.UNREVIEWED)), result={"status": UNREVIEWED, "reason": reason},
-                   extra={**record.extra, "held_because": held_because})
+    return replace(record, status=RecordStatus.UNREVIEWED, review=str(Review(ReviewOutcome.UNREVIEWED)),
+                   result={"status": RecordStatus.UNREVIEWED.value, "reason": reason}, held_because=held_because)
 
 
 def is_unreviewed(record: CandidateRecord) -> bool:
-    return record.status == UNREVIEWED
+    return record.status is RecordStatus.UNREVIEWED
 
 
 def timed_beside(record: CandidateRecord, others: set[str]) -> CandidateRecord:
     """An evaluated record marked with the evaluations that held other GPU groups meanwhile
     (its figure may owe something to them: see scheduling.is_finalist)."""
-    return replace(record, extra={**record.extra, "concurrent": len(others),
-                                  "concurrent_with": sorted(others, key=id_number)})
+    return replace(record, concurrent=len(others), concurrent_with=tuple(sorted(others, key=id_number)))
 
 
 def job_failed(record: CandidateRecord, message: str, log: str = "") -> CandidateRecord:
