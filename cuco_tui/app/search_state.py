@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from cuco_tui.core.bounds import Bounds, Work
-from cuco_tui.core.ending import END_STATES, describe_end
+from cuco_tui.core.ending import describe_end
 from cuco_tui.core.noise import Band, speedup_of
 from cuco_tui.core.records import CandidateRecord, id_number
 from cuco_tui.core.ranking import status_tier
@@ -121,14 +122,26 @@ def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping))
 
 
+class RunPhase(StrEnum):
+    """Where the search is. STOPPING and FAILED are the dashboard's own: the engineer asked it to
+    stop, or it could not start (or crashed). ENDED: the engine said how it ended (DashboardState.end)."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPING = "stopping"
+    ENDED = "ended"
+    FAILED = "failed"
+
+
 @dataclass(frozen=True)
 class DashboardState:
-    """`run`: "starting" | "running" | "paused" | "stopping" | how it ended | "failed"
-    ("stopping" and "failed" are the dashboard's own: asked to stop, or could not start). How a
-    search ended is the session's state as `cuco sessions` lists it, with the reason where that
-    says more: "finished", "exhausted", "stopped", "stopped (budget)" (core/ending.py)."""
+    """`run`: the search's phase. `end`, once it ENDED: how, as the session's state that `cuco
+    sessions` lists, with the reason where that says more: "finished", "exhausted", "stopped",
+    "stopped (budget)" (core/ending.py). `run_text` is what the dashboard shows of both."""
 
-    run: str = "starting"
+    run: RunPhase = RunPhase.STARTING
+    end: str = ""
     phase: str = "-"
     generation: int = 0
     generations: int = 0
@@ -174,12 +187,17 @@ class DashboardState:
     @property
     def ended(self) -> bool:
         """True once the search ended (finished, exhausted or stopped)."""
-        return self.run.partition(" ")[0] in END_STATES
+        return self.run is RunPhase.ENDED
 
     @property
     def over(self) -> bool:
         """True once nothing can be steered: the search ended or could not start."""
-        return self.ended or self.run == "failed"
+        return self.run in (RunPhase.ENDED, RunPhase.FAILED)
+
+    @property
+    def run_text(self) -> str:
+        """The phase as a person reads it: how the search ended once it did ("stopped (budget)")."""
+        return self.end if self.run is RunPhase.ENDED else self.run.value
 
     def proposal(self, candidate: str) -> PendingProposal | None:
         return next((p for p in self.proposals if p.candidate == candidate), None)
@@ -189,7 +207,7 @@ class DashboardState:
 
 
 def _started(s: DashboardState, e: ev.SearchStarted) -> DashboardState:
-    return replace(s, executor=e.executor, run="running", islands=e.islands, generations=e.generations, review_mode=e.review_mode,
+    return replace(s, executor=e.executor, run=RunPhase.RUNNING, islands=e.islands, generations=e.generations, review_mode=e.review_mode,
                    budget=e.budget_usd, session=e.session, workload=e.workload, agent=e.agent,
                    resumed_at=e.start_generation if e.resumed else None, can_measure=e.can_measure,
                    hints_unread=e.hints_unread)
@@ -341,15 +359,15 @@ def _hint(s: DashboardState, e: ev.HintAdded) -> DashboardState:
 
 
 def _paused(s: DashboardState, e: ev.Paused) -> DashboardState:
-    return replace(s, run="paused")
+    return replace(s, run=RunPhase.PAUSED)
 
 
 def _resumed(s: DashboardState, e: ev.Resumed) -> DashboardState:
-    return replace(s, run="running")
+    return replace(s, run=RunPhase.RUNNING)
 
 
 def _finished(s: DashboardState, e: ev.SearchFinished) -> DashboardState:
-    return replace(s, run=describe_end(e.reason))
+    return replace(s, run=RunPhase.ENDED, end=describe_end(e.reason))
 
 
 def _error(s: DashboardState, e: ev.EngineError) -> DashboardState:

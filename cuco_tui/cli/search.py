@@ -19,6 +19,7 @@ from cuco_tui.cli.common import (
 )
 from cuco_tui.core.ending import describe_end
 from cuco_tui.core.errors import UsageError
+from cuco_tui.core.records import RecordStatus
 from cuco_tui.core.workload import DEFAULT_WORKLOAD
 
 
@@ -100,7 +101,7 @@ class ProgressPrinter:
             return f"error: {e.message}"
         if isinstance(e, ev.SessionRestored):
             best = f", best {e.best.id} {e.best.speedup:.3f}x" if e.best is not None and e.best.speedup else ""
-            waiting = sum(r.status == "unreviewed" for r in e.records)
+            waiting = sum(r.status is RecordStatus.UNREVIEWED for r in e.records)
             lost = ""
             if e.lost:  # what a kill cut short: said once, with where its code is
                 them = "its source stays" if len(e.lost) == 1 else "their sources stay"

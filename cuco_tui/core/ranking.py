@@ -79,4 +79,4 @@ def best_of(records: Iterable[CandidateRecord]) -> CandidateRecord | None:
 def best_measured(records: Iterable[CandidateRecord]) -> CandidateRecord | None:
     """The session's best as the search decided it: best_of the measured candidates, leaving out
     a finalist's own figure (its confirmation, measured alone, is a record of its own)."""
-    return best_of(r for r in records if r.status == MEASURED and r.speedup is not None and not r.extra.get("finalist"))
+    return best_of(r for r in records if r.status == MEASURED and r.speedup is not None and not r.finalist)

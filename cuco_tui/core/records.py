@@ -7,15 +7,35 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-_ID = re.compile(r"^c(\d+)$")
+from cuco_tui.core.result import Status
 
-# A record status beside the cascade's (cuco_tui.core.result.Status), "pending" and "unreviewed":
-# a placeholder an older engine committed when the offline agent had nothing new to propose ("no
-# candidate: ... every valid combination ..."). No code was proposed and nothing was evaluated:
-# it is a note that the agent ran out, not a candidate, and no view counts or ranks it as one.
-# The engine no longer writes them (the agent raises AgentExhausted and the search ends).
-EXHAUSTED = "exhausted"
+_ID = re.compile(r"^c(\d+)$")
 _EXHAUSTED_REASON = "proposed every valid combination"
+
+
+class RecordStatus(StrEnum):
+    """A record's status: every cascade Status (cuco_tui.core.result), and three of the record's
+    own. A StrEnum, so a member equals and hashes as its value ("measured" == MEASURED) and is
+    stored as it (record.json, the index, events): sessions on disk read and write the same."""
+
+    REJECTED = Status.REJECTED.value
+    COMPILE_ERROR = Status.COMPILE_ERROR.value
+    NO_GPU = Status.NO_GPU.value
+    RUNTIME_ERROR = Status.RUNTIME_ERROR.value
+    DEADLOCK = Status.DEADLOCK.value
+    INCORRECT = Status.INCORRECT.value
+    VERIFIED = Status.VERIFIED.value
+    MEASURED = Status.MEASURED.value
+    # Drafted, not yet committed: proposed (or held for review) and not evaluated yet.
+    PENDING = "pending"
+    # Held for review when the search stopped: neither accepted nor rejected; a resumed search
+    # holds it for review again (search/outcomes.py unreviewed).
+    UNREVIEWED = "unreviewed"
+    # A placeholder an older engine committed when the offline agent had nothing new to propose
+    # ("no candidate: ... every valid combination ..."). No code was proposed and nothing was
+    # evaluated: it is a note that the agent ran out, not a candidate, and no view counts or ranks
+    # it as one. The engine no longer writes them (the agent raises AgentExhausted, the search ends).
+    EXHAUSTED = "exhausted"
 
 
 class ReviewDecision(StrEnum):
@@ -78,7 +98,7 @@ class CandidateRecord:
     design: dict[str, Any]  # design coordinates and knobs, e.g. {"backend": "nccl_lsa", ..., "knobs": {...}}
     rationale: str  # why the agent proposed it, in its words
     agent: str  # "offline" | "claude:<model>" | "engineer"
-    status: str  # a cuco_tui.core.result.Status value, or "pending"
+    status: RecordStatus  # given as a RecordStatus, a Status or their value string; stored as the value
     result: dict[str, Any] | None = None  # CascadeResult.to_dict(), None while pending
     speedup: float | None = None  # geometric mean over bench shapes, when measured
     latency_ms: float | None = None  # median of the candidate's time summed over bench shapes
@@ -87,17 +107,41 @@ class CandidateRecord:
     tokens_out: int = 0
     review: str = ""  # str(Review): "", "accepted", "rejected: <reason>", "edited", "unreviewed"
     created: float = 0.0  # unix time
+    # What the engine's control flow reads back (a session recorded before these were fields
+    # holds them in `extra`: from_dict moves them here).
+    finalist: bool = False  # timed beside others at or near the best: its figure does not rank until confirmed
+    concurrent: int = 0  # how many other evaluations held GPU groups while this one was timed
+    concurrent_with: tuple[str, ...] = ()  # their ids
+    confirm_of: str = ""  # a confirmation (kind "confirm"): the finalist it re-measures alone
+    review_of: str = ""  # the unreviewed proposal of an earlier run that this one reviews again
+    held_because: str = ""  # an unreviewed proposal: why the review gate held it
+    # The rest: notes for people and the agents (phase, asked, inspirations, duplicate_of,
+    # rebenchmark_of, meta_cost_usd, ...), rejected_by (read by population.can_be_parent) and hints
+    # (read by steering on resume). `job` and `lost_jobs` stay here: the Slurm jobs that ran the
+    # evaluation, a record for display that nothing reads back to steer the search.
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        try:
+            status = RecordStatus(self.status)
+        except ValueError:
+            known = ", ".join(s.value for s in RecordStatus)
+            raise ValueError(f"candidate {self.id} has the status {self.status!r}, which this cuco-tui does not "
+                             f"know (it knows {known})") from None
+        object.__setattr__(self, "status", status)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["status"] = self.status.value
         d["parents"] = list(self.parents)
+        d["concurrent_with"] = list(self.concurrent_with)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CandidateRecord":
         d = _as_read_now(dict(d))
         d["parents"] = tuple(d.get("parents", ()))
+        d["concurrent_with"] = tuple(d.get("concurrent_with", ()))
         return cls(**d)
 
     @property
@@ -107,15 +151,27 @@ class CandidateRecord:
 
     @property
     def placeholder(self) -> bool:
-        """An exhausted agent's placeholder (EXHAUSTED), not a candidate."""
-        return self.status == EXHAUSTED
+        """An exhausted agent's placeholder (RecordStatus.EXHAUSTED), not a candidate."""
+        return self.status is RecordStatus.EXHAUSTED
+
+
+# The fields an older version kept in `extra`, with the type each is read as.
+_FROM_EXTRA = {"finalist": bool, "concurrent": int, "concurrent_with": tuple, "confirm_of": str, "review_of": str,
+               "held_because": str}
 
 
 def _as_read_now(d: dict[str, Any]) -> dict[str, Any]:
-    """A stored record in this version's terms. Recorded before the status "verified" existed, a
-    candidate verified and never timed (ranks sharing one GPU) says "measured" with no speedup
-    and no timings: it reads as verified. An exhausted agent's placeholder, recorded as a
-    rejected candidate, reads as EXHAUSTED."""
+    """A stored record in this version's terms. The keys of `_FROM_EXTRA` that an older version
+    kept in `extra` become fields. Recorded before the status "verified" existed, a candidate
+    verified and never timed (ranks sharing one GPU) says "measured" with no speedup and no
+    timings: it reads as verified. An exhausted agent's placeholder, recorded as a rejected
+    candidate, reads as EXHAUSTED."""
+    extra = d.get("extra")
+    if isinstance(extra, dict) and any(k in extra for k in _FROM_EXTRA):
+        d["extra"] = {k: v for k, v in extra.items() if k not in _FROM_EXTRA}
+        for key, kind in _FROM_EXTRA.items():
+            if key in extra and key not in d:
+                d[key] = kind(extra[key])
     result = d.get("result")
     if not isinstance(result, dict):
         return d
@@ -124,7 +180,7 @@ def _as_read_now(d: dict[str, Any]) -> dict[str, Any]:
         d["result"] = {**result, "status": "verified"}
     elif (d.get("status") == "rejected" and (d.get("extra") or {}).get("rejected_by") == "agent"
           and _EXHAUSTED_REASON in str(result.get("reason", ""))):
-        d["status"] = EXHAUSTED
+        d["status"] = RecordStatus.EXHAUSTED
     return d
 
 

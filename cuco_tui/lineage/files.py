@@ -8,7 +8,7 @@ import re
 from dataclasses import fields
 from typing import Any
 
-from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord, RecordStatus
 
 SOURCE = "candidate.cu"
 DESIGN = "design.json"
@@ -58,7 +58,7 @@ def log_paths(logs: dict[str, Any]) -> dict[str, str]:
 
 def candidate_files(record: CandidateRecord) -> dict[str, bytes]:
     """Every file of the candidate's commit tree, by path."""
-    result = record.result if record.result is not None else {"status": "pending"}
+    result = record.result if record.result is not None else {"status": RecordStatus.PENDING.value}
     rationale = record.rationale
     if rationale and not rationale.endswith("\n"):
         rationale += "\n"

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from cuco_tui.core.ending import FINISHED, STOPPED, end_state
 from cuco_tui.core.ranking import best_measured
-from cuco_tui.core.records import EXHAUSTED
 from cuco_tui.lineage.errors import SessionError
 from cuco_tui.lineage.repo import SessionRepo
 
@@ -55,7 +54,7 @@ def summarize(repo: SessionRepo) -> SessionSummary:
         name=repo.path.name,
         path=repo.path,
         workload=str(info.get("workload", "")),
-        candidates=sum(1 for r in records if r.status != EXHAUSTED),  # placeholders are no candidates
+        candidates=sum(1 for r in records if not r.placeholder),  # placeholders are no candidates
         best_speedup=best.speedup if best else None,
         best_id=best.id if best else None,
         created=float(info.get("created", 0.0)),

@@ -29,7 +29,7 @@ from typing import Any, Callable, Literal, Protocol
 from cuco_tui.agents.base import Agent, AgentExhausted, BudgetExhausted, ProposalRequest, hints_unread
 from cuco_tui.core.bounds import Bounds
 from cuco_tui.core.noise import record_speedup
-from cuco_tui.core.records import CandidateRecord, id_number
+from cuco_tui.core.records import CandidateRecord, RecordStatus, id_number
 from cuco_tui.core.workload import Workload
 from cuco_tui.design.space import DesignPoint
 from cuco_tui.evaluate.cascade import evaluate
@@ -288,14 +288,14 @@ class SearchEngine(Controls):
     def _review_again(self, records: list[CandidateRecord]) -> None:
         """On resume: the proposals the last run left unreviewed go through the review gate
         again, each under a new id (held in review or risky mode, launched in auto)."""
-        again = {r.extra.get("review_of") for r in records}
+        again = {r.review_of for r in records}
         for old in sorted(records, key=lambda r: id_number(r.id)):
             if not outcomes.is_unreviewed(old) or old.id in again:
                 continue
             record = self._drafts.review_again(old)
             why = self._steering.review_reason(record, self._proposer.review_concerns)
             if why:
-                held = old.extra.get("held_because", "")
+                held = old.held_because
                 self._steering.hold(record, f"{old.id} was not reviewed before the search stopped"
                                             + (f" (held: {held})" if held else ""))
             else:
@@ -381,7 +381,7 @@ class SearchEngine(Controls):
         for _ in range(1 + self.config.novelty_retries):
             self._checkpoint()
             record = self._proposer.ask(request, self._drafts.new_id())
-            if record.status != "pending":  # turned away: the agent failed or gave no code
+            if record.status is not RecordStatus.PENDING:  # turned away: the agent failed or gave no code
                 self._commit(record)
                 return 0
             verdict = self._proposer.claim_novelty(record)
@@ -410,7 +410,7 @@ class SearchEngine(Controls):
                 record = replace(record, extra={**record.extra, "meta_cost_usd": round(meta_cost, 6)})
             previous = self._population.best
             if is_finalist(record, previous, self.config):
-                record = replace(record, extra={**record.extra, "finalist": True})
+                record = replace(record, finalist=True)
             sha = self.repo.commit_candidate(record)
             ranked = ranking_view(record)
             improved = self._population.add(ranked)

@@ -4,15 +4,16 @@ engine commits for each outcome are in outcomes.py.)"""
 
 from __future__ import annotations
 
-from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord, RecordStatus
 from cuco_tui.core.result import CascadeResult
 
+_NOT_FAILED = (RecordStatus.MEASURED, RecordStatus.VERIFIED, RecordStatus.NO_GPU, RecordStatus.PENDING)
 MAX_FEEDBACK = 6000  # characters: enough for the first errors, short enough for a prompt
 
 
 def render_failure(record: CandidateRecord, limit: int = MAX_FEEDBACK) -> str:
     """The failure of `record` as a person (or a model) should read it; "" if it did not fail."""
-    if not record.result or record.placeholder or record.status in ("measured", "verified", "no_gpu", "pending"):
+    if not record.result or record.placeholder or record.status in _NOT_FAILED:
         return ""
     try:
         result = CascadeResult.from_dict(record.result)

@@ -15,7 +15,7 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
-from cuco_tui.core.records import CandidateRecord, Review, ReviewOutcome, id_number
+from cuco_tui.core.records import CandidateRecord, RecordStatus, Review, ReviewOutcome, id_number
 from cuco_tui.core.result import CascadeResult, Diagnostic, Level, Status
 from cuco_tui.executors.base import JobRun
 from cuco_tui.search.novelty import Verdict
@@ -32,7 +32,7 @@ def turned_away(record: CandidateRecord, by: str, reason: str, code: str, **extr
     status rejected, the reason as its one diagnostic."""
     diag = Diagnostic(level=int(Level.STATIC), severity="error", message=reason, code=code)
     result = _result(record, Status.REJECTED, Level.STATIC, reason, [diag])
-    return replace(record, status=Status.REJECTED.value, result=result,
+    return replace(record, status=RecordStatus.REJECTED, result=result,
                    extra={**record.extra, "rejected_by": by, **extra})
 
 
@@ -42,13 +42,13 @@ def crashed(record: CandidateRecord, exc: BaseException) -> CandidateRecord:
     reason = f"the evaluator crashed: {type(exc).__name__}: {exc}"
     diag = Diagnostic(level=int(Level.COMPILE), severity="error", message=reason, code="engine")
     result = _result(record, Status.RUNTIME_ERROR, Level.COMPILE, reason, [diag], {"traceback": text[-8000:]})
-    return replace(record, status=Status.RUNTIME_ERROR.value, result=result)
+    return replace(record, status=RecordStatus.RUNTIME_ERROR, result=result)
 
 
 def evaluated(record: CandidateRecord, result: CascadeResult) -> CandidateRecord:
     """The cascade's result, whatever it found; latency is the sum of the shapes' medians."""
     latency = sum(t.candidate.median for t in result.timings) if result.timings else None
-    return replace(record, status=result.status.value, result=result.to_dict(), speedup=result.speedup,
+    return replace(record, status=RecordStatus(result.status), result=result.to_dict(), speedup=result.speedup,
                    latency_ms=latency)
 
 
@@ -74,26 +74,22 @@ def rejected_in_review(record: CandidateRecord, reason: str) -> CandidateRecord:
                        "review")
 
 
-UNREVIEWED = "unreviewed"
-
-
 def unreviewed(record: CandidateRecord, held_because: str) -> CandidateRecord:
     """The search stopped (or ended) while the proposal waited for the engineer: neither
     accepted nor rejected. `held_because`: why the review gate held it."""
     reason = "the search stopped before this proposal was reviewed; resuming the session holds it for review again"
-    return replace(record, status=UNREVIEWED, review=str(Review(ReviewOutcome.UNREVIEWED)), result={"status": UNREVIEWED, "reason": reason},
-                   extra={**record.extra, "held_because": held_because})
+    return replace(record, status=RecordStatus.UNREVIEWED, review=str(Review(ReviewOutcome.UNREVIEWED)),
+                   result={"status": RecordStatus.UNREVIEWED.value, "reason": reason}, held_because=held_because)
 
 
 def is_unreviewed(record: CandidateRecord) -> bool:
-    return record.status == UNREVIEWED
+    return record.status is RecordStatus.UNREVIEWED
 
 
 def timed_beside(record: CandidateRecord, others: set[str]) -> CandidateRecord:
     """An evaluated record marked with the evaluations that held other GPU groups meanwhile
     (its figure may owe something to them: see scheduling.is_finalist)."""
-    return replace(record, extra={**record.extra, "concurrent": len(others),
-                                  "concurrent_with": sorted(others, key=id_number)})
+    return replace(record, concurrent=len(others), concurrent_with=tuple(sorted(others, key=id_number)))
 
 
 def job_failed(record: CandidateRecord, message: str, log: str = "") -> CandidateRecord:
@@ -101,7 +97,7 @@ def job_failed(record: CandidateRecord, message: str, log: str = "") -> Candidat
     job ran past its limit, or it was lost too often): a runtime error, with the job's output."""
     diag = Diagnostic(level=int(Level.COMPILE), severity="error", message=message, code="job")
     result = _result(record, Status.RUNTIME_ERROR, Level.COMPILE, message, [diag], {"job": log[-8000:]} if log else {})
-    return replace(record, status=Status.RUNTIME_ERROR.value, result=result)
+    return replace(record, status=RecordStatus.RUNTIME_ERROR, result=result)
 
 
 def ran_as_job(record: CandidateRecord, run: JobRun | None, lost: tuple[JobRun, ...] = ()) -> CandidateRecord:

@@ -12,7 +12,7 @@ from cuco_tui.core.ranking import is_better, is_failure, rank_key
 from cuco_tui.search.archive import Archive, design_point
 from cuco_tui.search.config import SearchConfig
 from cuco_tui.search.novelty import NoveltyFilter
-from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord, RecordStatus
 
 EXPLORE, EXPLOIT = "explore", "exploit"
 SHARED_KINDS = ("seed", "fast_path")  # candidates every island starts from
@@ -43,13 +43,10 @@ def rank_weights(n: int, exponent: float) -> list[float]:
     return [(r + 1) ** -exponent for r in range(n)]
 
 
-UNREVIEWED = "unreviewed"  # search.outcomes.UNREVIEWED: held for review when the search stopped
-
-
 def can_be_parent(record: CandidateRecord) -> bool:
     """Has code, was not turned away before evaluation (review, novelty, agent error) and was not
     left unreviewed (never evaluated)."""
-    return bool(record.source) and not record.extra.get("rejected_by") and record.status != UNREVIEWED
+    return bool(record.source) and not record.extra.get("rejected_by") and record.status is not RecordStatus.UNREVIEWED
 
 
 @dataclass
@@ -85,7 +82,7 @@ class Population:
     def add(self, record: CandidateRecord) -> bool:
         """Take in a committed candidate; True when it is the new best measured one."""
         self.records[record.id] = record
-        if record.status != UNREVIEWED:  # held for review again on resume: not a duplicate of itself
+        if record.status is not RecordStatus.UNREVIEWED:  # held for review again on resume: not a duplicate of itself
             self.novelty.add(record.id, record.source, record.design)
         if can_be_parent(record):
             targets = self.islands if record.kind in SHARED_KINDS else [self.islands[record.island % len(self.islands)]]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cuco_tui.agents.base import Agent, AgentExhausted, BudgetExhausted, Proposal, ProposalRequest, StaticScreen
-from cuco_tui.core.records import CandidateRecord, candidate_id, id_number
+from cuco_tui.core.records import CandidateRecord, RecordStatus, candidate_id, id_number
 from cuco_tui.core.workload import Workload
 from cuco_tui.design.space import DIMENSIONS, DesignPoint
 from cuco_tui.search import feedback, outcomes
@@ -106,7 +106,7 @@ class Drafts:
     def draft(self, **fields: Any) -> CandidateRecord:
         if "id" not in fields:
             fields["id"] = self.new_id()
-        fields.setdefault("status", "pending")
+        fields.setdefault("status", RecordStatus.PENDING)
         fields.setdefault("created", time.time())
         return CandidateRecord(**fields)
 
@@ -145,19 +145,18 @@ class Drafts:
     def review_again(self, unreviewed: CandidateRecord) -> CandidateRecord:
         """A proposal the search stopped before the engineer reviewed, drafted again under a new
         id (candidates are committed once): the same code, parents and rationale, for review."""
-        extra = {k: v for k, v in unreviewed.extra.items() if k != "held_because"}
         return self.draft(generation=unreviewed.generation, island=unreviewed.island, kind=unreviewed.kind,
                           parents=unreviewed.parents, source=unreviewed.source, design=dict(unreviewed.design),
-                          rationale=unreviewed.rationale, agent=unreviewed.agent,
-                          extra={**extra, "review_of": unreviewed.id})
+                          rationale=unreviewed.rationale, agent=unreviewed.agent, extra=dict(unreviewed.extra),
+                          review_of=unreviewed.id)
 
     def confirmation_of(self, finalist: CandidateRecord) -> CandidateRecord:
-        n = int(finalist.extra.get("concurrent", 0))
+        n = finalist.concurrent
         return self.draft(generation=finalist.generation, island=finalist.island, kind="confirm",
                           parents=(finalist.id,), source=finalist.source, design=dict(finalist.design),
                           rationale=f"re-measured alone: {finalist.id} was timed beside {n} other "
                                     f"evaluation{'' if n == 1 else 's'}",
-                          agent="engine", extra={"confirm_of": finalist.id})
+                          agent="engine", confirm_of=finalist.id)
 
 
 class Proposer:

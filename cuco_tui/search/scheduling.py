@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from cuco_tui.core.records import CandidateRecord, id_number
+from cuco_tui.core.records import CandidateRecord, RecordStatus, id_number
 from cuco_tui.core.result import CascadeResult, Level
 from cuco_tui.core.workload import Workload
 from cuco_tui.evaluate.cascade import EvalOptions, Progress
@@ -48,7 +48,7 @@ def ranking_view(record: CandidateRecord) -> CandidateRecord:
     evaluations, is withheld (speedup None), so neither the best, nor an island's head, nor an
     archive cell is decided by it; its confirmation, the same source measured alone, ranks
     instead. The lineage keeps the figure as measured."""
-    if record.extra.get("finalist") and record.speedup is not None:
+    if record.finalist and record.speedup is not None:
         return replace(record, speedup=None)
     return record
 
@@ -56,9 +56,9 @@ def ranking_view(record: CandidateRecord) -> CandidateRecord:
 def is_finalist(record: CandidateRecord, best: CandidateRecord | None, config: SearchConfig) -> bool:
     """Measured while other evaluations ran, and faster than the best or within
     confirm_margin of it: its figure may owe something to the interference."""
-    if not config.confirm_alone or record.status != "measured" or record.speedup is None:
+    if not config.confirm_alone or record.status is not RecordStatus.MEASURED or record.speedup is None:
         return False
-    if not record.extra.get("concurrent"):
+    if not record.concurrent:
         return False
     return best is None or best.speedup is None or record.speedup > best.speedup * (1.0 - config.confirm_margin)
 
@@ -197,9 +197,9 @@ class Scheduler:
     def confirm_left_over(self, records: list[CandidateRecord]) -> None:
         """On resume: the finalists whose confirmation never ran (the search was killed or
         stopped between the two) are re-measured alone now; until then they do not rank."""
-        confirmed = {r.extra.get("confirm_of") for r in records if r.kind == "confirm"}
+        confirmed = {r.confirm_of for r in records if r.kind == "confirm"}
         for r in sorted(records, key=lambda r: id_number(r.id)):
-            if r.extra.get("finalist") and r.id not in confirmed:
+            if r.finalist and r.id not in confirmed:
                 self.confirm(r)
 
     def confirm(self, finalist: CandidateRecord) -> None:
@@ -242,7 +242,7 @@ class Scheduler:
             self._publish(EngineError(message=f"could not commit {record.id}: {type(exc).__name__}: {exc}",
                                       candidate=record.id))
         else:
-            if committed.extra.get("finalist"):  # launched before this one leaves _in_flight: a drain waits for it
+            if committed.finalist:  # launched before this one leaves _in_flight: a drain waits for it
                 try:
                     self.confirm(committed)
                 except Exception as exc:  # e.g. the run was interrupted: the finalist stays unconfirmed

@@ -11,11 +11,12 @@ from typing import Any, Iterable
 from cuco_tui.core.ending import describe_end, end_state
 from cuco_tui.core.bounds import all_figures
 from cuco_tui.core.noise import Band, figure_label, read_timings, record_speedup, within_noise
-from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord, RecordStatus
 from cuco_tui.core.ranking import best_measured, rank_key
 
-STATUS_ORDER = ("measured", "verified", "no_gpu", "incorrect", "deadlock", "runtime_error", "compile_error", "rejected", "unreviewed",
-                "pending")
+S = RecordStatus
+STATUS_ORDER = (S.MEASURED, S.VERIFIED, S.NO_GPU, S.INCORRECT, S.DEADLOCK, S.RUNTIME_ERROR, S.COMPILE_ERROR, S.REJECTED,
+                S.UNREVIEWED, S.PENDING)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class SearchSummary:
             by_status[r.status] = by_status.get(r.status, 0) + 1
         # A finalist's figure, timed beside other evaluations, does not rank; its confirmation
         # does (scheduling.ranking_view).
-        measured = [r for r in recs if r.status == "measured" and r.speedup is not None and not r.extra.get("finalist")]
+        measured = [r for r in recs if r.status is S.MEASURED and r.speedup is not None and not r.finalist]
         best = best_measured(measured)
         best_band = record_speedup(best) if best is not None else None
         shapes: tuple[ShapeSpeedup, ...] = ()

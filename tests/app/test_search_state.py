@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from cuco_tui.app.search_state import (EVENT_TYPES, BoardEntry, DashboardState, Evaluation, PendingProposal, apply,
+from cuco_tui.app.search_state import (EVENT_TYPES, BoardEntry, DashboardState, Evaluation, PendingProposal, RunPhase, apply,
                                        strategy_label)
 from cuco_tui.core.bounds import Bounds, ShapeBound, Work
 from cuco_tui.core.records import CandidateRecord, id_number
@@ -64,7 +64,7 @@ def test_an_event_type_it_does_not_know_leaves_the_state_as_it_was():
     class Newer(ev.Event):
         pass
 
-    s = DashboardState(run="running", generation=2)
+    s = DashboardState(run=RunPhase.RUNNING, generation=2)
     assert apply(s, Newer()) is s
 
 
@@ -83,7 +83,7 @@ def test_generation_started():
 
 
 def test_proposal_ready_shows_nothing_until_held_or_evaluated():
-    s = DashboardState(run="running")
+    s = DashboardState(run=RunPhase.RUNNING)
     ready = ev.ProposalReady(candidate="c0001", generation=1, island=0, kind="diff", parents=("c0000",), design={},
                              rationale="", agent="offline", cost_usd=0.2)
     assert apply(s, ready) is s
@@ -209,15 +209,21 @@ def test_hint_added():
 
 
 def test_paused_and_resumed():
-    s = apply(DashboardState(run="running"), ev.Paused())
-    assert s.run == "paused" and not s.over
-    assert apply(s, ev.Resumed()).run == "running"
+    s = apply(DashboardState(run=RunPhase.RUNNING), ev.Paused())
+    assert s.run is RunPhase.PAUSED and s.run_text == "paused" and not s.over
+    assert apply(s, ev.Resumed()).run is RunPhase.RUNNING
 
 
 def test_search_finished():
-    s = apply(DashboardState(run="stopping"), ev.SearchFinished(summary=SearchSummary.of([]), reason="stopped"))
-    assert s.run == "stopped" and s.ended and s.over
-    assert DashboardState(run="failed").over and not DashboardState(run="failed").ended
+    s = apply(DashboardState(run=RunPhase.STOPPING), ev.SearchFinished(summary=SearchSummary.of([]), reason="stopped"))
+    assert s.run is RunPhase.ENDED and s.end == "stopped" and s.run_text == "stopped" and s.ended and s.over
+    failed = DashboardState(run=RunPhase.FAILED)
+    assert failed.over and not failed.ended and failed.run_text == "failed"
+    # how it ended is the session's state, with the reason where that says more (core/ending.py)
+    for reason, shown in (("done", "finished"), ("agent exhausted", "exhausted"), ("budget", "stopped (budget)")):
+        s = apply(DashboardState(run=RunPhase.RUNNING), ev.SearchFinished(summary=SearchSummary.of([]), reason=reason))
+        assert (s.run, s.end, s.run_text, s.ended) == (RunPhase.ENDED, shown, shown, True)
+    assert [p.value for p in RunPhase] == ["starting", "running", "paused", "stopping", "ended", "failed"]
 
 
 def test_engine_error_is_kept_in_order():
@@ -273,7 +279,7 @@ def test_plateau_notices_are_kept_in_order():
     s = replay([ev.Plateau(stage="warn", generations=3, best_speedup=1.2, message="plateau: a"),
                 ev.Plateau(stage="diversify", generations=4, best_speedup=1.2, message="plateau: b")])
     assert s.notices == ("plateau: a", "plateau: b")
-    assert apply(s, ev.SearchFinished(summary=SearchSummary.of([]), reason="plateau")).run == "stopped (plateau)"
+    assert apply(s, ev.SearchFinished(summary=SearchSummary.of([]), reason="plateau")).run_text == "stopped (plateau)"
 
 
 # ---------------------------------------------------------------------------- a search, replayed
@@ -304,7 +310,7 @@ def test_a_reviewed_search_replayed_event_by_event():
         ev.Paused(),
     ]
     mid = replay(events)
-    assert mid.run == "paused" and mid.held == 0 and mid.in_flight == 1
+    assert mid.run is RunPhase.PAUSED and mid.held == 0 and mid.in_flight == 1
     assert mid.evaluations[0] == Evaluation("c0001", 3, (0, 1), "bench square-8k")
     assert mid.generation == 1 and mid.phase == "explore" and mid.spent == 0.5 and mid.hints == 1
 
@@ -321,7 +327,7 @@ def test_a_reviewed_search_replayed_event_by_event():
         ev.SearchFinished(summary=SearchSummary.of([seed, child, rejected], reason="stopped"), reason="stopped"),
     ], mid)
     assert end == DashboardState(
-        run="stopped", phase="exploit", generation=2, generations=5, islands=2, review_mode="review",
+        run=RunPhase.ENDED, end="stopped", phase="exploit", generation=2, generations=5, islands=2, review_mode="review",
         statuses={"measured": 2, "rejected": 1}, best_id="c0001", best_speedup=1.3, spent=0.5, budget=3.0, hints=1,
         proposals=(), evaluations=(), points=((0, 1.0), (1, 1.3)),
         sources={"c0000": SEED_SOURCE, "c0001": CHILD_SOURCE, "c0002": rejected.source},
@@ -355,7 +361,7 @@ def test_the_engines_own_events_replayed_match_what_it_committed(tmp_path):
     for r in records:
         status = "rejected" if r.review.startswith("rejected") else r.status
         counted[status] = counted.get(status, 0) + 1
-    assert state.run == "finished" and state.generation == 3
+    assert state.run is RunPhase.ENDED and state.end == "finished" and state.generation == 3
     assert dict(state.statuses) == counted and counted.get("rejected") and counted.get("compile_error")
     assert state.proposals == () and state.evaluations == ()  # nothing left waiting or running
     assert set(state.sources) == {r.id for r in records}

@@ -18,6 +18,7 @@ from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.screens.compare import CompareScreen
 from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.lineage import LineageScreen
+from cuco_tui.app.search_state import RunPhase
 from cuco_tui.app.widgets.candidate.model import load_candidate
 from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.key_bar import KeyBar
@@ -67,7 +68,7 @@ async def test_q_with_proposals_waiting_asks_and_they_stay_unreviewed(tmp_path):
         await pilot.press("n")
         assert await wait_until(pilot, lambda: app.screen is screen, 5)
         await pilot.pause(0.3)
-        assert app.is_running and screen.state.run == "running" and queue(app).ids == waiting
+        assert app.is_running and screen.state.run is RunPhase.RUNNING and queue(app).ids == waiting
         await pilot.press("q")  # asks again: "no" changed nothing
         assert await wait_until(pilot, lambda: isinstance(app.screen, Confirm), 5)
         await pilot.press("y")
@@ -104,7 +105,7 @@ async def test_x_asks_and_no_goes_on(tmp_path):
         await pilot.press("n")
         assert await wait_until(pilot, lambda: app.screen is screen, 5)
         await pilot.pause(0.3)
-        assert screen.state.run == "running" and screen.search.running
+        assert screen.state.run is RunPhase.RUNNING and screen.search.running
         await pilot.press("escape")  # esc never leaves the search
         await pilot.pause(0.2)
         assert app.screen is screen

@@ -17,6 +17,7 @@ from cuco_tui.app.screens.browse import BrowseScreen
 from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.app.search_launch import SearchLaunch
+from cuco_tui.app.search_state import RunPhase
 from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.cli import tui_main
 from cuco_tui.lineage import SessionRepo, open_session_or_bundle
@@ -223,7 +224,7 @@ async def test_q_while_evaluating_stops_commits_what_runs_then_quits(tmp_path):
         await pilot.press("q")
         assert await wait_until(pilot, lambda: any("Stopping: 1 evaluation(s) in flight" in str(n.message)
                                                    for n in app._notifications))
-        assert app.is_running and app.screen.state.run == "stopping"
+        assert app.is_running and app.screen.state.run is RunPhase.STOPPING
         release.set()
         assert await wait_until(pilot, lambda: not app.is_running, timeout_s=30)
     with SessionRepo.open(tmp_path / "s") as repo:

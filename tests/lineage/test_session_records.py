@@ -103,7 +103,7 @@ def test_records_of_an_older_version_read_as_what_they_are(tmp_path):
     recorded as rejected, reads as exhausted. An index built by the older version is rebuilt."""
     import sqlite3
 
-    from cuco_tui.core.records import EXHAUSTED
+    from cuco_tui.core.records import RecordStatus
     from cuco_tui.lineage.index import INDEX_FILE
 
     untimed = {"candidate": "c0000.cu", "workload": "gemm_allgather", "status": "measured", "level": 2,
@@ -122,8 +122,8 @@ def test_records_of_an_older_version_read_as_what_they_are(tmp_path):
         db.execute("UPDATE candidates SET status = 'rejected' WHERE id = 'c0002'")
     with SessionRepo.open(tmp_path / "s") as again:
         assert [(r.id, r.status) for r in again.records()] == [
-            ("c0000", "verified"), ("c0001", "measured"), ("c0002", EXHAUSTED)]
+            ("c0000", "verified"), ("c0001", "measured"), ("c0002", RecordStatus.EXHAUSTED)]
         assert again.record("c0000").result["status"] == "verified" and again.record("c0002").placeholder
         assert [(s.id, s.status) for s in again.summaries()] == [
-            ("c0000", "verified"), ("c0001", "measured"), ("c0002", EXHAUSTED)]
+            ("c0000", "verified"), ("c0001", "measured"), ("c0002", RecordStatus.EXHAUSTED)]
         assert again.best_measured() == ("c0001", 1.2)

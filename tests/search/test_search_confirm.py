@@ -68,17 +68,17 @@ def test_an_inflated_finalist_is_re_measured_alone_and_only_its_confirmation_can
     engine, repo, bus = make(tmp_path, evaluator=evaluator, groups=2, islands=2, generations=1, fast_path=False)
     summary = engine.run()
     recs = {r.id: r for r in repo.records()}
-    finalists = [r for r in recs.values() if r.extra.get("finalist")]
+    finalists = [r for r in recs.values() if r.finalist]
     confirms = [r for r in recs.values() if r.kind == "confirm"]
     assert sorted(r.speedup for r in finalists) == [pytest.approx(1.8), pytest.approx(2.4)]
-    assert all(r.extra["concurrent"] == 1 and len(r.extra["concurrent_with"]) == 1 for r in finalists)
+    assert all(r.concurrent == 1 and len(r.concurrent_with) == 1 for r in finalists)
     assert len(confirms) == 2
     for c in confirms:
         finalist = recs[c.parents[0]]
-        assert c.parents == (finalist.id,) and c.extra["confirm_of"] == finalist.id and finalist.extra["finalist"]
+        assert c.parents == (finalist.id,) and c.confirm_of == finalist.id and finalist.finalist
         assert c.source == finalist.source and c.island == finalist.island and c.generation == finalist.generation
         assert c.rationale == f"re-measured alone: {finalist.id} was timed beside 1 other evaluation"
-        assert c.extra["concurrent"] == 0 and "finalist" not in c.extra
+        assert c.concurrent == 0 and not c.finalist
         assert evaluator.overlapping(c.id) == []  # nothing else ran while it was timed
         assert c.speedup == pytest.approx(evaluator.true[evaluator.run_of(c.id)["n"]])
     # the best is variant 2's confirmation at its true 1.2x; no finalist was ever best
@@ -86,7 +86,7 @@ def test_an_inflated_finalist_is_re_measured_alone_and_only_its_confirmation_can
     assert summary.best == best.id and summary.best_speedup == pytest.approx(1.2)
     assert repo.best == ["c0000", best.id]
     assert [e.record.id for e in bus.history(BestImproved)] == ["c0000", best.id]
-    assert not any(recs[h].extra.get("finalist") for h in repo.heads.values())
+    assert not any(recs[h].finalist for h in repo.heads.values())
     # the lineage keeps the figure as measured; the population ranks the finalist without it
     assert all(engine.population.records[r.id].speedup is None for r in finalists)
     assert engine.population.best.id == best.id
@@ -118,15 +118,15 @@ def test_many_groups_every_best_was_measured_alone(tmp_path):
     assert confirms
     for c in confirms:
         assert evaluator.overlapping(c.id) == []
-        assert recs[c.parents[0]].extra["finalist"] and recs[c.parents[0]].extra["concurrent"] >= 1
+        assert recs[c.parents[0]].finalist and recs[c.parents[0]].concurrent >= 1
     for cid in repo.best:  # every best ran alone, at its true figure
-        assert not recs[cid].extra.get("concurrent") and not recs[cid].extra.get("finalist")
+        assert not recs[cid].concurrent and not recs[cid].finalist
         assert recs[cid].speedup == pytest.approx(true[evaluator.run_of(cid)["n"]])
-    alone = [r for r in recs.values() if r.speedup is not None and not r.extra.get("concurrent")]
+    alone = [r for r in recs.values() if r.speedup is not None and not r.concurrent]
     assert summary.best == max(alone, key=lambda r: (r.speedup, r.id)).id
     # a finalist is exactly a candidate timed beside others at or within 2 % of the best of its moment
     for r in recs.values():
-        if r.extra.get("concurrent") and r.status == "measured" and not r.extra.get("finalist"):
+        if r.concurrent and r.status == "measured" and not r.finalist:
             assert r.speedup <= recs[repo.best[-1]].speedup
 
 
@@ -138,7 +138,7 @@ def test_resume_ranks_finalists_as_the_live_search_did(tmp_path):
                                 records=repo.records(), groups=1, islands=2, generations=1, fast_path=False)
     summary = engine2.run()  # nothing left to run: the population is rebuilt from the lineage
     assert summary.best == first.best == engine2.population.best.id
-    finalists = [r.id for r in repo.records() if r.extra.get("finalist")]
+    finalists = [r.id for r in repo.records() if r.finalist]
     assert finalists and all(engine2.population.records[f].speedup is None for f in finalists)
 
 
@@ -146,7 +146,7 @@ def test_resume_confirms_the_finalists_a_kill_left_unconfirmed(tmp_path):
     evaluator = InterferenceEvaluator(true={0: 1.0, 1: 0.9, 2: 1.2})
     engine, repo, bus = make(tmp_path, evaluator=evaluator, groups=2, islands=2, generations=1, fast_path=False)
     engine.run()
-    finalists = {r.id for r in repo.records() if r.extra.get("finalist")}
+    finalists = {r.id for r in repo.records() if r.finalist}
     assert finalists
     # as if killed after the finalists were committed and before their confirmations ran
     kept = [r for r in repo.records() if r.kind != "confirm"]
@@ -154,8 +154,8 @@ def test_resume_confirms_the_finalists_a_kill_left_unconfirmed(tmp_path):
                                 records=kept, groups=2, islands=2, generations=1, fast_path=False)
     summary = engine2.run()
     confirms = [r for r in repo2.records() if r.kind == "confirm"]
-    assert {r.extra["confirm_of"] for r in confirms} == finalists
-    assert all(r.parents == (r.extra["confirm_of"],) for r in confirms)
+    assert {r.confirm_of for r in confirms} == finalists
+    assert all(r.parents == (r.confirm_of,) for r in confirms)
     assert summary.best == engine2.population.best.id
     assert engine2.population.best.kind in ("confirm", "seed")  # never an unconfirmed finalist
 
@@ -166,7 +166,7 @@ def test_one_group_never_confirms_and_records_nothing_new(tmp_path):
     engine.run()
     recs = repo.records()
     assert len(recs) == 2 + 2 * 2 and all(r.kind != "confirm" for r in recs)
-    assert all("concurrent" not in r.extra and "finalist" not in r.extra for r in recs)
+    assert all(not r.concurrent and not r.concurrent_with and not r.finalist for r in recs)
     assert not any(r["beside"] for r in evaluator.runs)
 
 

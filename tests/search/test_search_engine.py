@@ -169,7 +169,7 @@ def test_stop_commits_held_proposals_as_unreviewed_not_rejected(tmp_path):
     assert summary.reason == "stopped"
     last = repo.records()[-1]
     assert last.status == "unreviewed" and last.review == "unreviewed"
-    assert last.extra["held_because"] == "review mode: every proposal waits for the engineer"
+    assert last.held_because == "review mode: every proposal waits for the engineer"
     assert "rejected_by" not in last.extra and summary.by_status.get("rejected") is None
     assert summary.by_status["unreviewed"] >= 1
     assert max(r.generation for r in repo.records()) == 1

@@ -56,7 +56,7 @@ def test_a_resumed_review_search_holds_the_unreviewed_proposals_again(tmp_path):
     assert f"{left[0].id} was not reviewed before the search stopped" in first.why
     assert first.source == left[0].source and first.parents == left[0].parents
     again = next(r for r in repo.records() if r.id == first.candidate)
-    assert again.extra["review_of"] == left[0].id and again.review == "accepted" and again.status == "measured"
+    assert again.review_of == left[0].id and again.review == "accepted" and again.status == "measured"
 
 
 def test_a_resumed_auto_search_evaluates_the_unreviewed_once(tmp_path):
@@ -65,13 +65,13 @@ def test_a_resumed_auto_search_evaluates_the_unreviewed_once(tmp_path):
     engine, repo, bus = make(tmp_path, records=before, review_mode="auto", generations=2, fast_path=False)
     engine.run()
     after = repo.records()
-    again = [r for r in after if r.extra.get("review_of")]
-    assert sorted(r.extra["review_of"] for r in again) == sorted(r.id for r in left)
+    again = [r for r in after if r.review_of]
+    assert sorted(r.review_of for r in again) == sorted(r.id for r in left)
     assert all(r.status == "measured" for r in again)
     # a third run finds every unreviewed proposal taken up: nothing is evaluated twice
     engine3, repo3, bus3 = make(tmp_path, records=after, review_mode="auto", generations=2, fast_path=False)
     engine3.run()
-    assert len([r for r in repo3.records() if r.extra.get("review_of")]) == len(again)
+    assert len([r for r in repo3.records() if r.review_of]) == len(again)
 
 
 def test_an_unreviewed_proposal_is_no_parent_and_no_lesson_for_the_agent(tmp_path):

@@ -45,7 +45,7 @@ from cuco_tui.agents.claude.edits import (
 )
 from cuco_tui.agents.claude.prompts import Prompts, parse_judge
 from cuco_tui.source.regions import design_of
-from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord, RecordStatus
 from cuco_tui.core.workload import Workload
 
 __all__ = ["ClaudeAgent", "DEFAULT_MODEL", "CallResult"]
@@ -198,7 +198,7 @@ class ClaudeAgent:
         """A meta-summary of the recent candidates (status, speedup, design, first diagnostics).
         Raises BudgetExhausted when the budget is spent; on an API failure returns the previous
         summary (and keeps the failure in `last_error`)."""
-        recent = [r for r in history if r.status != "pending"][-self.summary_window:]
+        recent = [r for r in history if r.status is not RecordStatus.PENDING][-self.summary_window:]
         if not recent:
             return self.last_summary
         tally = _Tally()

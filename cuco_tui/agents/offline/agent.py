@@ -22,7 +22,7 @@ from typing import Any
 from cuco_tui.agents.base import AgentExhausted, Proposal, ProposalRequest
 from cuco_tui.agents.offline.strategy import Knobs, Strategy, StrategyBook
 from cuco_tui.design.space import Capabilities
-from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord, RecordStatus
 from cuco_tui.core.result import UNTIMED_OK
 from cuco_tui.core.workload import Workload
 
@@ -89,7 +89,7 @@ class OfflineAgent:
             if rec.kind == "seed" and not knobs:  # the seed is its strategy at the defaults
                 knobs = self._defaults(name)
             self.proposed.add(_key(name, self._normalized(name, knobs)))
-            if rec.status == "pending":
+            if rec.status is RecordStatus.PENDING:
                 continue
             outcomes = [self.by_strategy[name]] + [self.by_knob[(name, k, repr(v))] for k, v in knobs.items()]
             if rec.status in UNTIMED:
@@ -266,7 +266,7 @@ class OfflineAgent:
             return self._full(request)
         if not s.knobs:
             return self._full(request)
-        failed = parent.status not in (GOOD, *UNTIMED, "pending")
+        failed = parent.status not in (GOOD, *UNTIMED, RecordStatus.PENDING)
         ranked = sorted(s.knobs, key=lambda k: -self._knob_influence(s, k) * self.rng.uniform(0.7, 1.3))
         for knob in ranked:
             values = [v for v in s.knobs[knob] if v != knobs.get(knob)]

@@ -35,7 +35,7 @@ from cuco_tui.app.commands import SearchCommands
 from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.messages import SearchCrashed, SearchEvent
 from cuco_tui.app.screens.candidate import CandidateScreen
-from cuco_tui.app.search_state import DashboardState, apply
+from cuco_tui.app.search_state import DashboardState, RunPhase, apply
 from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.gpu_banner import GpuBanner
 from cuco_tui.app.widgets.lineage.rows import candidate_id_of
@@ -192,7 +192,7 @@ class DashboardScreen(Screen):
             await self.query_one(ProposalQueue).show(new.proposals)
 
     def on_search_crashed(self, message: SearchCrashed) -> None:
-        self.state = replace(self.state, run="failed")
+        self.state = replace(self.state, run=RunPhase.FAILED)
         self.notify(message.error, title="search", severity="error", timeout=15)
 
     # --- steering -------------------------------------------------------------------------------
@@ -200,7 +200,7 @@ class DashboardScreen(Screen):
     def _ready(self) -> LiveSearch | None:
         """The search, when it can be steered (else a notification says why not)."""
         if self.state.over:
-            self.notify(f"the search is over ({self.state.run})", severity="warning")
+            self.notify(f"the search is over ({self.state.run_text})", severity="warning")
             return None
         if not self.search.started:
             self.notify("the search is still starting", severity="warning")
@@ -417,7 +417,7 @@ class DashboardScreen(Screen):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self.state = replace(self.state, run="stopping")
+                self.state = replace(self.state, run=RunPhase.STOPPING)
                 self._control("stop", search.stop)
 
         self.app.push_screen(Confirm("Stop the search?", self._stop_detail("No new proposal is asked for."),
@@ -472,7 +472,7 @@ class DashboardScreen(Screen):
 
     def _stop_then_quit(self) -> None:
         self._quit_when_finished = True
-        self.state = replace(self.state, run="stopping")
+        self.state = replace(self.state, run=RunPhase.STOPPING)
         self._control("stop", self.search.stop)
 
 

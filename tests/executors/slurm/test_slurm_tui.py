@@ -63,7 +63,7 @@ async def test_the_dashboard_shows_the_job_and_x_cancels_it(slurm, slurm_cluster
         assert await wait_until(pilot, lambda: not isinstance(app.screen, DashboardScreen), timeout_s=10)
         await pilot.press("y")
         assert await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen)
-                                and app.screen.state.run == "stopped", timeout_s=60)
+                                and app.screen.state.run_text == "stopped", timeout_s=60)
         assert app.screen.state.evaluations == () and table.row_count == 0
     assert slurm.session_jobs("live") == []
     with SessionRepo.open(tmp_path / "live") as repo:

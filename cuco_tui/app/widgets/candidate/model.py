@@ -14,7 +14,7 @@ from cuco_tui.core.bounds import Bounds, ShapeFigures, Work, all_figures
 from cuco_tui.core.result import CascadeResult, Diagnostic, Status
 from cuco_tui.lineage import SessionError, SessionRepo
 from cuco_tui.lineage.files import log_paths
-from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord, RecordStatus
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class CandidateView:
         """Why there are no timings, in a few words ("" when there are)."""
         if self.measured:
             return ""
-        if self.record.status == "unreviewed":
+        if self.record.status is RecordStatus.UNREVIEWED:
             return "not evaluated: the search stopped before this proposal was reviewed"
         if self.result is None:
             return "not measured: no evaluation result recorded"
@@ -105,9 +105,9 @@ class CandidateView:
 
 
 def parse_result(record: CandidateRecord) -> tuple[CascadeResult | None, str]:
-    if not record.result or record.status == "unreviewed":  # never evaluated: nothing to read
+    if not record.result or record.status is RecordStatus.UNREVIEWED:  # never evaluated: nothing to read
         return None, ""
-    if record.result.get("status") == "pending":
+    if record.result.get("status") == RecordStatus.PENDING:  # lineage/files.py: committed unevaluated
         return None, "the evaluation never finished"
     try:
         return CascadeResult.from_dict(record.result), ""

@@ -7,18 +7,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cuco_tui.core.records import EXHAUSTED, candidate_id
+from cuco_tui.core.records import RecordStatus, candidate_id
 from cuco_tui.lineage import CandidateSummary
 
-STATUS_STYLE = {
-    "measured": "green",
-    "verified": "dark_sea_green",  # L2 passed, nothing timed (ranks sharing one GPU)
-    "incorrect": "yellow",
-    "rejected": "magenta",
-    "no_gpu": "cyan",
-    "unreviewed": "blue",  # held for review when the search stopped: no verdict
-    "pending": "dim",
-    "exhausted": "dim",  # an older engine's placeholder for an agent with nothing new (not shown as a row)
+STATUS_STYLE = {  # looked up with the index's status strings too (a RecordStatus hashes as its value)
+    RecordStatus.MEASURED: "green",
+    RecordStatus.VERIFIED: "dark_sea_green",  # L2 passed, nothing timed (ranks sharing one GPU)
+    RecordStatus.INCORRECT: "yellow",
+    RecordStatus.REJECTED: "magenta",
+    RecordStatus.NO_GPU: "cyan",
+    RecordStatus.UNREVIEWED: "blue",  # held for review when the search stopped: no verdict
+    RecordStatus.PENDING: "dim",
+    RecordStatus.EXHAUSTED: "dim",  # an older engine's placeholder for an agent with nothing new (not shown as a row)
 }
 FAILURE_STYLE = "red"  # compile_error, deadlock, crash, timeout, ...
 MAX_DRAWN_DEPTH = 12
@@ -70,8 +70,8 @@ class LineageRow:
 
 def lineage_rows(summaries: list[CandidateSummary]) -> list[LineageRow]:
     """Depth-first order over the first-parent tree, roots and children ordered by id. An older
-    engine's placeholders for an exhausted agent (EXHAUSTED) are not candidates: no row."""
-    summaries = [s for s in summaries if s.status != EXHAUSTED]
+    engine's placeholders for an exhausted agent (RecordStatus.EXHAUSTED) are not candidates: no row."""
+    summaries = [s for s in summaries if s.status != RecordStatus.EXHAUSTED]
     known = {s.id for s in summaries}
     children: dict[str, list[CandidateSummary]] = {}
     roots: list[CandidateSummary] = []

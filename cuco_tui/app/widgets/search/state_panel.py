@@ -10,11 +10,12 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Label, Static
 
-from cuco_tui.app.search_state import DashboardState
+from cuco_tui.app.search_state import DashboardState, RunPhase
 from cuco_tui.core.bounds import all_figures, mean_pct_of_bound
 
 
-RUN_TONE = {"running": "-ok", "paused": "-warn", "stopping": "-warn", "failed": "-bad"}
+RUN_TONE = {RunPhase.STARTING: "-busy", RunPhase.RUNNING: "-ok", RunPhase.PAUSED: "-warn", RunPhase.STOPPING: "-warn",
+            RunPhase.ENDED: "-ok", RunPhase.FAILED: "-bad"}
 
 
 class StatePanel(Vertical):
@@ -31,8 +32,8 @@ class StatePanel(Vertical):
             return
         run = self.query_one("#state-run", Static)
         run.remove_class("-ok", "-warn", "-bad")
-        run.update(state.run)
-        run.add_class(RUN_TONE.get(state.run, "-busy" if state.run == "starting" else "-ok"))
+        run.update(state.run_text)
+        run.add_class(RUN_TONE[state.run])
         self.query_one("#state-facts", Static).update(render_compact(state) if self.compact else render_facts(state))
 
     def watch_compact(self, compact: bool) -> None:
