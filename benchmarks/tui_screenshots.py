@@ -43,7 +43,7 @@ async def shoot(args: argparse.Namespace, session: Path) -> list[dict]:
         next_at = args.every
         while len(shots) < args.shots:
             over = time.monotonic() - start > args.seconds
-            if _measured(screen) >= next_at or over or screen.state.run.startswith(("finished", "failed")):
+            if _measured(screen) >= next_at or over or screen.state.over:
                 await pilot.pause(1.5)  # one more telemetry poll drawn
                 name = f"{args.prefix}-{len(shots) + 1}.svg"
                 app.save_screenshot(filename=name, path=str(args.out))
@@ -52,7 +52,7 @@ async def shoot(args: argparse.Namespace, session: Path) -> list[dict]:
                               "best": screen.state.best_speedup, "generation": screen.state.generation})
                 print(f"saved {args.out / name}: {shots[-1]}", file=sys.stderr)
                 next_at = _measured(screen) + args.every
-                if over or screen.state.run.startswith(("finished", "failed")):
+                if over or screen.state.over:
                     break
             await pilot.pause(0.5)
         screen.search.stop()
