@@ -115,9 +115,11 @@ class CandidateRecord:
     confirm_of: str = ""  # a confirmation (kind "confirm"): the finalist it re-measures alone
     review_of: str = ""  # the unreviewed proposal of an earlier run that this one reviews again
     held_because: str = ""  # an unreviewed proposal: why the review gate held it
+    rejected_by: str = ""  # turned away before evaluation: "review", "novelty", "agent" or "engine"
+    hints: tuple[str, ...] = ()  # the engineer's hints the proposal was asked with (steering reads them on resume)
+    meta_cost_usd: float = 0.0  # the agent's meta-summary refreshed just before this record, in dollars
     # The rest: notes for people and the agents (phase, asked, inspirations, duplicate_of,
-    # rebenchmark_of, meta_cost_usd, ...), rejected_by (read by population.can_be_parent) and hints
-    # (read by steering on resume). `job` and `lost_jobs` stay here: the Slurm jobs that ran the
+    # rebenchmark_of, ...). `job` and `lost_jobs` stay here: the Slurm jobs that ran the
     # evaluation, a record for display that nothing reads back to steer the search.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -135,6 +137,7 @@ class CandidateRecord:
         d["status"] = self.status.value
         d["parents"] = list(self.parents)
         d["concurrent_with"] = list(self.concurrent_with)
+        d["hints"] = list(self.hints)
         return d
 
     @classmethod
@@ -142,6 +145,7 @@ class CandidateRecord:
         d = _as_read_now(dict(d))
         d["parents"] = tuple(d.get("parents", ()))
         d["concurrent_with"] = tuple(d.get("concurrent_with", ()))
+        d["hints"] = tuple(d.get("hints", ()))
         return cls(**d)
 
     @property
@@ -157,7 +161,7 @@ class CandidateRecord:
 
 # The fields an older version kept in `extra`, with the type each is read as.
 _FROM_EXTRA = {"finalist": bool, "concurrent": int, "concurrent_with": tuple, "confirm_of": str, "review_of": str,
-               "held_because": str}
+               "held_because": str, "rejected_by": str, "hints": tuple, "meta_cost_usd": float}
 
 
 def _as_read_now(d: dict[str, Any]) -> dict[str, Any]:
@@ -170,7 +174,7 @@ def _as_read_now(d: dict[str, Any]) -> dict[str, Any]:
     if isinstance(extra, dict) and any(k in extra for k in _FROM_EXTRA):
         d["extra"] = {k: v for k, v in extra.items() if k not in _FROM_EXTRA}
         for key, kind in _FROM_EXTRA.items():
-            if key in extra and key not in d:
+            if key in extra and not d.get(key):  # absent, or at its default beside an older extra
                 d[key] = kind(extra[key])
     result = d.get("result")
     if not isinstance(result, dict):
@@ -178,7 +182,7 @@ def _as_read_now(d: dict[str, Any]) -> dict[str, Any]:
     if d.get("status") == "measured" and d.get("speedup") is None and not result.get("timings"):
         d["status"] = "verified"
         d["result"] = {**result, "status": "verified"}
-    elif (d.get("status") == "rejected" and (d.get("extra") or {}).get("rejected_by") == "agent"
+    elif (d.get("status") == "rejected" and d.get("rejected_by") == "agent"
           and _EXHAUSTED_REASON in str(result.get("reason", ""))):
         d["status"] = RecordStatus.EXHAUSTED
     return d

@@ -407,7 +407,7 @@ class SearchEngine(Controls):
         with self._cond:
             meta_cost = self._proposer.take_meta_cost()
             if meta_cost:
-                record = replace(record, extra={**record.extra, "meta_cost_usd": round(meta_cost, 6)})
+                record = replace(record, meta_cost_usd=round(meta_cost, 6))
             previous = self._population.best
             if is_finalist(record, previous, self.config):
                 record = replace(record, finalist=True)

@@ -32,8 +32,8 @@ def turned_away(record: CandidateRecord, by: str, reason: str, code: str, **extr
     status rejected, the reason as its one diagnostic."""
     diag = Diagnostic(level=int(Level.STATIC), severity="error", message=reason, code=code)
     result = _result(record, Status.REJECTED, Level.STATIC, reason, [diag])
-    return replace(record, status=RecordStatus.REJECTED, result=result,
-                   extra={**record.extra, "rejected_by": by, **extra})
+    return replace(record, status=RecordStatus.REJECTED, result=result, rejected_by=by,
+                   extra={**record.extra, **extra})
 
 
 def crashed(record: CandidateRecord, exc: BaseException) -> CandidateRecord:

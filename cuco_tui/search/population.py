@@ -46,7 +46,7 @@ def rank_weights(n: int, exponent: float) -> list[float]:
 def can_be_parent(record: CandidateRecord) -> bool:
     """Has code, was not turned away before evaluation (review, novelty, agent error) and was not
     left unreviewed (never evaluated)."""
-    return bool(record.source) and not record.extra.get("rejected_by") and record.status is not RecordStatus.UNREVIEWED
+    return bool(record.source) and not record.rejected_by and record.status is not RecordStatus.UNREVIEWED
 
 
 @dataclass

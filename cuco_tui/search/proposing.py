@@ -122,19 +122,19 @@ class Drafts:
         asked = tuple(p.id for p in request.parents)
         parents = tuple(p for p in (proposal.parents if proposal else ()) if p in known) or asked
         extra: dict[str, Any] = {"phase": request.phase, "asked": request.kind}
-        if request.hints:
-            extra["hints"] = list(request.hints)
+        hints = tuple(request.hints)
         if request.inspirations:
             extra["inspirations"] = [r.id for r in request.inspirations]
         if proposal is None:
             return self.draft(id=cid, generation=request.generation, island=request.island, kind=request.kind,
-                              parents=asked, source="", design={}, rationale="", agent=self._agent, extra=extra)
+                              parents=asked, source="", design={}, rationale="", agent=self._agent, hints=hints,
+                              extra=extra)
         kind = "fast_path" if request.kind == "fast_path" else (proposal.kind or request.kind)
         return self.draft(
             id=cid, generation=request.generation, island=request.island, kind=kind,
             parents=parents, source=proposal.source, design=design_of(proposal.design, proposal.source),
             rationale=proposal.rationale, agent=proposal.agent or self._agent, cost_usd=proposal.cost_usd,
-            tokens_in=proposal.tokens_in, tokens_out=proposal.tokens_out, extra={**extra, **proposal.extra})
+            tokens_in=proposal.tokens_in, tokens_out=proposal.tokens_out, hints=hints, extra={**extra, **proposal.extra})
 
     def rebenchmark_of(self, original: CandidateRecord, generation: int) -> CandidateRecord:
         return self.draft(generation=generation, island=original.island, kind="rebenchmark", parents=(original.id,),
@@ -147,8 +147,8 @@ class Drafts:
         id (candidates are committed once): the same code, parents and rationale, for review."""
         return self.draft(generation=unreviewed.generation, island=unreviewed.island, kind=unreviewed.kind,
                           parents=unreviewed.parents, source=unreviewed.source, design=dict(unreviewed.design),
-                          rationale=unreviewed.rationale, agent=unreviewed.agent, extra=dict(unreviewed.extra),
-                          review_of=unreviewed.id)
+                          rationale=unreviewed.rationale, agent=unreviewed.agent, hints=unreviewed.hints,
+                          extra=dict(unreviewed.extra), review_of=unreviewed.id)
 
     def confirmation_of(self, finalist: CandidateRecord) -> CandidateRecord:
         n = finalist.concurrent

@@ -232,7 +232,7 @@ class Steering:
                 raise SteeringError(f"no committed candidate {candidate_id!r} in this search")
             if not can_be_parent(record):
                 raise SteeringError(f"{candidate_id} cannot be a parent: it has no code, or was turned away before "
-                                    f"evaluation ({record.extra.get('rejected_by', 'no source')})")
+                                    f"evaluation ({record.rejected_by or 'no source'})")
             self._preferred = candidate_id
             self._cond.notify_all()
 
@@ -270,7 +270,7 @@ class Steering:
             self._spent_before = self._spent
             latest = max(records, key=lambda r: id_number(r.id), default=None)
             if latest is not None and not self._hints:
-                self._hints = list(latest.extra.get("hints", []))
+                self._hints = list(latest.hints)
 
     @property
     def spent(self) -> float:

@@ -140,5 +140,5 @@ def _agents(records: list[CandidateRecord]) -> str:
 
 def record_cost(record: CandidateRecord) -> float:
     """Dollars a record accounts for: its proposal's model calls, and the meta-summaries
-    refreshed just before it (carried in extra["meta_cost_usd"])."""
-    return record.cost_usd + float(record.extra.get("meta_cost_usd", 0.0) or 0.0)
+    refreshed just before it (its meta_cost_usd)."""
+    return record.cost_usd + record.meta_cost_usd

@@ -68,17 +68,20 @@ def test_a_session_holding_a_record_with_an_unknown_status_says_which_commit_and
 
 def test_an_older_record_reads_its_control_fields_out_of_extra():
     """Recorded before they were fields, finalist, concurrent, concurrent_with, confirm_of,
-    review_of and held_because sat in `extra`: they read into the fields, and the rest of
-    `extra` (the Slurm job among it) stays."""
+    review_of, held_because, rejected_by, hints and meta_cost_usd sat in `extra`: they read into
+    the fields, and the rest of `extra` (the Slurm job among it) stays."""
     job = {"id": "123", "state": "finished"}
     old = record("measured", speedup=1.3).to_dict()
-    for key in ("finalist", "concurrent", "concurrent_with", "confirm_of", "review_of", "held_because"):
+    for key in ("finalist", "concurrent", "concurrent_with", "confirm_of", "review_of", "held_because",
+                "rejected_by", "hints", "meta_cost_usd"):
         del old[key]
     old["extra"] = {"finalist": True, "concurrent": 1, "concurrent_with": ["c0004"], "confirm_of": "c0001",
-                    "review_of": "c0002", "held_because": "risky: raw atomics", "phase": "explore", "job": job}
+                    "review_of": "c0002", "held_because": "risky: raw atomics", "phase": "explore", "job": job,
+                    "rejected_by": "review", "hints": ["try copy engines"], "meta_cost_usd": 0.0125}
     r = CandidateRecord.from_dict(old)
     assert (r.finalist, r.concurrent, r.concurrent_with, r.confirm_of, r.review_of, r.held_because) == (
         True, 1, ("c0004",), "c0001", "c0002", "risky: raw atomics")
+    assert (r.rejected_by, r.hints, r.meta_cost_usd) == ("review", ("try copy engines",), 0.0125)
     assert r.extra == {"phase": "explore", "job": job}
     # written back as fields, and read back the same
     d = json.loads(record_json(r))

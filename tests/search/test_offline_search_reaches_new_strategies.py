@@ -193,7 +193,7 @@ def test_without_a_gpu_the_search_reaches_the_new_strategy_and_it_passes_L0(tmp_
         assert r.status == Status.NO_GPU.value and r.result["level"] == Level.COMPILE, (r.id, r.status, reason)
     # the other strategies were explored as well: the optimism for the untested is spent as they compile
     assert len({strategy_of(r) for r in records if r.kind != "seed"}) >= 3, describe(records)
-    assert not [r for r in records if r.status == Status.REJECTED.value and not r.extra.get("rejected_by")], \
+    assert not [r for r in records if r.status == Status.REJECTED.value and not r.rejected_by], \
         describe(records)
 
 

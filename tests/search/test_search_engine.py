@@ -99,7 +99,7 @@ def test_agent_errors_are_committed_as_rejected(tmp_path):
     reasons = sorted(r.result["reason"] for r in rejected)
     assert reasons[0] == "no candidate: no code block in the reply"
     assert reasons[1] == "the agent failed: RuntimeError: the model is down"
-    assert all(r.extra["rejected_by"] == "agent" and r.source == "" for r in rejected)
+    assert all(r.rejected_by == "agent" and r.source == "" for r in rejected)
     assert all(r.result["diagnostics"][0]["code"] == "agent" for r in rejected)
 
 
@@ -108,7 +108,7 @@ def test_duplicates_are_committed_as_rejected_and_asked_again(tmp_path):
     engine, repo, bus = make(tmp_path, agent=agent, generations=1)
     engine.run()
     recs = repo.records()
-    dups = [r for r in recs if r.extra.get("rejected_by") == "novelty"]
+    dups = [r for r in recs if r.rejected_by == "novelty"]
     assert len(dups) == 1 and dups[0].result["reason"].startswith("novelty filter: the same code as")
     assert dups[0].extra["duplicate_of"] in {r.id for r in recs}
     # the slot was asked again, with the reason in its feedback
@@ -170,7 +170,7 @@ def test_stop_commits_held_proposals_as_unreviewed_not_rejected(tmp_path):
     last = repo.records()[-1]
     assert last.status == "unreviewed" and last.review == "unreviewed"
     assert last.held_because == "review mode: every proposal waits for the engineer"
-    assert "rejected_by" not in last.extra and summary.by_status.get("rejected") is None
+    assert not last.rejected_by and summary.by_status.get("rejected") is None
     assert summary.by_status["unreviewed"] >= 1
     assert max(r.generation for r in repo.records()) == 1
 
@@ -242,7 +242,7 @@ def test_hints_reach_the_agent_and_are_kept(tmp_path):
                   and engine.add_hint("try copy engines for the peer shards"))
     engine.run()
     assert agent.calls[-1].hints == ("try copy engines for the peer shards",)
-    assert repo.records()[-1].extra["hints"] == ["try copy engines for the peer shards"]
+    assert repo.records()[-1].hints == ("try copy engines for the peer shards",)
 
 
 def test_a_hint_for_an_agent_that_reads_none_is_refused_in_one_line(tmp_path):
@@ -342,7 +342,7 @@ def test_an_agent_that_repeats_the_same_duplicate_is_not_asked_again(tmp_path):
     summary = engine.run()
     # the fast path is variant 0; generation 1 proposes it again, twice the same: two rejections, then the
     # slot gives up, and a generation that produced nothing ends the search
-    dups = [r for r in repo.records() if r.extra.get("rejected_by") == "novelty"]
+    dups = [r for r in repo.records() if r.rejected_by == "novelty"]
     assert len(dups) == 2 and len(agent.calls) == 3
     assert summary.reason == "agent exhausted"
 

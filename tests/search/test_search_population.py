@@ -18,11 +18,12 @@ DESIGN_HOST = {"backend": "nccl_host", "placement": "before", "sync": "global", 
                "streams": "1", "comm_sms": "0", "knobs": {}}
 
 
-def rec(cid, *, gen=1, island=0, status="measured", speedup=None, kind="full", design=None, source=None, extra=None):
+def rec(cid, *, gen=1, island=0, status="measured", speedup=None, kind="full", design=None, source=None, extra=None,
+        rejected_by=""):
     return CandidateRecord(id=cid, generation=gen, island=island, kind=kind, parents=(),
                            source=f"// {cid}\n" if source is None else source,
                            design=DESIGN_HOST if design is None else design, rationale="", agent="test", status=status, speedup=speedup,
-                           extra=extra or {})
+                           rejected_by=rejected_by, extra=extra or {})
 
 
 def test_rank_weights_follow_a_power_law():
@@ -76,7 +77,7 @@ def test_only_failures_still_give_a_parent_in_exploit():
 def test_turned_away_candidates_are_never_parents():
     pop = Population(SearchConfig(islands=1))
     pop.add(rec("c0001", status="no_gpu"))
-    pop.add(rec("c0002", status="rejected", extra={"rejected_by": "review"}))
+    pop.add(rec("c0002", status="rejected", rejected_by="review"))
     pop.add(rec("c0003", status="rejected", source=""))
     assert [r.id for r in pop.ranked(0)] == ["c0001"]
 
