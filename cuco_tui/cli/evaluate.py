@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from rich.table import Table
@@ -14,6 +15,8 @@ from rich.text import Text
 from cuco_tui.cli.common import (SHARE_GPU_HELP, WORKLOAD_HELP, bench_shapes, check_group, gpu_list, render_result,
                                  share_gpu_asked, share_gpu_hint, stderr_console, stdout_console, workload_named,
                                  workload_of_file)
+from cuco_tui.cli.profile import (SessionCandidate, add_profile_arguments, keep_in_session, profile_lines,
+                                  profile_shape, session_candidate)
 from cuco_tui.core.errors import UsageError
 from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.core.workload import DEFAULT_WORKLOAD, Workload
@@ -23,20 +26,27 @@ from cuco_tui.workload.manifest import list_workloads, load_workload
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    with session_candidate(args) as from_session:
+        return evaluate_file(args, from_session)
+
+
+def evaluate_file(args: argparse.Namespace, from_session: SessionCandidate | None) -> int:
     from cuco_tui.evaluate.cascade import EvalOptions, evaluate
 
-    path = Path(args.file)
+    path = Path(args.file) if from_session is None else from_session.file
     if not path.is_file():
         raise UsageError(f"no such candidate file: {path}")
     too_large = source_too_large(path.stat().st_size, str(path))  # before a byte of it is read
     if too_large:
         raise UsageError(too_large)
-    if args.workload is None:
+    inside = None
+    if args.workload is not None:
+        workload = workload_named(args.workload)
+    elif from_session is not None:
+        workload = workload_named(from_session.workload or DEFAULT_WORKLOAD)
+    else:
         inside = workload_of_file(path)
         workload = workload_named(str(inside) if inside is not None else DEFAULT_WORKLOAD)
-    else:
-        inside = None
-        workload = workload_named(args.workload)
     if args.sanitize and (args.perturb_seed is not None or args.perturb_rounds is not None or args.shapes):
         raise UsageError("--sanitize verifies under compute-sanitizer without perturbed schedules or timing: "
                          "drop --perturb-seed, --perturb-rounds and --shapes")
@@ -44,19 +54,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError("--shapes names the bench shapes to time, and --no-bench times none: drop one of them")
     shapes = bench_shapes(workload, args.shapes)
     check_group(workload, args)
+    profile = profile_shape(workload, args, shapes)
     options = EvalOptions(
         gpus=gpu_list(args.gpus), world=args.world, bench=not args.no_bench, shapes=shapes,
-        share_gpu=share_gpu_asked(args), sanitize=args.sanitize, **perturb_options(args),
+        share_gpu=share_gpu_asked(args), sanitize=args.sanitize, profile=profile, **perturb_options(args),
     )
     err = stderr_console()
     if inside is not None and not args.json:  # said once nothing refuses: a refusal stays one line
         err.print(Text(f"workload {workload.name} (the folder {path} is in; --workload names another)", style="dim"))
     progress = None if args.json else (lambda p: err.print(Text(f"L{int(p.level)}", style="dim"), p.message))
     result = evaluate(path, workload, options, progress=progress)
+    if result.profile is not None and from_session is not None:
+        result = replace(result, profile=keep_in_session(from_session, result.profile))
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
         stdout_console().print(render_result(result))
+        if result.profile is not None:
+            print("\n".join(profile_lines(result.profile, from_session)))
     hint = "" if result.status.ok else share_gpu_hint(workload, options) or sanitize_hint(args, workload.name, result)
     if hint:
         print(f"hint: {hint}", file=sys.stderr)
@@ -195,7 +210,7 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
     """eval and baseline."""
     e = sub.add_parser("eval", help="run the evaluation cascade (static checks, compile, verify, benchmark) on a candidate")
-    e.add_argument("file", help="the candidate .cu")
+    e.add_argument("file", help="the candidate .cu (with --session, a candidate id of that session)")
     e.add_argument("--workload", "-w", help=WORKLOAD_HELP.removesuffix(f"(default {DEFAULT_WORKLOAD})")
                    + f"(default: the workload folder the file is in, else {DEFAULT_WORKLOAD})")
     e.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: the first GPUs the workload can use)")
@@ -209,6 +224,7 @@ def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
                    help=f"verify under compute-sanitizer ({', '.join(TOOLS)}): its findings name the kernel, "
                         "source line, thread and block; launches run 10-100x slower, nothing is timed")
     add_perturb_arguments(e)
+    add_profile_arguments(e)
     e.set_defaults(fn=cmd_eval)
 
     b = sub.add_parser("baseline", help="measure the workload's reference and its ceilings")

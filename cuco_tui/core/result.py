@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from cuco_tui.core.profile import Profile
+
 
 class Status(str, Enum):
     REJECTED = "rejected"  # L0: static checks refused it before compiling
@@ -183,6 +185,7 @@ class CascadeResult:
     source_sha: str = ""
     deadlock_report: str = ""
     logs: dict[str, str] = field(default_factory=dict)  # name -> tail of the log
+    profile: Profile | None = None  # the timeline of one shape, when asked for (core/profile.py)
 
     @property
     def speedup(self) -> float | None:
@@ -199,6 +202,10 @@ class CascadeResult:
         d["status"] = self.status.value
         d["level"] = int(self.level)
         d["speedup"] = self.speedup
+        if self.profile is None:
+            del d["profile"]  # a result without one reads as before
+        else:
+            d["profile"] = self.profile.to_dict()
         return d
 
     @classmethod
@@ -221,4 +228,5 @@ class CascadeResult:
             source_sha=d.get("source_sha", ""),
             deadlock_report=d.get("deadlock_report", ""),
             logs=dict(d.get("logs", {})),
+            profile=Profile.from_dict(d["profile"]) if d.get("profile") else None,
         )

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from cuco_tui.toolchain import BuildCache, compile_candidate
 from cuco_tui.toolchain.attention import ensure_library, uses_attention
 from cuco_tui.toolchain.toolchain import Toolchain, discover
-from cuco_tui.evaluate import races, sanitizer, shared_gpu
+from cuco_tui.evaluate import profiling, races, sanitizer, shared_gpu
 from cuco_tui.core.noise import speedup_of
 from cuco_tui.core.result import (
     CascadeResult,
@@ -74,6 +74,10 @@ class EvalOptions:
     perturb_unit_us: int | None = None
     # A compute-sanitizer tool (sanitizer.TOOLS): L2 alone, under it, built with -lineinfo.
     sanitize: str | None = None
+    # A bench shape to profile once it is timed (evaluate/profiling.py): `profile_launches` launches
+    # back to back with CUPTI recording; the result's `profile` holds the summary and the trace's path.
+    profile: str | None = None
+    profile_launches: int = profiling.DEFAULT_LAUNCHES
 
 
 ProgressFn = Callable[[Progress], None]
@@ -82,9 +86,10 @@ ProgressFn = Callable[[Progress], None]
 def levels_for(options: EvalOptions) -> list[EvaluationLevel]:
     """The levels beyond L0-L3 an evaluation runs, in the order the cascade asks them
     (evaluate/levels.py): compute-sanitizer first, whose narrower options the others then see, and
-    L2's perturbed schedules (which read nothing from a run that had none)."""
+    L2's perturbed schedules (which read nothing from a run that had none), then a profile when asked."""
     asked: list[EvaluationLevel] = [sanitizer.Sanitizer(options.sanitize)] if options.sanitize else []
-    return asked + [races.PerturbedSchedules()]
+    profile = [profiling.Profiling(options.profile, options.profile_launches)] if options.profile else []
+    return asked + [races.PerturbedSchedules()] + profile
 
 
 def runs_root(options: EvalOptions, cache: BuildCache) -> Path:

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: `profile`
 
 # The seeds of the fresh inputs (RunPlan.seed): the checks of a shape are 0, 1, ...; the back-to-back
 # launches and the perturbed rounds draw theirs from their own ranges, unlike any check's.
@@ -70,6 +70,16 @@ class PerturbPlan:
 
 
 @dataclass(frozen=True)
+class ProfilePlan:
+    """A timeline of the candidate at one bench shape (evaluate/profiling.py): after that shape is
+    timed, the ranks record what their GPUs run (CUPTI's activity API) over `launches` launches
+    back to back, each into profile-rank{R}.json of the run folder."""
+
+    shape: str
+    launches: int = 5
+
+
+@dataclass(frozen=True)
 class RunPlan:
     mode: str  # "evaluate" (the candidate) | "baseline" (the reference alone, its parts, the ceilings)
     workload: str
@@ -89,6 +99,7 @@ class RunPlan:
     notes: tuple[str, ...] = ()  # what the launching side found weakening the reference
     perturb: PerturbPlan | None = None
     sanitize: str | None = None  # the compute-sanitizer tool the ranks run under (CuPy's pool off)
+    profile: ProfilePlan | None = None
     gpus: tuple[int, ...] = ()  # one per rank; set by the launcher
     rundir: str = ""  # the run folder; set by the launcher
 

@@ -184,6 +184,20 @@ class PerturbEnded(RankEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProfileCaptured(RankEvent):
+    """The rank's timeline of `launches` launches at `shape` (plan.profile): `activities` records
+    written to `file` (in the run folder), or `problem`, one sentence, when none could be taken."""
+
+    KIND: ClassVar[str] = "profile"
+    shape: str
+    launches: int
+    file: str = ""
+    activities: int = 0
+    dropped: int = 0  # records past the rank's cap, not written
+    problem: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Done(RankEvent):
     """Every shape of the plan reported; the rank closes the group next."""
 
@@ -275,7 +289,7 @@ class Unrecognized(RankEvent):
 
 KINDS: dict[str, type[RankEvent]] = {cls.KIND: cls for cls in (
     Joined, PlanStarted, ShapeStarted, Launched, Verified, Timed, TraceTimed, BaselineMeasured, PerturbStarted,
-    PerturbEnded, Done, ReferenceWarning, PerturbWarning, CloseWarning, Failed, TimedOut, Aborted, Garbled,
+    PerturbEnded, ProfileCaptured, Done, ReferenceWarning, PerturbWarning, CloseWarning, Failed, TimedOut, Aborted, Garbled,
 )}
 
 E = TypeVar("E", bound=RankEvent)

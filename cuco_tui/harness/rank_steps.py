@@ -5,27 +5,33 @@ keeps the default, which does nothing.
 
   - `PerturbedRounds` (plan.perturb, evaluate/races.py): the interposer loaded before CuPy and bound
     to the candidate, then the back-to-back check again under each seed's perturbed schedule;
-  - `UnderSanitizer` (plan.sanitize, evaluate/sanitizer.py): CuPy's memory pool off."""
+  - `UnderSanitizer` (plan.sanitize, evaluate/sanitizer.py): CuPy's memory pool off;
+  - `ProfiledLaunches` (plan.profile, evaluate/profiling.py): at one bench shape, once it is timed, a
+    few launches back to back with CUPTI recording what the GPU runs (harness/profile_capture.py)."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from cuco_tui.core.profile import Activity
 from cuco_tui.core.reference import RankReference
 from cuco_tui.harness import abi
 from cuco_tui.harness.perturb import PerturbError, PerturbLibrary
-from cuco_tui.harness.plan import PERTURBED_CHECK, PerturbPlan, RunPlan, ShapePlan
+from cuco_tui.harness.plan import PERTURBED_CHECK, PerturbPlan, ProfilePlan, RunPlan, ShapePlan
+from cuco_tui.harness.profile_capture import ActivityRecorder, CaptureUnavailable
 from cuco_tui.harness.rank_checks import RankChecks
-from cuco_tui.harness.rank_events import EventLog, PerturbEnded, PerturbStarted, PerturbWarning
+from cuco_tui.harness.rank_events import EventLog, PerturbEnded, PerturbStarted, PerturbWarning, ProfileCaptured
 
 
 @dataclass(frozen=True)
 class VerifiedShape:
-    """A verify shape whose ordinary and back-to-back checks passed on every rank: what a step
-    needs to launch and check it again."""
+    """A shape whose checks passed on every rank (at a verify shape: the ordinary and back-to-back
+    checks; at a bench shape: its check, and it has been timed): what a step needs to launch and
+    check it again."""
 
     shape: ShapePlan
     launch: Callable[[], None]
@@ -47,6 +53,9 @@ class RankStep:
         """More checks at a verify shape (every rank calls it, in step): False when one failed on
         any rank, which ends the run there."""
         return True
+
+    def measured(self, run: VerifiedShape, checks: RankChecks) -> None:
+        """A bench shape was verified and timed (every rank calls it, in step)."""
 
 
 class UnderSanitizer(RankStep):
@@ -117,6 +126,69 @@ class PerturbedRounds(RankStep):
         return True
 
 
+class ProfiledLaunches(RankStep):
+    def __init__(self, spec: ProfilePlan, rundir: Path) -> None:
+        self.spec = spec
+        self.rundir = rundir
+
+    def measured(self, run: VerifiedShape, checks: RankChecks) -> None:
+        """At the plan's profile shape: every rank turns CUPTI's recording on, then (all of them
+        able, since the candidate's launches are collective) the ranks align and launch the
+        candidate `launches` times back to back, as the timing's warm-up does; each writes what its
+        GPU ran from the first launch to the last into profile-rank{R}.json. A rank that cannot
+        record says why in its ProfileCaptured event, and then no rank launches."""
+        spec, g = self.spec, checks.group
+        if run.shape.name != spec.shape:
+            return
+        recorder: ActivityRecorder | None = None
+        problem = ""
+        try:
+            recorder = ActivityRecorder.load()
+            recorder.start()
+        except CaptureUnavailable as exc:
+            recorder, problem = None, str(exc)
+        except Exception as exc:  # a cupti-python without a name this module uses
+            recorder, problem = None, f"CUPTI could not be set up: {type(exc).__name__}: {exc}"
+        if not g.all_ok(recorder is not None):
+            if recorder is not None:
+                _stopped(recorder)
+                problem = "another rank could not record activities (its own profile event says why)"
+            g.log.emit(ProfileCaptured(shape=spec.shape, launches=spec.launches, problem=problem))
+            return
+        assert recorder is not None
+        g.barrier()
+        # The agreement and the barrier above ran NCCL kernels on the harness's stream while CUPTI
+        # recorded: what started before this moment (the host's clock, which CUPTI stamps with)
+        # is theirs, not the candidate's, and is left out.
+        since = recorder.now_ns()
+        try:
+            for _ in range(spec.launches):
+                run.launch()
+            g.wait_stream(f"profiled launches ({spec.launches})", checks.timing.limit(run.shape) * spec.launches)
+        finally:
+            activities, problem = _stopped(recorder)
+        checks.candidate.check_cuda("after the profiled launches")
+        if problem:
+            g.log.emit(ProfileCaptured(shape=spec.shape, launches=spec.launches, problem=problem))
+            return
+        activities = [a for a in activities if a.start_ns >= since]
+        name = f"profile-rank{g.rank}.json"
+        (self.rundir / name).write_text(json.dumps({
+            "shape": spec.shape, "launches": spec.launches, "dropped": recorder.dropped,
+            "unreadable": recorder.unreadable, "activities": [a.to_dict() for a in activities]}))
+        g.log.emit(ProfileCaptured(shape=spec.shape, launches=spec.launches, file=name, activities=len(activities),
+                                   dropped=recorder.dropped + recorder.unreadable))
+
+
+def _stopped(recorder: ActivityRecorder) -> tuple[list[Activity], str]:
+    """The recorder's activities, or none and why: a profile that cannot be read out is a
+    sentence in the result, never the end of the evaluation."""
+    try:
+        return recorder.stop(), ""
+    except Exception as exc:  # cuptiError from the flush
+        return [], f"CUPTI's records could not be read out: {type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
 def rank_steps(plan: RunPlan, log: EventLog) -> list[RankStep]:
     """The steps the plan turns on, in order. Built before CuPy is imported (the perturber's load)."""
     steps: list[RankStep] = []
@@ -126,4 +198,6 @@ def rank_steps(plan: RunPlan, log: EventLog) -> list[RankStep]:
             steps.append(perturbed)
     if plan.sanitize:
         steps.append(UnderSanitizer())
+    if plan.profile is not None and plan.library:
+        steps.append(ProfiledLaunches(plan.profile, Path(plan.rundir)))
     return steps

@@ -16,7 +16,7 @@ The parts: rank_events (the event file, exit codes), watchdog (Watchdog, TraceMe
 rank_group (the harness's NCCL group), rank_reference (the buffers of the workload's reference,
 which core/reference.py loads), candidate_calls (cuco_init/launch/teardown), rank_checks
 (verification), timing, rank_steps (what the plan's evaluation levels add: the perturbed rounds,
-the pool off under compute-sanitizer).
+the pool off under compute-sanitizer, a profile at one bench shape).
 This module holds the entry and the per-shape steps that call them."""
 
 from __future__ import annotations
@@ -143,6 +143,9 @@ class Rank:
                                 reference_ms=tuple(ref_times)))
             if self.plan.trace_ab and g.trace is not None and g.trace.slots:
                 timing.time_trace_ab(shape, ctx, launch)
+            measured = VerifiedShape(shape, launch, reference, inputs, outputs, expected, dtypes)
+            for step in self.steps:  # after the timing, which they must not disturb (a profile)
+                step.measured(measured, checks)
         # Every rank's last launch done before any rank frees: a peer's final signal or copy may
         # still be on its way into this rank's IPC buffers (seen in a CPU emulation of kv_transfer).
         g.barrier()

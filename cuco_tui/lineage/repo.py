@@ -16,7 +16,9 @@ files, use `git show <sha>:candidate.cu` or `git worktree add`.
 
 The root commit's session.json records the machine the session was created on (GPUs, driver,
 CUDA, NCCL: `machine()`); a `bounds` tag names a commit holding bounds.json, the perfect-overlap
-bounds the search measured once on a GPU (`bounds()`, core/bounds.py)."""
+bounds the search measured once on a GPU (`bounds()`, core/bounds.py). A profile taken of a
+candidate later (lineage/profiles.py) is a commit under refs/profiles/<id>, a child of the
+candidate's: the candidate's own commit never changes."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import git
 from git import Actor
@@ -64,6 +66,7 @@ ENDED_TAG = "refs/tags/ended"  # a commit holding ended.json: why the last searc
 ENDED_FILE = "ended.json"
 CANDIDATE_TAG = "refs/tags/"  # + the candidate id
 ISLAND_PREFIX = "refs/heads/island-"
+PROFILE_PREFIX = "refs/profiles/"  # + the candidate id: its newest profile (set_profile)
 COMMITTER = Actor("cuco-tui", "cuco-tui@localhost")
 
 _CANDIDATE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # also a valid tag name
@@ -316,17 +319,39 @@ class SessionRepo:
 
     def _tag_file(self, tag: str, name: str, data: dict[str, Any], message: str) -> None:
         """A commit holding one JSON file (its parent the root, not a candidate) under `tag`."""
+        self._ref_files(tag, {name: dump_json(data).encode()}, message, lambda: [self._root])
+
+    def _ref_files(self, ref: str, files: dict[str, bytes], message: str, parents: Callable[[], list[str]]) -> None:
+        """A commit holding `files` (no record.json: not a candidate) under `ref`, created or moved;
+        its parents are asked for under the lock."""
         with self._lock:
             with self._index.writing():
                 self._sync()
-                tree = write_tree(self._repo, {name: dump_json(data).encode()})
+                tree = write_tree(self._repo, files)
                 now = int(time.time())
-                commit = write_commit(self._repo, tree, [self._root], message, COMMITTER, COMMITTER, now, now)
+                commit = write_commit(self._repo, tree, parents(), message, COMMITTER, COMMITTER, now, now)
                 self._stale = True
-                point_ref(self._repo, tag, commit)
-                self._fp = self._fp.moved(tag, commit.hexsha, new_commits=1)
+                point_ref(self._repo, ref, commit)
+                self._fp = self._fp.moved(ref, commit.hexsha, new_commits=1)
                 self._index.set_fingerprint(self._fp)
             self._stale = False
+
+    def set_profile(self, candidate_id: str, files: dict[str, bytes], message: str) -> None:
+        """Keep a profile's files with a candidate (lineage/profiles.py writes them): a commit under
+        refs/profiles/<id> whose parents are the candidate's commit and the profile it replaces, so
+        `git show refs/profiles/c0042:profile.json` reads the newest and its log the earlier ones."""
+        ref = PROFILE_PREFIX + candidate_id
+
+        def parents() -> list[str]:
+            before = read_refs(self._repo, ref).get(ref)
+            return [self.commit_of(candidate_id)] + ([before] if before else [])
+
+        self._ref_files(ref, files, message, parents)
+
+    def profile_file(self, candidate_id: str, name: str) -> bytes | None:
+        """A file of the candidate's newest profile (set_profile), None when it has none."""
+        with self._lock:
+            return read_blob(self._repo, f"{PROFILE_PREFIX}{candidate_id}:{name}")
 
     def set_machine(self, machine: MachineInfo, source: str) -> None:
         """Name the machine of a session that recorded none (made before session.json held it):

@@ -27,6 +27,9 @@ from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.screens.dashboard import DashboardScreen, parse_budget
 from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.app.widgets.candidate import sections
+from cuco_tui.core.profile import KERNEL, MEMCPY, Activity, Profile, summarize
+from cuco_tui.core.profile_trace import chrome_trace
+from cuco_tui.lineage.profiles import keep_profile
 from cuco_tui.app.widgets.candidate.deadlock import parse_report
 from cuco_tui.app.widgets.candidate.model import CandidateView
 from cuco_tui.app.widgets.lineage.candidate_details import facts_text
@@ -299,6 +302,29 @@ async def test_timings_per_shape_and_per_rank(tmp_path):
         ranks = [line.split() for line in text.splitlines() if "-" in line and line.split()[:1] in (["mlp-up"], ["1"])]
         assert ["mlp-up", "0", "2.600", "2.580-2.620", "2.560-2.660", "30"] in ranks
         assert ["1", "2.850*", "2.830-2.870", "2.810-2.910", "30"] in ranks  # the slowest rank, marked
+    repo.close()
+
+
+@pytest.mark.asyncio
+async def test_a_profile_kept_with_the_candidate_has_a_tab_with_each_ranks_exposed_communication(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    acts = [Activity(KERNEL, "gemm_kernel", 0, 2_000_000, 0, 7),
+            Activity(MEMCPY, "memcpy dtod", 1_000_000, 3_000_000, 0, 9, "dtod", 1 << 20)]
+    trace = tmp_path / "trace.json"
+    trace.write_text(chrome_trace({0: acts}).text)
+    keep_profile(repo, "c0000", Profile("square-8k", 5, (summarize(acts, 0),), trace=str(trace)))
+    app = CucoApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0000")
+        assert "profile" in screen.tabs.ids
+        text = section_text(screen, "profile")
+        assert "profile of 5 launches at square-8k" in text
+        row = next(line.replace("│", " ").split() for line in text.splitlines() if "33.3%" in line)
+        assert row == ["0", "1.000", "33.3%", "3.000", "2.000", "2.000", "50%"]
+        assert "gemm_kernel" in text and "refs/profiles/c0000:profile.trace.json" in text
+        await app.pop_screen()
+        other = await open_candidate(app, pilot, repo, "c0001")
+        assert "profile" not in other.tabs.ids  # nothing kept: no tab
     repo.close()
 
 

@@ -14,7 +14,7 @@ import pytest
 from cuco_tui.evaluate.cascade import EvalOptions, make_plan
 from cuco_tui.evaluate.sanitizer import plan_for
 from cuco_tui.harness.plan import (BACK_TO_BACK_CHECK, PERTURBED_CHECK, PLAN_VERSION, PerturbPlan, PlanError,
-                                   RunPlan)
+                                   ProfilePlan, RunPlan)
 from cuco_tui.workload.manifest import load_workload
 
 W = load_workload("gemm_allgather")
@@ -23,7 +23,8 @@ W = load_workload("gemm_allgather")
 def _full_plan() -> RunPlan:
     plan = make_plan(W, W.root / "c.so", EvalOptions(trace_ab=True, first_launch_timeout_s=12.5), "evaluate")
     plan = replace(plan, preload=("/lib/libcuco_attn.so",), notes=("no cuDNN",),
-                   perturb=PerturbPlan("/lib/libcuco_perturb.so", seed=41, rounds=4, unit_us=2000))
+                   perturb=PerturbPlan("/lib/libcuco_perturb.so", seed=41, rounds=4, unit_us=2000),
+                   profile=ProfilePlan("long-seq", launches=3))
     return plan_for(plan, "memcheck").placed([0, 1], "/runs/x")
 
 

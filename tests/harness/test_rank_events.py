@@ -11,7 +11,7 @@ from dataclasses import replace
 from cuco_tui.harness.launcher import _Tail
 from cuco_tui.harness.rank_events import (KINDS, Aborted, BaselineMeasured, CloseWarning, Done, EventLog, Failed,
                                           Garbled, Joined, Launched, PerturbEnded, PerturbStarted, PerturbWarning,
-                                          PlanStarted, RankEvent, ReferenceWarning, ShapeStarted, Timed, TimedOut,
+                                          PlanStarted, ProfileCaptured, RankEvent, ReferenceWarning, ShapeStarted, Timed, TimedOut,
                                           TraceTimed, Unrecognized, Verified, parse_line, read_events)
 from repo_paths import DATA
 
@@ -36,6 +36,8 @@ ONE_OF_EACH: list[RankEvent] = [
                    unit_us=2000, start_delay_us=8000),
     PerturbEnded(shape="verify", round=1, seed=41, ok=True, seconds=0.05, calls=12, delayed=3, delayed_us=6000,
                  skipped=0, errors=0, per_class={"copy": 0, "event": 0, "kernel": 6, "nccl": 6, "gemm": 0}),
+    ProfileCaptured(shape="long-seq", launches=5, file="profile-rank1.json", activities=412, dropped=3),
+    ProfileCaptured(shape="long-seq", launches=5, problem="CUPTI is not installed on this host"),
     Done(),
     ReferenceWarning(message="graphs off"),
     PerturbWarning(message="its stream could not be held back"),

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cuco_tui.harness.plan import PerturbPlan, RunPlan
+from cuco_tui.harness.plan import PerturbPlan, ProfilePlan, RunPlan
 from cuco_tui.harness.rank_events import EventLog, PerturbWarning, read_events
-from cuco_tui.harness.rank_steps import UnderSanitizer, rank_steps
+from cuco_tui.harness.rank_steps import ProfiledLaunches, UnderSanitizer, rank_steps
 
 PLAN = RunPlan(mode="evaluate", workload="w", reference="reference.py", library="candidate.so", shapes=(), rtol=0.02,
                floor=0.0, warmup=1, repetitions=1, nonce=1)
@@ -18,7 +18,9 @@ def test_the_plan_turns_the_steps_on(tmp_path):
     log = EventLog(tmp_path / "rank0.jsonl", 0)
     assert rank_steps(PLAN, log) == []
     assert [type(s) for s in rank_steps(replace(PLAN, sanitize="memcheck"), log)] == [UnderSanitizer]
-    baseline = replace(PLAN, mode="baseline", library=None, perturb=PerturbPlan("/nowhere.so", 1, 4, 2000))
+    assert [type(s) for s in rank_steps(replace(PLAN, profile=ProfilePlan("long-seq")), log)] == [ProfiledLaunches]
+    baseline = replace(PLAN, mode="baseline", library=None, perturb=PerturbPlan("/nowhere.so", 1, 4, 2000),
+                       profile=ProfilePlan("long-seq"))
     assert rank_steps(baseline, log) == []  # no candidate, no rounds: nothing loaded, nothing said
     assert read_events(tmp_path / "rank0.jsonl") == []
 

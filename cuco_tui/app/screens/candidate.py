@@ -1,6 +1,7 @@
 """The candidate screen: one candidate of a session in full, in tabs that exist only when the
 candidate has something for them (source; a diff per parent; compiler errors with their lines;
-deadlock diagnosis; verification; timings per shape and per rank; run logs), and its actions:
+deadlock diagnosis; verification; timings per shape and per rank; the newest profile kept with it; run
+logs), and its actions:
 re-benchmark (with a GPU) and make-parent (through the live search, when the app runs one on
 this session) and export (always). Keys: r re-benchmark, u use as parent, w export, ] and [
 the tabs, esc back (one meaning each on every screen).

@@ -1,8 +1,9 @@
 """One candidate as the candidate view shows it, read once from the session (in a thread) into
 plain data: the record (from the index: record.json, with result.json and the rationale in
 it), its source (candidate.cu from git), a diff against each parent, its logs under the
-names the commit stores them (logs/<name>.txt), and what its timings are measured against: the
-session's bounds and the workload's work per shape (FLOPs, bytes). No Textual here."""
+names the commit stores them (logs/<name>.txt), what its timings are measured against: the
+session's bounds and the workload's work per shape (FLOPs, bytes), and the newest profile kept with
+it (lineage/profiles.py). No Textual here."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from pathlib import Path
 from typing import Mapping
 
 from cuco_tui.core.bounds import Bounds, ShapeFigures, Work, all_figures
+from cuco_tui.core.profile import Profile
 from cuco_tui.core.result import CascadeResult, Diagnostic, Status
 from cuco_tui.lineage import SessionError, SessionRepo
 from cuco_tui.lineage.files import log_paths
+from cuco_tui.lineage.profiles import stored_profile
 from cuco_tui.core.records import CandidateRecord, RecordStatus
 
 
@@ -41,6 +44,8 @@ class CandidateView:
     result_error: str = ""  # why result is None although the record holds one
     bounds: Bounds | None = None  # the session's, when it measured them
     work: Mapping[str, Work] = field(default_factory=dict)  # per bench shape, when the workload counts it
+    profile: Profile | None = None  # the newest profile kept with it (lineage/profiles.py), if any
+    profile_error: str = ""  # why a profile kept with it cannot be read
 
     def figures(self) -> tuple[ShapeFigures, ...]:
         """Per measured shape: time, speedup, TFLOP/s, GB/s and % of the bound where known."""
@@ -137,7 +142,12 @@ def load_candidate(repo: SessionRepo, candidate_id: str) -> CandidateView:
                 logs.append(LogFile(str(name), path, text))
     bounds = repo.bounds()
     work = {b.shape: b.work for b in bounds.shapes} if bounds is not None else session_work(repo, result)
-    return CandidateView(repo.path.name, record, result, tuple(diffs), tuple(logs), error, bounds, work)
+    try:
+        profile, profile_error = stored_profile(repo, candidate_id), ""
+    except SessionError as e:
+        profile, profile_error = None, str(e)
+    return CandidateView(repo.path.name, record, result, tuple(diffs), tuple(logs), error, bounds, work, profile,
+                         profile_error)
 
 
 def session_work(repo: SessionRepo, result: CascadeResult | None) -> dict[str, Work]:

@@ -15,6 +15,7 @@ from textual.content import Content
 from cuco_tui.app.widgets.candidate.deadlock import deadlock_parts, parse_report
 from cuco_tui.app.widgets.candidate.model import CandidateView
 from cuco_tui.app.widgets.diff_text import diff_content
+from cuco_tui.app.widgets.candidate.profile import profile_parts
 from cuco_tui.app.widgets.candidate.timings import timings_parts
 from cuco_tui.app.widgets.lineage.candidate_details import facts_text
 from cuco_tui.app.widgets.result_view import LEVEL_NAMES, LOG_LINES, SEVERITY_STYLE
@@ -181,10 +182,18 @@ def timings(view: CandidateView) -> Section | None:
                    wide=True)
 
 
+def profile(view: CandidateView) -> Section | None:
+    """The newest profile kept with the candidate (`cuco eval --session S ID --profile SHAPE`)."""
+    p = view.profile
+    if p is None:
+        return Section("profile", "Profile", (Text(view.profile_error, style="red"),)) if view.profile_error else None
+    return Section("profile", "Profile", profile_parts(p, view.id), wide=True)
+
+
 def sections(view: CandidateView) -> list[Section]:
     """The tabs, in reading order; only those with content."""
     found = [overview(view), source(view), *diffs(view), errors(view), deadlock(view), verification(view),
-             timings(view), logs(view)]
+             timings(view), profile(view), logs(view)]
     return [s for s in found if s is not None]
 
 
