@@ -149,3 +149,18 @@ def test_run_launches_both_agents_with_the_real_search_flags(tmp_path_factory, t
                             "--root", str(root), "--out", str(out)], env=env, cwd=REPO, capture_output=True,
                            text=True, timeout=600)
     assert again.returncode == 0 and again.stdout.count("already there, read and not run again") == 2
+
+
+def test_the_device_script_parses_and_passes_only_options_the_comparison_knows(tmp_path):
+    script = REPO / "benchmarks" / "runs" / "search_vs_random.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    call = text[text.index("benchmarks/search_vs_random.py --run"):]
+    call = call[:call.index("\ndone")]
+    known = {o for a in _script().parser()._actions for o in a.option_strings}
+    given = {w for w in call.split() if w.startswith("--")}
+    assert given and given <= known, given - known
+    assert "gemm_allgather" in text and "moe_dispatch_combine" in text and "prebuild.py" in text
+    bad = subprocess.run(["bash", str(script)], env={**os.environ, "PART": "7", "OUT": str(tmp_path / "o")},
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "PART is 1-6" in bad.stdout
