@@ -1,5 +1,6 @@
 """Choosing and building the agent of a search, shared by `cuco search` and `cuco-tui`:
-Claude when ANTHROPIC_API_KEY is set, the offline agent otherwise, unless one is named. This is
+Claude when ANTHROPIC_API_KEY is set, the offline agent otherwise, unless one is named ("random":
+uniform random sampling of the offline agent's space, the yardstick of issue 34). This is
 where an agent is wired to what it is given from other rooms (the L0 screen from evaluate/): the
 one module of agents/ that imports the evaluator, which puts the room above evaluate/ in
 docs/architecture.md's floors."""
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from cuco_tui.agents.base import Agent
 from cuco_tui.core.workload import Workload
 
-AGENT_KINDS = ("offline", "claude")
+AGENT_KINDS = ("offline", "claude", "random")
 
 
 class AgentUnavailable(RuntimeError):
@@ -33,7 +34,7 @@ def check_agent(kind: str, workload: Workload, env: Mapping[str, str] | None = N
     if kind == "claude" and not env.get("ANTHROPIC_API_KEY"):
         raise AgentUnavailable("the Claude agent needs an Anthropic API key: set ANTHROPIC_API_KEY, or search with "
                                "--agent offline")
-    if kind == "offline":
+    if kind in ("offline", "random"):  # the same space: the workload's templates or its seed's knobs
         from cuco_tui.agents.offline.strategy import StrategyBook, StrategyError
 
         try:
@@ -52,8 +53,8 @@ def make_agent(kind: str, workload: Workload, *, world: int | None = None, gpus:
     on `gpus` (empty: any), with the search's random `seed` and dollar cap. Raises
     AgentUnavailable (see check_agent) before building anything it cannot."""
     check_agent(kind, workload, env)
-    if kind == "offline":
-        from cuco_tui.agents.offline import OfflineAgent
+    if kind in ("offline", "random"):
+        from cuco_tui.agents.offline import OfflineAgent, RandomSampleAgent
         from cuco_tui.design.space import Capabilities
 
         world = world or min(workload.world_sizes)
@@ -63,7 +64,7 @@ def make_agent(kind: str, workload: Workload, *, world: int | None = None, gpus:
             caps = capabilities_from(hardware_facts(), world, list(gpus) or None)
         except Exception:
             caps = Capabilities(world=world)
-        return OfflineAgent(workload, caps, seed=seed)
+        return (OfflineAgent if kind == "offline" else RandomSampleAgent)(workload, caps, seed=seed)
     try:
         from cuco_tui.agents.claude import DEFAULT_MODEL, ClaudeAgent
     except ImportError as exc:

@@ -62,7 +62,7 @@ class CucoApp(App):
     10 generations), `review_mode` overrides its review mode, `session` the session folder
     (default: a new one in the sessions folder), `executor` where its evaluations run (None: this
     machine's GPU groups), `engine_options` extra SearchEngine keyword arguments,
-    `agent` "offline" or "claude" (None: claude when ANTHROPIC_API_KEY is set), `resume` a
+    `agent` "offline", "claude" or "random" (None: claude when ANTHROPIC_API_KEY is set), `resume` a
     session folder to continue instead of a new one. `open_session`: a lineage to open first, a
     session folder or bundle, or a session already opened (`cuco-tui open` imports a bundle once,
     to refuse a bad one before the app starts; the app then owns it). `b` lists the sessions and

@@ -29,7 +29,7 @@ class SearchLaunch:
     evaluate_fn: EvaluateFn | None = None  # None: the real cascade
     session: Path | None = None  # None: a fresh folder in the sessions folder (search.sessions.sessions_root)
     engine_options: tuple[tuple[str, Any], ...] = ()
-    agent: str | None = None  # "offline" | "claude" | None: chosen from the environment
+    agent: str | None = None  # "offline" | "claude" | "random" | None: chosen from the environment
     model: str | None = None
     resume: Path | None = None
     resume_overrides: tuple[tuple[str, Any], ...] = ()

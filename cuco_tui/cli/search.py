@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from cuco_tui.cli.build_watch import BuildWatch
+from cuco_tui.agents.factory import AGENT_KINDS
 from cuco_tui.cli.common import (
     DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, WORKLOAD_HELP, add_executor_options, config_overrides, gpu_list,
     make_executor, workload_named,
@@ -324,8 +325,10 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--generations", "-g", type=int,
                    help=f"the session's total number of generations after the seed's generation 0, 1 or more "
                         f"(default {DEFAULT_GENERATIONS}); with --resume, the search continues up to it")
-    s.add_argument("--agent", choices=("offline", "claude"),
-                   help="who proposes (default: claude when ANTHROPIC_API_KEY is set, else offline)")
+    s.add_argument("--agent", choices=AGENT_KINDS,
+                   help="who proposes: offline (templates steered by results), claude, or random (uniform random "
+                   "sampling of the offline agent's space, a yardstick; default: claude when "
+                   "ANTHROPIC_API_KEY is set, else offline)")
     s.add_argument("--model", help="the Claude model (with --agent claude)")
     s.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: every GPU); split into groups of --world")
     s.add_argument("--world", type=int, help="ranks per evaluation (default: the workload's smallest world size)")

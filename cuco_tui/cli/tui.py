@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cuco_tui.agents.factory import AGENT_KINDS
 from cuco_tui.cli.common import (
     DEFAULT_GENERATIONS, WORKLOAD_HELP, add_executor_options, config_overrides, gpu_list, make_executor,
     package_version, workload_named,
@@ -24,8 +25,10 @@ def build_tui_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"cuco-tui {package_version()}")
     parser.add_argument("--workload", "-w", help=WORKLOAD_HELP + "; with --resume, the session's own")
     parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: every GPU)")
-    parser.add_argument("--agent", choices=("offline", "claude"),
-                        help="who proposes (default: claude when ANTHROPIC_API_KEY is set, else offline)")
+    parser.add_argument("--agent", choices=AGENT_KINDS,
+                        help="who proposes: offline (templates steered by results), claude, or random (uniform random "
+                        "sampling of the offline agent's space, a yardstick; default: claude when "
+                        "ANTHROPIC_API_KEY is set, else offline)")
     parser.add_argument("--model", help="the Claude model (with --agent claude)")
     parser.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name in the sessions folder)")
     parser.add_argument("--generations", "-g", type=int,

@@ -64,7 +64,7 @@ def resumed_target(path: Path, overrides: Mapping[str, Any] | None = None) -> Se
 
 
 def agent_maker(kind: str, model: str | None = None) -> AgentMaker:
-    """The agent of `kind` ("offline" | "claude") for a workload and config, as agents/factory.py
+    """The agent of `kind` ("offline" | "claude" | "random") for a workload and config, as agents/factory.py
     builds it (AgentUnavailable when it cannot search here)."""
     from cuco_tui.agents.factory import make_agent
 

@@ -11,8 +11,6 @@ No network, no model: every decision is explained in the proposal's rationale.""
 
 from __future__ import annotations
 
-import itertools
-import json
 import math
 import random
 from collections import defaultdict
@@ -20,6 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuco_tui.agents.base import AgentExhausted, Proposal, ProposalRequest
+from cuco_tui.agents.offline.points import (
+    defaults_in, point_key, proposal_at, record_key, seed_key, strategy_of, valid_points,
+)
 from cuco_tui.agents.offline.strategy import Knobs, Strategy, StrategyBook
 from cuco_tui.design.space import Capabilities
 from cuco_tui.core.records import CandidateRecord, RecordStatus
@@ -46,16 +47,6 @@ class _Outcome:
         return sum(self.speedups) / len(self.speedups) if self.speedups else None
 
 
-def _strategy_of(record: CandidateRecord, seed_strategy: str = "host_sequential") -> tuple[str, Knobs]:
-    knobs = dict(record.design.get("knobs", {}))
-    name = knobs.pop("strategy", None) or (seed_strategy if record.kind == "seed" else "")
-    return name, knobs
-
-
-def _key(name: str, knobs: Knobs) -> str:
-    return name + json.dumps(knobs, sort_keys=True)
-
-
 class OfflineAgent:
     uses_hints = False  # no model reads text here: decisions come from templates and results
     spent_usd = 0.0  # no call costs anything
@@ -73,8 +64,7 @@ class OfflineAgent:
         self.by_strategy: dict[str, _Outcome] = defaultdict(_Outcome)
         self.by_knob: dict[tuple[str, str, str], _Outcome] = defaultdict(_Outcome)
         # the seed is in every session: its own strategy at the defaults is never new
-        seed = self.book.seed_strategy
-        self.proposed.add(_key(seed, self._normalized(seed, self._defaults(seed))))
+        self.proposed.add(seed_key(self.book))
 
     # ------------------------------------------------------------------ learning from results
 
@@ -83,12 +73,13 @@ class OfflineAgent:
         self.by_strategy.clear()
         self.by_knob.clear()
         for rec in history:
-            name, knobs = _strategy_of(rec, self.book.seed_strategy)
-            if not name:
+            key = record_key(self.book, rec)
+            if key is None:
                 continue
+            self.proposed.add(key)
+            name, knobs = strategy_of(rec, self.book.seed_strategy)
             if rec.kind == "seed" and not knobs:  # the seed is its strategy at the defaults
-                knobs = self._defaults(name)
-            self.proposed.add(_key(name, self._normalized(name, knobs)))
+                knobs = defaults_in(self.book, name)
             if rec.status is RecordStatus.PENDING:
                 continue
             outcomes = [self.by_strategy[name]] + [self.by_knob[(name, k, repr(v))] for k, v in knobs.items()]
@@ -124,30 +115,11 @@ class OfflineAgent:
             return self._diff(request)
         return self._full(request)
 
-    def _defaults(self, name: str) -> Knobs:
-        try:
-            return self.book.get(name).default_knobs()
-        except Exception:
-            return {}
-
-    def _normalized(self, name: str, knobs: Knobs) -> Knobs:
-        try:
-            return self.book.get(name).normalized(knobs)
-        except Exception:
-            return knobs
-
     def _make(self, request: ProposalRequest, kind: str, strategy: Strategy, knobs: Knobs, why: str) -> Proposal:
         knobs = strategy.normalized(knobs)
-        self.proposed.add(_key(strategy.name, knobs))
-        point = strategy.point(knobs)
-        return Proposal(
-            kind=kind,
-            parents=tuple(p.id for p in request.parents),
-            source=self.book.render(strategy, knobs),
-            design=point.to_dict(),
-            rationale=f"{why}\nStrategy {strategy.name}: {strategy.description}.\nDesign: {point.line()[16:]}",
-            agent=self.name,
-        )
+        self.proposed.add(point_key(strategy.name, knobs))
+        return proposal_at(self.book, strategy, knobs, kind=kind, parents=tuple(p.id for p in request.parents),
+                           why=why, agent=self.name)
 
     def _valid_strategies(self) -> list[Strategy]:
         return [s for s in self.book.strategies if any(self._valid(s, k) for k in self._some_knobs(s, 12))]
@@ -163,7 +135,7 @@ class OfflineAgent:
 
     def _fresh(self, s: Strategy, candidates: list[Knobs]) -> Knobs | None:
         for knobs in candidates:
-            if self._valid(s, knobs) and _key(s.name, s.normalized(knobs)) not in self.proposed:
+            if self._valid(s, knobs) and point_key(s.name, s.normalized(knobs)) not in self.proposed:
                 return s.normalized(knobs)
         return None
 
@@ -259,7 +231,7 @@ class OfflineAgent:
 
     def _diff(self, request: ProposalRequest) -> Proposal:
         parent = request.parents[0]
-        name, knobs = _strategy_of(parent, self.book.seed_strategy)
+        name, knobs = strategy_of(parent, self.book.seed_strategy)
         try:
             s = self.book.get(name)
         except Exception:
@@ -274,7 +246,7 @@ class OfflineAgent:
             order = sorted(zip(values, weights), key=lambda vw: -vw[1] * self.rng.uniform(0.8, 1.2))
             for value, _ in order:
                 new = {**s.default_knobs(), **knobs, knob: value}
-                if self._valid(s, new) and _key(s.name, s.normalized(new)) not in self.proposed:
+                if self._valid(s, new) and point_key(s.name, s.normalized(new)) not in self.proposed:
                     why = (f"Exploit: from {parent.id} ({parent.status}"
                            + (f", {parent.speedup:.2f}x" if parent.speedup else "") + f"), change {knob} "
                            f"{knobs.get(knob)!r} -> {value!r}. ")
@@ -296,8 +268,8 @@ class OfflineAgent:
             a, b = b, a
         measured = bool(a.speedup)
         whose = "the better parent" if measured else "the first parent (neither was measured)"
-        name_a, knobs_a = _strategy_of(a, self.book.seed_strategy)
-        name_b, knobs_b = _strategy_of(b, self.book.seed_strategy)
+        name_a, knobs_a = strategy_of(a, self.book.seed_strategy)
+        name_b, knobs_b = strategy_of(b, self.book.seed_strategy)
         try:
             s = self.book.get(name_a)
         except Exception:
@@ -307,7 +279,7 @@ class OfflineAgent:
             for k in s.knobs:
                 if k in knobs_b and self.rng.random() < 0.5:
                     new[k] = knobs_b[k]
-            if self._valid(s, new) and _key(s.name, s.normalized(new)) not in self.proposed:
+            if self._valid(s, new) and point_key(s.name, s.normalized(new)) not in self.proposed:
                 return self._make(request, "crossover", s, new,
                                   f"Crossover of {a.id} ({name_a}) and {b.id} ({name_b}): the strategy of "
                                   f"{whose}, knobs mixed from both: {self._fmt(new)}.")
@@ -315,7 +287,7 @@ class OfflineAgent:
         for knob in self.rng.sample(list(s.knobs), len(s.knobs)):
             for value in s.knobs[knob]:
                 new = {**s.default_knobs(), **knobs_a, knob: value}
-                if self._valid(s, new) and _key(s.name, s.normalized(new)) not in self.proposed:
+                if self._valid(s, new) and point_key(s.name, s.normalized(new)) not in self.proposed:
                     return self._make(request, "crossover", s, new,
                                       f"Crossover of {a.id} ({name_a}) and {b.id} ({name_b}): they share no knob "
                                       f"to mix, so the strategy of {whose} with {knob}={value!r}.")
@@ -324,14 +296,11 @@ class OfflineAgent:
     def _exhausted(self, request: ProposalRequest) -> Proposal:
         """The random draws found nothing new: go through every setting of every template, and
         raise AgentExhausted only when none is left."""
-        for s in self.book.strategies:
-            names = list(s.knobs)
-            for values in itertools.product(*(s.knobs[k] for k in names)):
-                knobs = self._fresh(s, [dict(zip(names, values))])
-                if knobs is not None:
-                    return self._make(request, self._explore_kind(request), s, knobs,
-                                      f"Explore: {s.name}, knobs {self._fmt(knobs)}: one of the last settings "
-                                      f"not tried yet (random draws found none).")
+        for s, knobs in valid_points(self.book, self.caps):
+            if point_key(s.name, knobs) not in self.proposed:
+                return self._make(request, self._explore_kind(request), s, knobs,
+                                  f"Explore: {s.name}, knobs {self._fmt(knobs)}: one of the last settings "
+                                  f"not tried yet (random draws found none).")
         raise AgentExhausted("the offline agent has proposed every valid combination of its strategy templates")
 
     def space_size(self) -> int:
