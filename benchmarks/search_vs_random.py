@@ -67,7 +67,7 @@ class Refused(Exception):
 def is_evaluation(record: CandidateRecord) -> bool:
     """Evaluated: neither pending, unreviewed nor a placeholder, and not turned away before
     evaluation (search/outcomes.py turned_away marks those with `rejected_by`)."""
-    return record.status not in NOT_EVALUATED and not record.extra.get("rejected_by")
+    return record.status not in NOT_EVALUATED and not record.rejected_by
 
 
 @dataclass(frozen=True)

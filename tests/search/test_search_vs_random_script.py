@@ -48,7 +48,7 @@ def _record(n: int, agent: str, entry) -> CandidateRecord:
                   design={"backend": "nccl_host"}, rationale="written by the test", agent=agent)
     if entry == DUP:
         return CandidateRecord(**fields, status="rejected", result={"status": "rejected", "reason": "novelty filter"},
-                               extra={"rejected_by": "novelty"})
+                               rejected_by="novelty")
     if entry == EXHAUSTED:
         return CandidateRecord(**fields, status="exhausted", result={"status": "exhausted", "reason": "none left"})
     if entry == FAIL:
