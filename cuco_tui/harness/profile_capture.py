@@ -82,9 +82,11 @@ class ActivityRecorder:
 
     def stop(self) -> list[Activity]:
         """Deliver every buffered record (a forced flush: the GPU work has finished), turn recording
-        off, and return what was recorded."""
+        off, and return what was recorded; CaptureUnavailable when the records cannot be read out."""
         try:
             self.cupti.activity_flush_all(self.cupti.ActivityFlag.FLUSH_FORCED)
+        except Exception as exc:  # cuptiError from the flush
+            raise CaptureUnavailable(f"CUPTI's records could not be read out: {_sentence(exc)}") from None
         finally:
             self._disable()
         return list(self.records)

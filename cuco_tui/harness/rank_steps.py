@@ -185,8 +185,8 @@ def _stopped(recorder: ActivityRecorder) -> tuple[list[Activity], str]:
     sentence in the result, never the end of the evaluation."""
     try:
         return recorder.stop(), ""
-    except Exception as exc:  # cuptiError from the flush
-        return [], f"CUPTI's records could not be read out: {type(exc).__name__}: {' '.join(str(exc).split())}"
+    except CaptureUnavailable as exc:
+        return [], str(exc)
 
 
 def rank_steps(plan: RunPlan, log: EventLog) -> list[RankStep]:

@@ -19,6 +19,7 @@ from cuco_tui.harness import gpus as gpus_module
 from cuco_tui.harness.gpus import GpuInfo, GpuInventory
 from cuco_tui.search import events as ev
 from cuco_tui.toolchain.toolchain import discover
+from cli_helpers import one_line_error
 from repo_paths import REPO
 
 EXAMPLE = REPO / "sessions" / "examples" / "kv_transfer-offline-h200x2.bundle"
@@ -27,29 +28,20 @@ TWO = GpuInventory((GpuInfo(0, "NVIDIA H200", 143771, 132), GpuInfo(1, "NVIDIA H
 ONE = GpuInventory((GpuInfo(0, "NVIDIA H100", 81559, 132),))
 
 
-def _one_line_error(capsys, rc: int, *words: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert rc == 2, err
-    assert len(err.splitlines()) == 1, err
-    for w in words:
-        assert w in err, err
-    return err
-
-
 @pytest.mark.parametrize("command", [["eval", str(SEED)], ["search", "--workload", "gemm_allgather"],
                                      ["baseline"]])
 def test_a_gpu_named_twice_is_refused(capsys, command):
-    _one_line_error(capsys, main(command + ["--gpus", "0,0"]), "GPU 0 is named twice")
+    one_line_error(capsys, main(command + ["--gpus", "0,0"]), "GPU 0 is named twice")
 
 
 def test_a_gpu_named_twice_is_refused_by_the_tui(capsys):
-    _one_line_error(capsys, tui_main(["--gpus", "1,0-1"]), "GPU 1 is named twice")
+    one_line_error(capsys, tui_main(["--gpus", "1,0-1"]), "GPU 1 is named twice")
 
 
 @pytest.mark.parametrize("command", [["eval", str(SEED)], ["search", "--workload", "gemm_allgather"]])
 def test_a_gpu_this_machine_lacks_is_refused(capsys, monkeypatch, command):
     monkeypatch.setattr(gpus_module, "inventory", lambda: TWO)
-    _one_line_error(capsys, main(command + ["--gpus", "0,9"]), "no GPU 9 on this machine", "GPUs 0-1")
+    one_line_error(capsys, main(command + ["--gpus", "0,9"]), "no GPU 9 on this machine", "GPUs 0-1")
 
 
 def test_without_any_gpu_a_gpu_list_is_warned_about(capsys, monkeypatch):
@@ -67,21 +59,21 @@ def test_a_bad_manifest_is_one_line_from_the_cli(capsys, tmp_path):
     capsys.readouterr()
     manifest = root / "manifest.toml"
     manifest.write_text(manifest.read_text().replace("[timing]", "[timming]"))
-    _one_line_error(capsys, main(["eval", str(root / "seed.cu"), "--workload", str(root)]),
+    one_line_error(capsys, main(["eval", str(root / "seed.cu"), "--workload", str(root)]),
                     "unknown field `timming`", "did you mean `timing`")
     manifest.write_text(manifest.read_text().replace("[timming]", "[timing]").replace('dtype = "bf16"', 'dtype = "bf61"'))
-    _one_line_error(capsys, main(["eval", str(root / "seed.cu"), "--workload", str(root)]), "bf61")
+    one_line_error(capsys, main(["eval", str(root / "seed.cu"), "--workload", str(root)]), "bf61")
 
 
 @pytest.mark.parametrize("target", ["/", "no-such-session"])
 def test_opening_what_is_not_a_session_is_refused(capsys, target):
-    _one_line_error(capsys, tui_main(["open", target]), "no session or bundle at")
+    one_line_error(capsys, tui_main(["open", target]), "no session or bundle at")
 
 
 def test_opening_a_file_that_is_not_a_bundle_is_refused(capsys, tmp_path):
     fake = tmp_path / "fake.bundle"
     fake.write_text("not a bundle")
-    _one_line_error(capsys, tui_main(["open", str(fake)]), "not a readable git bundle")
+    one_line_error(capsys, tui_main(["open", str(fake)]), "not a readable git bundle")
 
 
 def test_version(capsys):

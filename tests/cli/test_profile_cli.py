@@ -16,20 +16,12 @@ from cuco_tui.core.profile import KERNEL, MEMCPY, Activity, Profile, summarize
 from cuco_tui.harness import gpus as gpus_module
 from cuco_tui.harness.gpus import GpuInfo, GpuInventory
 from cuco_tui.lineage import import_bundle
+from cli_helpers import one_line_error
 from repo_paths import REPO
 
 SEED = REPO / "workloads" / "gemm_allgather" / "seed.cu"
 EXAMPLE = REPO / "sessions" / "examples" / "kv_transfer-offline-h200x2.bundle"
 TWO = GpuInventory((GpuInfo(0, "NVIDIA H100", 81559, 132), GpuInfo(1, "NVIDIA H100", 81559, 132)))
-
-
-def _one_line_error(capsys, rc: int, *words: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert rc == 2, err
-    assert len(err.splitlines()) == 1, err
-    for w in words:
-        assert w in err, err
-    return err
 
 
 @pytest.fixture
@@ -42,7 +34,7 @@ def nothing_built():
 
 
 def test_a_shape_the_workload_lacks_is_refused_naming_its_bench_shapes(capsys, nothing_built):
-    _one_line_error(capsys, main(["eval", str(SEED), "--profile", "huge"]), "--profile", "no bench shape 'huge'",
+    one_line_error(capsys, main(["eval", str(SEED), "--profile", "huge"]), "--profile", "no bench shape 'huge'",
                     "long-seq", "short-seq")
 
 
@@ -55,12 +47,12 @@ def test_a_shape_the_workload_lacks_is_refused_naming_its_bench_shapes(capsys, n
 def test_a_profile_with_a_flag_that_rules_it_out_is_refused_with_the_reason(capsys, monkeypatch, nothing_built,
                                                                             flags, words):
     monkeypatch.setattr(gpus_module, "inventory", lambda: TWO)
-    _one_line_error(capsys, main(["eval", str(SEED), "--profile", "long-seq", *flags]), *words)
+    one_line_error(capsys, main(["eval", str(SEED), "--profile", "long-seq", *flags]), *words)
 
 
 def test_without_a_gpu_a_profile_is_refused_with_the_reason(capsys, monkeypatch, nothing_built):
     monkeypatch.setattr(gpus_module, "inventory", lambda: GpuInventory((), problem="no NVIDIA driver answered"))
-    _one_line_error(capsys, main(["eval", str(SEED), "--profile", "long-seq"]), "this machine has none",
+    one_line_error(capsys, main(["eval", str(SEED), "--profile", "long-seq"]), "this machine has none",
                     "no NVIDIA driver answered")
 
 
@@ -72,9 +64,9 @@ def session(tmp_path):
 
 
 def test_a_candidate_the_session_lacks_is_refused(capsys, session, nothing_built):
-    _one_line_error(capsys, main(["eval", "c0999", "--session", str(session)]), "has no candidate 'c0999'",
+    one_line_error(capsys, main(["eval", "c0999", "--session", str(session)]), "has no candidate 'c0999'",
                     "with --session, FILE is a candidate id")
-    _one_line_error(capsys, main(["eval", "c0001", "--session", str(session.parent / "none")]), "no session")
+    one_line_error(capsys, main(["eval", "c0001", "--session", str(session.parent / "none")]), "no session")
 
 
 def test_a_sessions_candidate_is_evaluated_by_its_id_with_the_sessions_workload(capsys, session, monkeypatch):

@@ -10,19 +10,11 @@ from pathlib import Path
 import pytest
 
 from cuco_tui.cli import main, tui_main
+from cli_helpers import one_line_error
 from repo_paths import REPO
 
 EXAMPLE = REPO / "sessions" / "examples" / "kv_transfer-offline-h200x2.bundle"
 SEED = REPO / "workloads" / "gemm_allgather" / "seed.cu"
-
-
-def _one_line_error(capsys, rc: int, *words: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert rc == 2, err
-    assert len(err.splitlines()) == 1, err
-    for w in words:
-        assert w in err, err
-    return err
 
 
 # ---------------------------------------------------------------------------- item 2: export --out
@@ -31,18 +23,18 @@ def _one_line_error(capsys, rc: int, *words: str) -> str:
 def test_export_into_an_existing_file_is_refused_and_the_file_kept(tmp_path, capsys):
     target = tmp_path / "notes.txt"
     target.write_text("my notes\n")
-    _one_line_error(capsys, main(["export", str(EXAMPLE), "--out", str(target)]), str(target), "not a folder")
+    one_line_error(capsys, main(["export", str(EXAMPLE), "--out", str(target)]), str(target), "not a folder")
     assert target.read_text() == "my notes\n"
 
 
 def test_export_where_no_folder_can_be_made_is_one_line(capsys):
-    _one_line_error(capsys, main(["export", str(EXAMPLE), "--out", "/proc/cuco-export-test"]),
+    one_line_error(capsys, main(["export", str(EXAMPLE), "--out", "/proc/cuco-export-test"]),
                     "/proc/cuco-export-test")
 
 
 def test_export_does_not_overwrite_a_readme_of_yours(tmp_path, capsys):
     (tmp_path / "README.md").write_text("# my project\n")
-    _one_line_error(capsys, main(["export", str(EXAMPLE), "--out", str(tmp_path)]), "README.md")
+    one_line_error(capsys, main(["export", str(EXAMPLE), "--out", str(tmp_path)]), "README.md")
     assert (tmp_path / "README.md").read_text() == "# my project\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]
 
@@ -66,22 +58,22 @@ def test_eval_refuses_a_world_or_shape_the_workload_lacks_before_compiling(capsy
     monkeypatch.setattr(gpus_module, "inventory", lambda: GpuInventory((), problem="no NVIDIA driver answered"))
     monkeypatch.setenv("CUCO_CACHE_DIR", str(tmp_path / "cache"))
     rc = main(["eval", str(SEED), "--workload", "gemm_allgather", *flags])
-    _one_line_error(capsys, rc, *words)
+    one_line_error(capsys, rc, *words)
     assert not (tmp_path / "cache").exists()  # nothing was compiled
 
 
 @pytest.mark.parametrize("command", [["baseline"], ["selftest", "--faults"]])
 @pytest.mark.parametrize("flags", [["--world", "3"], ["--world", "0"]])
 def test_baseline_and_selftest_refuse_a_world_the_workload_lacks(capsys, command, flags):
-    _one_line_error(capsys, main(command + ["--workload", "gemm_allgather"] + flags), f"--world {flags[1]}", "2, 4, 8")
+    one_line_error(capsys, main(command + ["--workload", "gemm_allgather"] + flags), f"--world {flags[1]}", "2, 4, 8")
 
 
 def test_selftest_refuses_a_fault_the_workload_lacks(capsys):
-    _one_line_error(capsys, main(["selftest", "--faults", "--only", "hang,nope"]), "'nope'", "missing_signal")
+    one_line_error(capsys, main(["selftest", "--faults", "--only", "hang,nope"]), "'nope'", "missing_signal")
 
 
 def test_selftest_of_a_workload_without_faults_is_one_line(capsys):
-    _one_line_error(capsys, main(["selftest", "--faults", "--workload", "kv_transfer"]), "kv_transfer",
+    one_line_error(capsys, main(["selftest", "--faults", "--workload", "kv_transfer"]), "kv_transfer",
                     "faults/expected.toml")
 
 
@@ -93,8 +85,8 @@ def test_sessions_under_a_root_that_is_no_folder_is_refused(tmp_path, capsys, ki
     root = tmp_path / "nowhere"
     if kind == "file":
         root.write_text("")
-    _one_line_error(capsys, main(["sessions", "--root", str(root)]), str(root))
-    _one_line_error(capsys, main(["sessions", "--root", str(root), "--json"]), str(root))
+    one_line_error(capsys, main(["sessions", "--root", str(root)]), str(root))
+    one_line_error(capsys, main(["sessions", "--root", str(root), "--json"]), str(root))
 
 
 def test_the_resume_command_sessions_suggests_works_from_another_root(tmp_path, capsys):
@@ -138,11 +130,11 @@ def test_eval_refuses_a_candidate_past_the_size_limit_before_reading_it(tmp_path
     just_over = tmp_path / "big.cu"
     text = SEED.read_text()
     just_over.write_text(text + "//" + "x" * (MAX_SOURCE_BYTES - len(text.encode())) + "\n")
-    _one_line_error(capsys, main(["eval", str(just_over)]), str(just_over), "1 MiB")
+    one_line_error(capsys, main(["eval", str(just_over)]), str(just_over), "1 MiB")
     huge = tmp_path / "huge.cu"  # sparse: 4 GiB that take no disk; read whole, they would take the memory
     with huge.open("wb") as f:
         f.truncate(4 << 30)
-    _one_line_error(capsys, main(["eval", str(huge)]), str(huge), "4096.0 MiB", "1 MiB")
+    one_line_error(capsys, main(["eval", str(huge)]), str(huge), "4096.0 MiB", "1 MiB")
     assert not (tmp_path / "cache").exists()
 
 
@@ -152,5 +144,5 @@ def test_eval_refuses_a_candidate_past_the_size_limit_before_reading_it(tmp_path
 def test_opening_a_regular_file_says_it_is_a_file(tmp_path, capsys):
     notes = tmp_path / "notes.txt"
     notes.write_text("hello\n")
-    err = _one_line_error(capsys, tui_main(["open", str(notes)]), str(notes), "is a file")
+    err = one_line_error(capsys, tui_main(["open", str(notes)]), str(notes), "is a file")
     assert "is a folder" not in err, err
