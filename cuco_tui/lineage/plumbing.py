@@ -85,6 +85,14 @@ def read_blob(repo: git.Repo, spec: str) -> bytes | None:
         _, kind, _, data = repo.git.get_object_data(spec)
     except ValueError:  # cat-file answered "missing"
         return None
+    except BrokenPipeError:
+        # GitPython's long-lived `git cat-file` died: Ctrl-C in a terminal (or `timeout`) signals the
+        # whole process group, and the search goes on to commit what was in flight. Start another.
+        repo.git.clear_cache()
+        try:
+            _, kind, _, data = repo.git.get_object_data(spec)
+        except ValueError:
+            return None
     return data if kind in (b"blob", "blob") else None  # GitPython gives bytes
 
 

@@ -578,3 +578,18 @@ def test_commit_speed(session: SessionRepo):
     print(f"\nlineage: {mean_ms:.2f} ms per candidate commit (mean of {n})")
     assert len(session) == n + 1
     assert mean_ms < 100
+
+
+def test_the_end_is_recorded_after_a_ctrl_c_killed_gits_helper(session: SessionRepo):
+    """Ctrl-C reaches the whole process group, GitPython's long-lived `git cat-file` among it: the
+    search then recorded why it ended through a dead pipe ("[Errno 32] Broken pipe") and the session
+    listed as whatever it said before. A helper that died is started again."""
+    import signal
+
+    session.set_ended("")
+    assert session.ended() == ""  # the helper is running now
+    helper = session._repo.git.cat_file_all.proc
+    os.kill(helper.pid, signal.SIGINT)
+    helper.wait()
+    session.set_ended("stopped")
+    assert session.ended() == "stopped"
