@@ -94,7 +94,7 @@ def compile_emulated(sources: dict[str, str], root: Path, includes: tuple[Path, 
     jobs = {}
     for name, text in sources.items():
         (root / f"{name}.cpp").write_text(text)
-        cmd = ["g++", "-std=c++20", "-O2", "-pthread", "-fno-strict-aliasing", "-D__CUDACC__",
+        cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-D__CUDACC__",
                f"-I{CP_EMU / 'stubs'}", f"-I{CP_EMU}", *[f"-I{p}" for p in includes], f"-I{RUNTIME}",
                str(root / f"{name}.cpp"), "-o", str(root / name)]
         jobs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

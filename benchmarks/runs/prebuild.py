@@ -13,6 +13,7 @@ that no builder waits on a library's lock while other candidates could compile.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import tempfile
 import time
@@ -27,6 +28,9 @@ from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.workload.manifest import list_workloads, load_workload
 
 
+LIBRARY_KNOBS = ("tile", "cluster")  # the knobs that pick a fused GEMM library's kernel configuration
+
+
 def sources(name: str) -> dict[str, str]:
     w = load_workload(name)
     out = {f"{name}/seed": w.seed.read_text()}
@@ -35,6 +39,13 @@ def sources(name: str) -> dict[str, str]:
         for knobs in s.one_knob_changes():
             tag = "_".join(str(v) for v in knobs.values()) or "default"
             out[f"{name}/{s.name}/{tag}"] = book.render(s, knobs)
+        # Every kernel configuration of a fused GEMM template (tile x cluster), not only those one
+        # knob changed alone reaches: each is a library of its own, and the test suite builds one.
+        picks = [k for k in LIBRARY_KNOBS if k in s.knobs]
+        if len(picks) > 1:
+            for values in itertools.product(*(s.knobs[k] for k in picks)):
+                knobs = s.normalized({**s.default_knobs(), **dict(zip(picks, values))})
+                out[f"{name}/{s.name}/config_" + "_".join(map(str, values))] = book.render(s, knobs)
     cands = w.root / "candidates"
     if cands.is_dir():
         for p in sorted(cands.glob("*.cu")):
