@@ -38,21 +38,24 @@ case "$PART" in
   *) echo "PART is 1-6 (gemm_allgather seeds 1-3, then moe_dispatch_combine seeds 1-3), not $PART"; exit 2 ;;
 esac
 set -- $AGENTS
-SEARCH_S=${SEARCH_S:-$((400 / $#))}
+if [ "${PAIRS:-0}" = 1 ]; then SEARCH_S=${SEARCH_S:-340}; else SEARCH_S=${SEARCH_S:-$((400 / $#))}; fi
 ROOT=$PWD/runs/search_vs_random
 echo "PART $PART: $WORKLOAD seed $SEED, agents $AGENTS, about $EVALS evaluations, at most $SEARCH_S s each"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvidia-smi topo -m | head -3
-# Every template's defaults and each knob changed alone, plus the one fused GEMM library those
-# leave out (256x128 tiles on 1x2 clusters): a quarter of the random agent's fused_tile points link it.
-extra=()
-if [ "$WORKLOAD" = gemm_allgather ]; then
-  python3 benchmarks/render_strategy.py gemm_allgather fused_tile /tmp/fused-256x128-1x2.cu tile=256x128 cluster=1x2
-  extra=(--files /tmp/fused-256x128-1x2.cu)
+# Every template's defaults, each knob changed alone, and every fused GEMM library configuration.
+TAIL=4 step prebuild "${PREBUILD_S:-120}" python3 benchmarks/runs/prebuild.py --jobs 30 "$WORKLOAD"
+# PAIRS=1 on a 4-GPU host: the agents side by side, the first on GPUs 0,1 and the second on 2,3,
+# each for SEARCH_S (default 340 s), so that one call holds a seed's pair. Each candidate is still
+# timed against the reference interleaved in its own group; the two groups share the host's CPUs
+# (64 cores: builds do not queue) and no GPU or NVLink pair.
+search() {  # AGENT GPUS
+  TAIL=8 step "$WORKLOAD-$1-s$SEED" $((SEARCH_S + 200)) python3 benchmarks/search_vs_random.py --run \
+    --workloads "$WORKLOAD" --seeds "$SEED" --agents "$1" --candidates "$EVALS" --islands 3 --gpus "$2" \
+    --limit-s "$SEARCH_S" --root "$ROOT" --bundles "$OUT/bundles" --out "$OUT/search-$1"
+}
+if [ "${PAIRS:-0}" = 1 ] && [ $# = 2 ]; then
+  search "$1" 0,1 & search "$2" 2,3 & wait
+else
+  for agent in "$@"; do search "$agent" 0,1; done
 fi
-TAIL=4 step prebuild "${PREBUILD_S:-120}" python3 benchmarks/runs/prebuild.py --jobs 30 "$WORKLOAD" ${extra[@]+"${extra[@]}"}
-for agent in "$@"; do
-  TAIL=8 step "$WORKLOAD-$agent-s$SEED" $((SEARCH_S + 200)) python3 benchmarks/search_vs_random.py --run \
-    --workloads "$WORKLOAD" --seeds "$SEED" --agents "$agent" --candidates "$EVALS" --islands 3 --gpus 0,1 \
-    --limit-s "$SEARCH_S" --root "$ROOT" --bundles "$OUT/bundles" --out "$OUT/search-$agent"
-done
 TAIL=40 step compare 60 python3 benchmarks/search_vs_random.py "$ROOT" --out "$OUT/compare"

@@ -156,7 +156,7 @@ def test_the_device_script_parses_and_passes_only_options_the_comparison_knows(t
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     text = script.read_text()
     call = text[text.index("benchmarks/search_vs_random.py --run"):]
-    call = call[:call.index("\ndone")]
+    call = call[:call.index("\n}")]  # the script's search function
     known = {o for a in _script().parser()._actions for o in a.option_strings}
     given = {w for w in call.split() if w.startswith("--")}
     assert given and given <= known, given - known
