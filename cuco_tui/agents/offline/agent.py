@@ -2,11 +2,14 @@
 templates at points of the design space, and steers by what the evaluations said.
 
 - fast path: the most conservative device-initiated strategy at its default knobs;
-- full (explore): a strategy no evaluation has seen yet if there is one, else one chosen by its
-  record so far (failures penalized), with random knobs;
+- full (explore): a strategy no evaluation has seen yet if there is one (drawn by its share of
+  the space, as random sampling would land), else one chosen by its record so far (failures
+  penalized), with random knobs, the knobs that each need a long build (Strategy.build_knobs) kept
+  at settings the session already proposed;
 - diff (exploit): the parent's strategy with one knob changed; the knob is chosen by how much
   its values have moved the speedup, and values that failed are avoided;
-- crossover: the better parent's strategy with knobs taken from either parent.
+- crossover: the better parent's strategy with knobs taken from either parent; parents with no
+  knob to mix explore an untested strategy while one is left.
 No network, no model: every decision is explained in the proposal's rationale."""
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cuco_tui.agents.base import AgentExhausted, Proposal, ProposalRequest
@@ -65,6 +68,17 @@ class OfflineAgent:
         self.by_knob: dict[tuple[str, str, str], _Outcome] = defaultdict(_Outcome)
         # the seed is in every session: its own strategy at the defaults is never new
         self.proposed.add(seed_key(self.book))
+        # strategies this agent has proposed: one in flight is no longer untested (the islands of a
+        # generation explore different ones, before any of them is measured)
+        self.drawn: set[str] = set()
+        # per strategy, the settings of its build knobs proposed so far (each built once per machine)
+        self.builds: dict[str, list[Knobs]] = defaultdict(list)
+        # how much of the space each strategy holds: an untested strategy is drawn in proportion to
+        # it, as random sampling would land in it (gemm_allgather: fused_tile holds 480 of 528 points)
+        self._names = {s.name for s in self.book.strategies}
+        self.points: dict[str, int] = defaultdict(int)
+        for strategy, _ in valid_points(self.book, caps):
+            self.points[strategy.name] += 1
 
     # ------------------------------------------------------------------ learning from results
 
@@ -80,6 +94,8 @@ class OfflineAgent:
             name, knobs = strategy_of(rec, self.book.seed_strategy)
             if rec.kind == "seed" and not knobs:  # the seed is its strategy at the defaults
                 knobs = defaults_in(self.book, name)
+            if name in self._names:
+                self._note_build(self.book.get(name), knobs)
             if rec.status is RecordStatus.PENDING:
                 continue
             outcomes = [self.by_strategy[name]] + [self.by_knob[(name, k, repr(v))] for k, v in knobs.items()]
@@ -118,8 +134,16 @@ class OfflineAgent:
     def _make(self, request: ProposalRequest, kind: str, strategy: Strategy, knobs: Knobs, why: str) -> Proposal:
         knobs = strategy.normalized(knobs)
         self.proposed.add(point_key(strategy.name, knobs))
+        self.drawn.add(strategy.name)
+        self._note_build(strategy, knobs)
         return proposal_at(self.book, strategy, knobs, kind=kind, parents=tuple(p.id for p in request.parents),
                            why=why, agent=self.name)
+
+    def _note_build(self, s: Strategy, knobs: Knobs) -> None:
+        if s.build_knobs and all(k in knobs for k in s.build_knobs):
+            setting = {k: knobs[k] for k in s.build_knobs}
+            if setting not in self.builds[s.name]:
+                self.builds[s.name].append(setting)
 
     def _valid_strategies(self) -> list[Strategy]:
         return [s for s in self.book.strategies if any(self._valid(s, k) for k in self._some_knobs(s, 12))]
@@ -138,6 +162,17 @@ class OfflineAgent:
             if self._valid(s, knobs) and point_key(s.name, s.normalized(knobs)) not in self.proposed:
                 return s.normalized(knobs)
         return None
+
+    def _built_first(self, s: Strategy, drawn: list[Knobs]) -> list[Knobs]:
+        """Random settings, then the defaults; with the build knobs (s.build_knobs) first set to a
+        combination this session proposed already (the defaults' when none), so that exploring
+        does not pay a minute of nvcc per draw: on 2 x H100 a fused candidate linking a library
+        built before compiled in 4.5 s, one that needed its own in ~50 s (2026-11-27)."""
+        if not s.build_knobs:
+            return drawn + [s.default_knobs()]
+        built = self.builds.get(s.name) or [{k: s.default_knobs()[k] for k in s.build_knobs}]
+        first = [{**k, **self.rng.choice(built)} for k in drawn]
+        return first + drawn + [s.default_knobs()]
 
     def _fast_path(self, request: ProposalRequest) -> Proposal:
         for s in self.book.strategies:
@@ -167,17 +202,23 @@ class OfflineAgent:
         valid = self._valid_strategies()
         # Untested first: a strategy no evaluation has seen yet (a template new to the session) is
         # drawn before any measured one, however well those did; then every strategy by its score.
-        untested = [s for s in valid if not (o := self.by_strategy.get(s.name)) or not (o.tries or o.unmeasured)]
-        return self._draw(request, untested) or self._draw(request, valid) or self._exhausted(request)
+        return (self._draw(request, self._untested(valid), by_space=True) or self._draw(request, valid)
+                or self._exhausted(request))
 
-    def _draw(self, request: ProposalRequest, strategies: list[Strategy]) -> Proposal | None:
-        """A fresh point of a strategy drawn by score, with random knobs; None after 30 tries."""
+    def _untested(self, strategies: list[Strategy]) -> list[Strategy]:
+        """Those no evaluation has seen and this agent has not proposed yet."""
+        return [s for s in strategies if s.name not in self.drawn
+                and (not (o := self.by_strategy.get(s.name)) or not (o.tries or o.unmeasured))]
+
+    def _draw(self, request: ProposalRequest, strategies: list[Strategy], by_space: bool = False) -> Proposal | None:
+        """A fresh point of a strategy drawn by score (untested ones: by their share of the space),
+        with random knobs; None after 30 tries."""
         if not strategies:
             return None
-        weights = [self._strategy_score(s) for s in strategies]
+        weights = [self._strategy_score(s) * (max(1, self.points[s.name]) if by_space else 1) for s in strategies]
         for _ in range(30):
             s = self.rng.choices(strategies, weights)[0]
-            knobs = self._fresh(s, [self._random_knobs(s) for _ in range(8)] + [s.default_knobs()])
+            knobs = self._fresh(s, self._built_first(s, [self._random_knobs(s) for _ in range(8)]))
             if knobs is not None:
                 o = self.by_strategy.get(s.name)
                 record = self._describe(o) if o else "untested so far"
@@ -283,7 +324,16 @@ class OfflineAgent:
                 return self._make(request, "crossover", s, new,
                                   f"Crossover of {a.id} ({name_a}) and {b.id} ({name_b}): the strategy of "
                                   f"{whose}, knobs mixed from both: {self._fmt(new)}.")
-        # The parents share no knob that differs: keep the better one's strategy, move one knob.
+        # The parents share no knob that differs. While some strategy is untested, exploring it
+        # teaches more than moving one knob of the better parent (a diff in all but name).
+        untested = self._untested(self._valid_strategies())
+        if untested and name_a != name_b:
+            explored = self._draw(request, untested, by_space=True)
+            if explored is not None:
+                return replace(explored, rationale=f"Crossover of {a.id} ({name_a}) and {b.id} ({name_b}): they "
+                                                   f"share no knob to mix, and some strategies are untested. "
+                                                   + explored.rationale)
+        # Keep the better one's strategy, move one knob.
         for knob in self.rng.sample(list(s.knobs), len(s.knobs)):
             for value in s.knobs[knob]:
                 new = {**s.default_knobs(), **knobs_a, knob: value}

@@ -30,6 +30,9 @@ class Strategy:
     # Knobs that do not change the code for some settings of the others are reset to their
     # defaults there, so that two choices rendering the same code count as one.
     normalize: Callable[[Knobs], Knobs] | None = None
+    # Knobs whose every setting is a long build of its own (a prebuilt library per value): an
+    # exploration keeps the settings the session already built and lets exploitation move them.
+    build_knobs: tuple[str, ...] = ()
 
     def normalized(self, knobs: Knobs) -> Knobs:
         return self.normalize(dict(knobs)) if self.normalize else dict(knobs)
