@@ -136,6 +136,10 @@ class Longest:
         return cls(a.name, a.kind, is_communication(a), a.duration_ns, a.stream)
 
 
+# Most of the communication under a kernel: a fused kernel's waits may hide in its compute.
+HIDDEN_SHARE = 0.5
+
+
 @dataclass(frozen=True)
 class ProfileSummary:
     """One rank's profile, in nanoseconds."""
@@ -224,4 +228,8 @@ class Profile:
                        f"({r.exposed_pct:.1f}% of {r.span_ns / 1e6:.3f} ms); compute {r.compute_ns / 1e6:.3f} ms, "
                        f"communication {r.communication_ns / 1e6:.3f} ms, {overlap}")
         out += [f"  note: {n}" for n in self.notes]
+        if any(r.overlap is not None and r.overlap >= HIDDEN_SHARE for r in self.ranks):
+            out.append("  note: a kernel's whole run counts as compute, its waits for data inside it included: "
+                       "little exposed communication here does not mean the candidate is at its bound (its "
+                       "speedup against the session's bounds says that; the waits show in the harness's trace points)")
         return out

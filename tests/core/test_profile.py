@@ -130,3 +130,14 @@ def test_a_trace_too_large_keeps_each_ranks_earliest_activities_under_the_limit_
         times = sorted(e["ts"] for e in spans if e["pid"] == rank)
         assert times[0] == 0.0 and len(times) == trace.kept // 2  # the earliest, evenly between ranks
     assert all(len(e["name"]) <= 240 for e in spans)
+
+
+def test_a_mostly_overlapped_profile_says_that_a_kernels_waits_count_as_compute():
+    """On 4 x H100 a fused AG+GEMM showed 1.5% exposed communication while 36% slower than its bound:
+    its kernel waits for rows inside itself, and a timeline sees a busy kernel. The summary says so
+    where most communication overlaps a kernel; a sequential profile does not."""
+    hidden = Profile("long-seq", 5, (summarize([kernel(0, 1_000_000), copy(100_000, 900_000)], rank=0),))
+    text = "\n".join(hidden.lines())
+    assert "note:" in text and "waits" in text and "counts as compute" in text
+    sequential = Profile("long-seq", 5, (summarize([kernel(0, 1_000_000), copy(1_000_000, 1_500_000)], rank=0),))
+    assert "counts as compute" not in "\n".join(sequential.lines())
