@@ -8,7 +8,8 @@ program.json and program.py.
   the rank's GPU and stream (CuPy buffers), with torch's generator seeded from the harness's seed
   and the rank, copied into the buffers in the harness's layout;
 - expected: the program on the CPU in float64 under gloo, W processes (gloo_run), on the very
-  inputs given, read through the program's views of them (layout.to_program);
+  inputs given, read through the program's views of them (layout.to_program), on the ranks it is
+  handed (the import's) or on processes of its own;
 - Reference (on_rank): the program on the GPU under torch.distributed with NCCL, on the harness's
   stream, its outputs copied into the harness's buffers. The ranks' torch process group is made
   beside the harness's own NCCL group: rank 0 opens a TCPStore on a free port of this host (the
@@ -110,7 +111,9 @@ class ProgramReference:
                 dst.copy_(src)
 
     # -- the float64 answer -----------------------------------------------------------------
-    def expected(self, all_inputs: list[dict[str, Any]], dims: dict[str, int], world: int) -> list[dict[str, Any]]:
+    def expected(self, all_inputs: list[dict[str, Any]], dims: dict[str, int], world: int,
+                 ranks: Any = None) -> list[dict[str, Any]]:
+        """`ranks`: a gloo_run.GlooRanks of `world` processes to run on (the import's); else ranks of its own."""
         import numpy as np
 
         from cuco_tui.workload.program.gloo_run import run_gloo, temporary_folder
@@ -126,7 +129,11 @@ class ProgramReference:
             # Each rank's own shapes: a program's ranks may hold inputs of different shapes (a scatter's root)
             specs = [[program_spec(b, entry["ranks"][rank]["inputs"][b.index]) for b in order]
                      for rank in range(world)]
-            run = run_gloo(self.program, world, {entry["shape"]: entry["dims"]}, folder, mode="files", inputs=specs)
+            shapes = {entry["shape"]: entry["dims"]}
+            if ranks is not None and ranks.world != world:
+                raise ValueError(f"expected() at world {world} was handed {ranks.world} ranks")
+            run = (ranks.run(self.program, shapes, folder, mode="files", inputs=specs) if ranks is not None
+                   else run_gloo(self.program, world, shapes, folder, mode="files", inputs=specs))
             return [{b.name: run.output(0, rank, b.index).reshape(entry["ranks"][rank]["outputs"][b.index][0])
                      for b in self.layout.outputs} for rank in range(world)]
 

@@ -1,11 +1,16 @@
-"""One rank of a program run on the CPU in float64 under torch.distributed's gloo backend:
-`python -m cuco_tui.workload.program.gloo_rank JOB_DIR RANK` (gloo_run starts W of them; needs torch).
+"""One rank of a program's runs on the CPU in float64 under torch.distributed's gloo backend:
+`python -m cuco_tui.workload.program.gloo_rank RANK JOBS_FD REPLIES_FD` (gloo_run.GlooRanks starts W
+of them; needs torch). The rank imports torch once, then serves the jobs it reads from JOBS_FD, one
+JSON line each, answering each with one JSON line on REPLIES_FD, until that pipe ends.
 
-The job (JOB_DIR/job.json) names the program, the world size and the shapes. Inputs come from
-make_inputs (asked for float64 on the CPU, which it must honour) or, for `expected`, from .npy files
-in the harness's layout, turned into the program's views by layout.to_program. Each shape's outputs
-go to .npy files; rank 0 records one call's ops (tracing.OpRecorder) at the first shape. The result,
-or the one-line error, goes to JOB_DIR/rank{R}.json."""
+A run job names the program, the world size, the shapes and its folder. Inputs come from make_inputs
+(asked for float64 on the CPU, which it must honour) or, for `expected`, from .npy files in the
+harness's layout, turned into the program's views by layout.to_program. Each shape's outputs go to
+.npy files; rank 0 records one call's ops (tracing.OpRecorder) at the first shape. The answer is the
+result or the one-line error. Every job starts as in a fresh process: the program's module loaded
+again (its module-level state new), torch's generator, default dtype and grad mode as torch starts
+them, a gloo group of its own. What the program imports besides stays imported, as torch does.
+An inspect job (rank 0, before any run) is inspect_program's report on the program."""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ import datetime
 import json
 import os
 import sys
+import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +33,8 @@ def _gather_stacked_as_nccl_does(dist: Any) -> None:
     under NCCL; gloo takes only the concatenated one. The program's call is handed on with the same
     memory seen as concatenated (a view: what the program reads after it is the same)."""
     gather = dist.all_gather_into_tensor
+    if getattr(gather, "cuco_stacked", False):
+        return  # handed on already (an earlier job of this process)
 
     def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, *args: Any, **kwargs: Any) -> Any:
         stacked = (output_tensor.dim() == input_tensor.dim() + 1 and input_tensor.dim() > 0
@@ -34,6 +43,7 @@ def _gather_stacked_as_nccl_does(dist: Any) -> None:
             output_tensor = output_tensor.view(-1, *input_tensor.shape[1:])
         return gather(output_tensor, input_tensor, *args, **kwargs)
 
+    all_gather_into_tensor.cuco_stacked = True  # type: ignore[attr-defined]
     dist.all_gather_into_tensor = all_gather_into_tensor
 
 
@@ -103,19 +113,99 @@ def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str]) -> int:
-    jobdir, rank = Path(argv[0]), int(argv[1])
-    job = json.loads((jobdir / "job.json").read_text())
-    try:
-        result = _run(job, jobdir, rank)
-    except Exception as exc:  # the program's failure, said in one line for the parent
-        from cuco_tui.workload.program.user_module import ProgramError
+class _Output:
+    """The process's stdout and stderr sent to files for one job, then back to the rank's own log."""
 
-        text = str(exc) if isinstance(exc, ProgramError) else f"{type(exc).__name__}: {exc}".splitlines()[0]
-        result = {"error": text, "program_error": isinstance(exc, ProgramError)}
-    tmp = jobdir / f"rank{rank}.json.tmp"
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, jobdir / f"rank{rank}.json")
+    def __init__(self, stdout: str, stderr: str) -> None:
+        self.paths = (stdout, stderr)
+        self.saved: list[int] = []
+
+    def __enter__(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.saved = [os.dup(1), os.dup(2)]
+        opened: dict[str, int] = {}  # one file for both when they share a path (as stderr=STDOUT does)
+        for path in self.paths:
+            if path not in opened:
+                opened[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        for target, path in zip((1, 2), self.paths):
+            os.dup2(opened[path], target)
+        for fd in opened.values():
+            os.close(fd)
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for target, fd in zip((1, 2), self.saved):
+            os.dup2(fd, target)
+            os.close(fd)
+
+
+class _FreshTorch:
+    """torch's process-wide settings a program may change, as they are when torch starts: each job
+    starts from them, as in a process of its own (the earlier job's group left, too)."""
+
+    def __init__(self) -> None:
+        try:
+            import torch
+        except ImportError:  # the inspect job says so in its one line
+            self.torch = None
+            return
+        self.torch = torch
+        self.rng = torch.get_rng_state()
+        self.dtype = torch.get_default_dtype()
+
+    def restore(self) -> None:
+        torch = self.torch
+        if torch is None:
+            return
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()  # the fake group of a sizing that stopped at the program's error
+        torch.set_rng_state(self.rng)
+        torch.set_default_dtype(self.dtype)
+        torch.set_grad_enabled(True)
+
+
+def _run_job(request: dict[str, Any], rank: int) -> dict[str, Any]:
+    jobdir = Path(request["folder"])
+    log = str(jobdir / f"rank{rank}.log")
+    with _Output(log, log):
+        try:
+            return _run(request["job"], jobdir, rank)
+        except Exception as exc:  # the program's failure, said in one line for the parent
+            from cuco_tui.workload.program.user_module import ProgramError
+
+            text = str(exc) if isinstance(exc, ProgramError) else f"{type(exc).__name__}: {exc}".splitlines()[0]
+            return {"error": text, "program_error": isinstance(exc, ProgramError)}
+
+
+def _inspect_job(request: dict[str, Any]) -> dict[str, Any]:
+    from cuco_tui.workload.program.inspect_program import inspect
+
+    with _Output(request["stdout"], request["stderr"]), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's deprecation notes about the program's calls are not findings
+        try:
+            return inspect(request["program"], int(request["world"]))
+        except Exception:  # ours: the parent says "loading ... failed" with its last line, as before
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+
+
+def main(argv: list[str]) -> int:
+    rank, jobs_fd, replies_fd = int(argv[0]), int(argv[1]), int(argv[2])
+    for fd in (jobs_fd, replies_fd):
+        os.set_inheritable(fd, False)  # not to the program's own subprocesses
+    fresh = _FreshTorch()  # torch imported here, once, while the parent prepares the first job
+    with os.fdopen(jobs_fd, "r") as jobs, os.fdopen(replies_fd, "w") as replies:
+        for line in jobs:
+            request = json.loads(line)
+            fresh.restore()
+            answer = _inspect_job(request) if request["kind"] == "inspect" else _run_job(request, rank)
+            replies.write(json.dumps(answer) + "\n")
+            replies.flush()
     return 0
 
 

@@ -1,9 +1,10 @@
 """`cuco workload import FILE.py --world N`: a workload folder from the engineer's PyTorch program.
 
-In order, each step in processes of their own (the program never runs in this one):
-1. inspect_program: the convention, and every shape sized on the meta device at N ranks and at the
-   usual world sizes (a split dim that does not divide by N is the program's error);
-2. gloo_run: solution at the verify shapes in float64 on the CPU under gloo, N processes, with one
+In order, each step in the N CPU processes of gloo_run.GlooRanks, started once for the import (the
+program never runs in this one; each process imports torch once):
+1. inspect_program, in rank 0: the convention, and every shape sized on the meta device at N ranks
+   and at the usual world sizes (a split dim that does not divide by N is the program's error);
+2. solution at the verify shapes in float64 on the CPU under gloo, on the N processes, with one
    call traced; its outputs must have the shapes the meta device gave;
 3. patterns.recognize on the trace; layout.pattern_layout for a mappable pattern;
 4. the folder is written beside its destination, and its reference is tried there as the harness
@@ -16,17 +17,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cuco_tui.harness.env import child_env
 from cuco_tui.core.workload import WorkloadError
 from cuco_tui.workload.program.generate import PATTERN_SPLITS, ImportPlan, render
-from cuco_tui.workload.program.gloo_run import ProgramRunError, run_gloo, temporary_folder
+from cuco_tui.workload.program.gloo_run import GlooRanks, ProgramRunError, temporary_folder
 from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout
 from cuco_tui.workload.program.patterns import recognize, summary
 from cuco_tui.workload.program.record import RECORD
@@ -48,19 +45,13 @@ def _name_from(stem: str) -> str:
     return name if name[:1].isalpha() else f"program_{name}"
 
 
-def _inspect(source: Path, world: int, timeout: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="cuco-inspect-") as tmp:
-        out = Path(tmp) / "report.json"
-        env = child_env({"CUDA_VISIBLE_DEVICES": "", "TORCH_CPP_LOG_LEVEL": "ERROR"})
-        try:
-            run = subprocess.run([sys.executable, "-m", "cuco_tui.workload.program.inspect_program", str(source),
-                                  str(world), str(out)], capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired:
-            raise WorkloadError(f"loading {source.name} and sizing its shapes took over {timeout:.0f} s") from None
-        if not out.exists():
-            tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
-            raise WorkloadError(f"loading {source.name} failed: {tail}")
-        report = json.loads(out.read_text())
+def _inspect(ranks: GlooRanks, source: Path, timeout: float) -> dict[str, Any]:
+    seen = ranks.inspect(source, timeout)
+    if seen.timed_out:
+        raise WorkloadError(f"loading {source.name} and sizing its shapes took over {timeout:.0f} s")
+    report = seen.report
+    if report is None:
+        raise WorkloadError(f"loading {source.name} failed: {seen.stderr_tail}")
     if "error" in report:
         raise WorkloadError(f"{source.name}: {report['error']}" if not report["error"].startswith(source.name)
                             else report["error"])
@@ -96,11 +87,12 @@ def _templates(plan: ImportPlan) -> None:
         plan.divisible[d] = max(plan.divisible.get(d, 1), unit)
 
 
-def _cpu_run(source: Path, world: int, conv: dict[str, Any], sizes: dict[str, Any], timeout: float):
+def _cpu_run(ranks: GlooRanks, source: Path, world: int, conv: dict[str, Any], sizes: dict[str, Any],
+             timeout: float):
     verify = {s: conv["shapes"][s] for s in conv["shapes"] if s.startswith("verify")}
     tmp = temporary_folder()
     try:
-        run = run_gloo(source, world, verify, Path(tmp.name), trace=True, timeout=timeout)
+        run = ranks.run(source, verify, Path(tmp.name), trace=True, timeout=timeout)
     except ProgramRunError as exc:
         tmp.cleanup()
         raise WorkloadError(f"{source.name}: {exc}") from None
@@ -115,9 +107,9 @@ def _cpu_run(source: Path, world: int, conv: dict[str, Any], sizes: dict[str, An
     return run, tmp
 
 
-def _agrees(root: Path, run: Any, world: int, plan: ImportPlan) -> str:
+def _agrees(root: Path, run: Any, world: int, plan: ImportPlan, ranks: GlooRanks) -> str:
     """Whether the written reference's expected() gives the CPU run's outputs from the CPU run's inputs
-    (in the harness's layout): "" when it does, else what went wrong."""
+    (in the harness's layout), on the import's ranks: "" when it does, else what went wrong."""
     import numpy as np
 
     from cuco_tui.workload.program.adapter import ProgramReference
@@ -130,7 +122,7 @@ def _agrees(root: Path, run: Any, world: int, plan: ImportPlan) -> str:
         inputs.append({b.name: (run.input(0, r, b.index).T.copy() if b.layout == "transposed"
                                 else run.input(0, r, b.index)) for b in lay.inputs})
     try:
-        got = ProgramReference(root).expected(inputs, dims, world)
+        got = ProgramReference(root).expected(inputs, dims, world, ranks=ranks)
     except Exception as exc:  # the program under the adapter's views: report, do not crash
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     for r in range(world):
@@ -173,9 +165,15 @@ def import_program(source: Path, world: int, name: str | None = None, parent: Pa
     root = Path(parent) / name
     if root.exists():
         raise WorkloadError(f"{root} exists already; choose another --name or --dir (nothing was written)")
-    report = _inspect(source, world, timeout)
+    with GlooRanks(world) as ranks:
+        return _import(ranks, source, world, name, parent, timeout)
+
+
+def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path, timeout: float) -> ImportReport:
+    root = Path(parent) / name
+    report = _inspect(ranks, source, timeout)
     conv, sizes = report["convention"], report["sizes"]
-    run, tmp = _cpu_run(source, world, conv, sizes, timeout)
+    run, tmp = _cpu_run(ranks, source, world, conv, sizes, timeout)
     made_parent = not Path(parent).exists()
     stage = Path(parent) / f".{name}.importing"
     try:
@@ -206,7 +204,7 @@ def import_program(source: Path, world: int, name: str | None = None, parent: Pa
         if made_parent:
             Path(parent).mkdir(parents=True)
         files = _write(stage, plan, source)
-        problem = _agrees(stage, run, world, plan)
+        problem = _agrees(stage, run, world, plan, ranks)
         if problem and layout.pattern:
             own = program_layout(conv["input_names"], first)
             mapped_match = plan.mapped
@@ -215,7 +213,7 @@ def import_program(source: Path, world: int, name: str | None = None, parent: Pa
             plan.layout, plan.templates, plan.templates_why, plan.divisible = own, [], "", {}
             _plan_manifest(plan)
             files = _write(stage, plan, source)
-            problem = _agrees(stage, run, world, plan)
+            problem = _agrees(stage, run, world, plan, ranks)
         if problem:
             raise WorkloadError(f"the written reference does not reproduce {source.name} on the CPU ({problem}); "
                                 f"please report this")

@@ -1,7 +1,8 @@
 """`python -m cuco_tui.workload.program.inspect_program FILE WORLD OUT.json`: load a program in a
 process of its own, check its convention and size every shape (sizing.py) at WORLD and at the usual
 world sizes. Writes one JSON object to OUT.json (the program may print what it likes):
-{"error": one line} or {"convention", "sizes", "refused", "split_dims"}."""
+{"error": one line} or {"convention", "sizes", "refused", "split_dims"}. The import calls `inspect`
+in its rank 0 (gloo_rank), before the CPU run, instead of starting a process for it."""
 
 from __future__ import annotations
 
