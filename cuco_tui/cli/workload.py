@@ -41,7 +41,7 @@ def cmd_workload_import(args: argparse.Namespace) -> int:
 
     out = stdout_console()
     out.print(f"importing {args.file} at {args.world} ranks (the program runs in processes of its own; "
-              f"a minute or so on the CPU) ...", markup=False, highlight=False)
+              f"seconds on the CPU, more for a large program) ...", markup=False, highlight=False)
     try:
         made = import_program(Path(args.file), args.world, args.name, Path(args.dir))
     except WorkloadError as exc:
