@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from cuco_tui.app.live_search import LiveSearch
+from cuco_tui.app.profile_run import Profiler
+from cuco_tui.app.profiles import Profiles
 from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.evaluate import EvaluateFn, EvaluateScreen
@@ -66,7 +68,8 @@ class CucoApp(App):
     session folder to continue instead of a new one. `open_session`: a lineage to open first, a
     session folder or bundle, or a session already opened (`cuco-tui open` imports a bundle once,
     to refuse a bad one before the app starts; the app then owns it). `b` lists the sessions and
-    the example bundles to browse."""
+    the example bundles to browse. `profiler` runs the profiles `t` asks for (default: `cuco eval
+    ID --session S --profile SHAPE` in a process of its own, app/profile_run.py)."""
 
     CSS_PATH = "cuco.tcss"
     TITLE = "cuco"
@@ -93,6 +96,7 @@ class CucoApp(App):
         resume: Path | str | None = None,
         resume_overrides: dict[str, Any] | None = None,
         executor: Executor | None = None,
+        profiler: Profiler | None = None,
     ) -> None:
         super().__init__()
         self.workload = load_workload(workload_name)
@@ -116,6 +120,7 @@ class CucoApp(App):
         # the lineage screens get it so that candidates of its session can be steered.
         self.live_search: LiveSearch | None = None
         self._search_asked = False  # the engineer said yes to starting it (or the command line did)
+        self.profiles = Profiles(self, profiler or Profiler(), lambda: self.live_search)
 
     def on_mount(self) -> None:
         self.live_search = LiveSearch(self.search_launch)
@@ -231,6 +236,11 @@ class CucoApp(App):
         the command line did not ask for one (workload, generations, GPUs: no to leave it)."""
         if self.live_search is None:  # not mounted yet: no search to open
             return
+        running = self.profiles.profiler.running
+        if self.dashboard is None and running is not None:  # it would evaluate on the profile's GPUs
+            self.notify(f"a profile of {running.describe()} is running on the GPUs: start the search when it ends",
+                        title="search", severity="warning")
+            return
         if self.dashboard is None and not self._search_asked:
             self._ask_to_search()
             return
@@ -252,6 +262,9 @@ class CucoApp(App):
                 self.action_search()
 
         self.call_from_thread(self.push_screen, Confirm(question, detail, yes="Start", no="Not now"), answered)
+
+    def on_unmount(self) -> None:
+        self.profiles.cancel()  # a profile still running ends with the app, its ranks with it
 
     def get_default_screen(self) -> EvaluateScreen:
         return EvaluateScreen(self.workload, self.gpus, self.evaluate_fn)

@@ -23,6 +23,7 @@ SEARCH_COMMANDS = (
     ("Search: set the budget in dollars", "budget"),
     ("Search: open the highlighted candidate (else the best)", "open_candidate"),
     ("Search: go to a candidate id on the leaderboard", "jump"),
+    ("Search: profile the highlighted candidate at a bench shape (GPU; the search paused)", "profile"),
     ("Search: stop (asks first; waiting proposals are kept as unreviewed)", "stop"),
 )
 
@@ -30,6 +31,7 @@ CANDIDATE_COMMANDS = (
     ("Candidate: re-benchmark (a new candidate, this one its parent)", "rebenchmark"),
     ("Candidate: use it as the parent of the next proposal", "make_parent"),
     ("Candidate: export its .cu, result.json and rationale", "export"),
+    ("Candidate: profile it at a bench shape (GPU): exposed communication, a trace", "profile"),
     ("Candidate: next tab", "next_tab"),
     ("Candidate: previous tab", "previous_tab"),
     ("Candidate: back", "back"),
@@ -40,6 +42,7 @@ LINEAGE_COMMANDS = (
     ("Lineage: go to a candidate id", "jump"),
     ("Lineage: compare two candidates (mark one, then the other)", "compare"),
     ("Lineage: export the highlighted candidate", "export"),
+    ("Lineage: profile the highlighted candidate at a bench shape (GPU)", "profile"),
     ("Lineage: filter by island (cycle)", "cycle_island"),
     ("Lineage: filter by status (cycle)", "cycle_status"),
     ("Lineage: filter by backend (cycle)", "cycle_backend"),

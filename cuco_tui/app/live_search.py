@@ -123,6 +123,16 @@ class LiveSearch(Controls):
         return SessionRepo.open(session)
 
     @property
+    def gpus_busy(self) -> bool:
+        """True while the search may be evaluating on this machine's GPUs: from start() on while it
+        runs unpaused, and while evaluations started before a pause are still in flight."""
+        with self._lock:
+            engine, starting, closed = self._engine, self._starting, self._closed
+        if engine is None:
+            return starting and not closed  # building the engine, about to measure on the GPUs
+        return engine.running and (not engine.steering.paused or engine.evaluating)
+
+    @property
     def can_measure(self) -> bool | None:
         """True when the search has a GPU to verify and time on, False when it compiles only (no
         GPU), None until it planned its GPU groups."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from textual.message import Message
 
+from cuco_tui.app.profile_run import ProfileEnded, ProfileRequest
 from cuco_tui.core.result import CascadeResult, Level, Status
 
 
@@ -98,3 +99,20 @@ class SearchCrashed(Message):
     def __init__(self, error: str) -> None:
         super().__init__()
         self.error = error
+
+
+class ProfileStarted(Message):
+    """A profile the app runs (app/profiles.py) started."""
+
+    def __init__(self, request: ProfileRequest) -> None:
+        super().__init__()
+        self.request = request
+
+
+class ProfileFinished(Message):
+    """A profile the app ran ended; when it went well, the profile is kept with the candidate in
+    its session, for a screen showing it to read again."""
+
+    def __init__(self, ended: ProfileEnded) -> None:
+        super().__init__()
+        self.ended = ended

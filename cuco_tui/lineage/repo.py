@@ -208,6 +208,12 @@ class SessionRepo:
         """Delete `folder` (holding this session) when the repository is closed."""
         self._remove_on_close = Path(folder)
 
+    @property
+    def temporary(self) -> bool:
+        """True for a session deleted when it is closed (a bundle imported only to be read):
+        nothing written into it outlives the reader."""
+        return self._remove_on_close is not None
+
     def __enter__(self) -> "SessionRepo":
         return self
 

@@ -162,6 +162,11 @@ class SearchEngine(Controls):
     def population(self) -> Population:
         return self._population
 
+    @property
+    def evaluating(self) -> bool:
+        """True while evaluations it started are in flight (a paused search lets them finish)."""
+        return self._scheduler.in_flight()
+
     # ================================================================== the run
 
     def run(self) -> SearchSummary:

@@ -15,10 +15,11 @@ from cuco_tui.app.screens.dashboard import DashboardScreen
 from cuco_tui.app.screens.evaluate import EvaluateScreen, SourceScreen
 from cuco_tui.app.screens.lineage import LineageScreen
 from cuco_tui.app.widgets.confirm import Confirm
+from cuco_tui.app.widgets.shape_picker import ShapePicker
 from cuco_tui.app.widgets.text_prompt import TextPrompt
 
 SCREENS = (CucoApp, DashboardScreen, CandidateScreen, LineageScreen, CompareScreen, EvaluateScreen, SourceScreen,
-           BrowseScreen, TextPrompt, Confirm)
+           BrowseScreen, TextPrompt, Confirm, ShapePicker)
 
 # What each action means to the engineer: two actions that mean the same may share a key (run a
 # candidate through the cascade: evaluate it, or re-benchmark it; open: a candidate or a source).
@@ -36,7 +37,7 @@ MEANING = {
     "cycle_review_mode": "review mode", "hint": "hint", "budget": "budget",
     "make_parent": "use as parent", "export": "export", "next_tab": "next tab", "previous_tab": "previous tab",
     "compare": "compare", "jump": "go to id", "cycle_island": "island filter", "cycle_status": "status filter",
-    "cycle_backend": "backend filter", "clear_filters": "no filter",
+    "cycle_backend": "backend filter", "clear_filters": "no filter", "profile": "profile",
 }
 
 

@@ -3,8 +3,10 @@ candidate has something for them (source; a diff per parent; compiler errors wit
 deadlock diagnosis; verification; timings per shape and per rank; the newest profile kept with it; run
 logs), and its actions:
 re-benchmark (with a GPU) and make-parent (through the live search, when the app runs one on
-this session) and export (always). Keys: r re-benchmark, u use as parent, w export, ] and [
-the tabs, esc back (one meaning each on every screen).
+this session), export (always) and a profile at a bench shape (app/profiles.py: while it runs, a
+line counts its time; once kept, the candidate is read again and its Profile tab shown). Keys: r
+re-benchmark, u use as parent, w export, t profile, ] and [ the tabs, esc back (one meaning each
+on every screen).
 
 Everything is read from the session (SessionRepo) in a thread worker, so the event loop never
 waits on git; the search's controls are called from short workers too, as the dashboard does,
@@ -21,10 +23,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Header, Static, Tabs
 
 from cuco_tui.app.commands import CandidateCommands
 from cuco_tui.app.live_search import LiveSearch
+from cuco_tui.app.messages import ProfileFinished, ProfileStarted
+from cuco_tui.app.profiles import Profiles, ProfileTarget, RunsProfiles, clock, same_session
 from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, export_candidate
 from cuco_tui.app.widgets.candidate.model import CandidateView, load_candidate
 from cuco_tui.app.widgets.candidate.tabs import CandidateTabs
@@ -34,7 +39,7 @@ from cuco_tui.core.noise import record_speedup
 from cuco_tui.lineage import SessionError, SessionRepo
 
 LIVE_ACTIONS = {"rebenchmark": "re-benchmark", "make_parent": "use as parent"}
-LIVE_KEYS = {"r": "rebenchmark", "u": "make_parent"}
+OFF_KEYS = {"r": "rebenchmark", "u": "make_parent", "t": "profile"}  # keys whose action may be off
 NO_GPU_REBENCHMARK = ("re-benchmark needs a GPU to time on; this search has none, so it would only compile the same "
                       "code again and commit nothing new")
 
@@ -44,11 +49,15 @@ class CandidateScreen(Screen):
     CandidateScreen #candidate-head { height: auto; padding: 0 1; background: $boost; }
     CandidateScreen #candidate-body { height: 1fr; }
     CandidateScreen #candidate-loading { padding: 1 2; color: $text-muted; }
+    CandidateScreen #candidate-profiling { height: auto; padding: 0 1; background: $boost; color: $warning;
+                                           display: none; }
+    CandidateScreen #candidate-profiling.-running { display: block; }
     """
     BINDINGS = [
         Binding("r", "rebenchmark", "Re-benchmark"),
         Binding("u", "make_parent", "Use as parent"),
         Binding("w", "export", "Export"),
+        Binding("t", "profile", "Profile"),
         Binding("right_square_bracket", "next_tab", "Next tab", key_display="]"),
         Binding("left_square_bracket", "previous_tab", "Prev tab", key_display="["),
         Binding("escape", "back", "Back"),
@@ -68,6 +77,8 @@ class CandidateScreen(Screen):
         self._owns_repo = owns_repo
         self.view: CandidateView | None = None  # set once loaded
         self.error: str | None = None  # set when the candidate cannot be read
+        self._show_tab: str | None = None  # the tab to show once read again (a profile was kept)
+        self._profile_clock: Timer | None = None  # counts a running profile's time up, each second
         # Set before the Header mounts: a title changed in on_mount reaches the Header through a
         # watcher queued for later, which fails if the screen is already gone by then.
         self.title = f"{self.candidate_id} · {self.repo.path.name}"
@@ -75,12 +86,17 @@ class CandidateScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(f"{self.candidate_id}", id="candidate-head")
+        yield Static("", id="candidate-profiling")
         with Vertical(id="candidate-body"):
             yield Static(f"reading {self.candidate_id} from the session…", id="candidate-loading")
         yield KeyBar()
 
     def on_mount(self) -> None:
         self._load()
+        profiles = self._profiles()
+        running = profiles.profiler.running if profiles is not None else None
+        if running is not None and self._mine(running.session, running.candidate_id):  # opened while it runs
+            self._profiling(running.shape)
 
     @property
     def ready(self) -> bool:
@@ -121,6 +137,9 @@ class CandidateScreen(Screen):
         tabs = CandidateTabs(view, id="candidate-tabs")
         await body.mount(tabs)
         tabs.query_one(Tabs).focus()  # left/right move between tabs from the start
+        wanted, self._show_tab = self._show_tab, None
+        if wanted is not None:
+            tabs.show(wanted)
         self.refresh_bindings()
 
     def _head(self, view: CandidateView) -> Text:
@@ -159,7 +178,7 @@ class CandidateScreen(Screen):
             return None  # shown, dimmed: the footer says it exists and is off here
         if action == "rebenchmark" and self._no_gpu():
             return None
-        if action in LIVE_ACTIONS or action == "export":
+        if action in LIVE_ACTIONS or action in ("export", "profile"):
             return self.view is not None or None
         return True
 
@@ -174,14 +193,14 @@ class CandidateScreen(Screen):
         if action == "rebenchmark" and self._no_gpu():
             self.notify(NO_GPU_REBENCHMARK, severity="warning")
             return True
-        if action in (*LIVE_ACTIONS, "export") and self.view is None:
+        if action in (*LIVE_ACTIONS, "export", "profile") and self.view is None:
             self.notify(f"{self.candidate_id} is still being read", severity="warning")
             return True
         return False
 
     def on_key(self, event: events.Key) -> None:
         # A disabled binding lets its key through to here: say why it did nothing.
-        action = LIVE_KEYS.get(event.key)
+        action = OFF_KEYS.get(event.key)
         if action is not None and self.check_action(action, ()) is not True:
             event.stop()
             self.explain_disabled(action)
@@ -231,6 +250,57 @@ class CandidateScreen(Screen):
             return
         names = ", ".join(p.name for p in done.files)
         self.app.call_from_thread(self.notify, f"wrote {names} to {done.folder.resolve()}", title="export")
+
+    # ---- profile ---------------------------------------------------------------------------
+
+    def _profiles(self) -> Profiles | None:
+        app = self.app
+        return app.profiles if isinstance(app, RunsProfiles) else None
+
+    def action_profile(self) -> None:
+        """`t`: a profile of this candidate at a bench shape (app/profiles.py asks which, or says
+        in one line why not)."""
+        profiles = self._profiles()
+        if self.explain_disabled("profile") or self.view is None:
+            return
+        if profiles is None:
+            self.notify("this app runs no profiles", severity="warning")
+            return
+        workload = str(self.repo.session_info().get("workload", ""))
+        profiles.ask(ProfileTarget(self.repo.path, self.candidate_id, self.view.record.status, workload,
+                                   self.repo.temporary))
+
+    def _mine(self, session: Path, candidate_id: str) -> bool:
+        return candidate_id == self.candidate_id and same_session(session, self.repo.path)
+
+    def on_profile_started(self, message: ProfileStarted) -> None:
+        if self._mine(message.request.session, message.request.candidate_id):
+            self._profiling(message.request.shape)
+
+    def on_profile_finished(self, message: ProfileFinished) -> None:
+        ended = message.ended
+        if not self._mine(ended.request.session, ended.request.candidate_id):
+            return
+        if self._profile_clock is not None:
+            self._profile_clock.stop()
+            self._profile_clock = None
+        self.query_one("#candidate-profiling", Static).remove_class("-running")
+        if ended.ok:  # kept in the session: read the candidate again, its Profile tab shown
+            self._show_tab = "profile"
+            self._load()
+
+    def _profiling(self, shape: str) -> None:
+        line = self.query_one("#candidate-profiling", Static)
+        line.add_class("-running")
+
+        def tick() -> None:
+            profiles = self._profiles()
+            took = clock(profiles.profiler.elapsed()) if profiles is not None else ""
+            line.update(f"profiling at {shape}: {took} (compile, verify, time, then 5 launches recorded)")
+
+        tick()
+        if self._profile_clock is None:
+            self._profile_clock = self.set_interval(1.0, tick)
 
     def action_next_tab(self) -> None:
         if self.query(CandidateTabs):

@@ -7,7 +7,8 @@ and edit, hints, review mode, budget), each called from a short thread worker: t
 may be held across a git commit, and the event loop never waits on git. Enter on a leaderboard
 row, or `o`, opens a committed candidate in the candidate screen, on its own handle to the
 session, with the live search attached (re-benchmark, make parent); `/` moves the leaderboard
-onto a candidate id.
+onto a candidate id; `t` profiles the highlighted candidate (app/profiles.py: once the search is
+paused and what it had in flight committed; it is not resumed while the profile runs).
 
 Stopping asks first (`x`, and `q` while proposals wait): proposals still waiting are recorded as
 unreviewed and come back on resume. Esc does nothing here: the dashboard is the search, not a
@@ -34,6 +35,7 @@ from textual.widgets import Header, Static
 from cuco_tui.app.commands import SearchCommands
 from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.messages import SearchCrashed, SearchEvent
+from cuco_tui.app.profiles import ProfileTarget, RunsProfiles
 from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.search_state import DashboardState, RunPhase, apply
 from cuco_tui.app.widgets.confirm import Confirm
@@ -77,6 +79,7 @@ class DashboardScreen(Screen):
         Binding("dollar_sign", "budget", "Budget", key_display="$"),
         Binding("l", "app.lineage", "Lineage"),
         Binding("slash", "jump", "Go to id", key_display="/"),
+        Binding("t", "profile", "Profile"),
     ]
     COMMANDS = {SearchCommands}
 
@@ -281,8 +284,29 @@ class DashboardScreen(Screen):
 
     def action_toggle_pause(self) -> None:
         search = self._ready()
-        if search is not None:
-            self._control("pause", search.resume if search.paused else search.pause)
+        if search is None:
+            return
+        running = self.app.profiles.profiler.running if isinstance(self.app, RunsProfiles) else None
+        if search.paused and running is not None:  # its evaluations would time beside the profile
+            self.notify(f"a profile of {running.describe()} is running on the GPUs: resume when it ends",
+                        title="pause", severity="warning")
+            return
+        self._control("pause", search.resume if search.paused else search.pause)
+
+    def action_profile(self) -> None:
+        """`t`: a profile of the candidate the leaderboard highlights (else the best)."""
+        session = self.search.session
+        board = {e.candidate: e for e in self.state.board}
+        chosen = self.query_one(Leaderboard).highlighted or self.state.best_id
+        if session is None or chosen not in board:
+            self.notify("no committed candidate to profile yet", severity="warning")
+            return
+        app = self.app
+        if not isinstance(app, RunsProfiles):
+            self.notify("this app runs no profiles", severity="warning")
+            return
+        workload = self.state.workload or self.search.launch.workload.name
+        app.profiles.ask(ProfileTarget(session, chosen, board[chosen].status, workload))
 
     def action_cycle_review_mode(self) -> None:
         search = self._ready()

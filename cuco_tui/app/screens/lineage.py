@@ -1,7 +1,8 @@
 """The lineage screen: a session's candidates as a DAG (table with a graph column, colored by
 status), filters by island / status / backend, jump to an id, one candidate's details, two
-marked candidates compared side by side (the compare screen), export, and Enter (or o) to open
-a candidate in full (the candidate screen). A line under the header names the machine the
+marked candidates compared side by side (the compare screen), export, a profile of the
+highlighted candidate (t, app/profiles.py), and Enter (or o) to open a candidate in full (the
+candidate screen). A line under the header names the machine the
 session was recorded on (GPUs, driver, CUDA, NCCL). Below 140 columns the details go under
 the table, so that every column of the table is in view at 80.
 
@@ -24,6 +25,7 @@ from textual.widgets import Header, Input, Static
 
 from cuco_tui.app.commands import LineageCommands
 from cuco_tui.app.live_search import LiveSearch
+from cuco_tui.app.profiles import ProfileTarget, RunsProfiles
 from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.screens.compare import CompareScreen
 from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, export_candidate
@@ -64,6 +66,7 @@ class LineageScreen(Screen):
         Binding("c", "compare", "Compare"),
         Binding("slash,g", "jump", "Go to id"),
         Binding("w", "export", "Export"),
+        Binding("t", "profile", "Profile"),
         Binding("i", "cycle_island", "Island"),
         Binding("f", "cycle_status", "Status"),
         Binding("d", "cycle_backend", "Backend"),
@@ -297,6 +300,22 @@ class LineageScreen(Screen):
             return
         names = ", ".join(p.name for p in done.files)
         self.app.call_from_thread(self.notify, f"wrote {names} to {done.folder.resolve()}", title="export")
+
+    # ---- profile ---------------------------------------------------------------------------
+
+    def action_profile(self) -> None:
+        """`t`: a profile of the highlighted candidate (app/profiles.py asks at which shape)."""
+        current = self.query_one(CandidateTable).highlighted_id
+        row = next((r for r in self.rows if r.id == current), None)
+        if row is None:
+            self.notify("no candidate is shown (clear the filters with 0)", severity="warning")
+            return
+        app = self.app
+        if not isinstance(app, RunsProfiles):
+            self.notify("this app runs no profiles", severity="warning")
+            return
+        workload = str(self.repo.session_info().get("workload", ""))
+        app.profiles.ask(ProfileTarget(self.repo.path, row.id, row.summary.status, workload, self.repo.temporary))
 
     async def action_back(self) -> None:
         """Escape: close the id box when open, else leave the screen (the first lineage of
