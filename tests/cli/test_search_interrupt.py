@@ -50,10 +50,13 @@ def env_with(standin: Path | None, cache: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory) -> Path:
-    """A session of one finished generation, made with the real nvcc (the tests' shared cache)."""
+    """A session of one finished generation, made with the real nvcc (the tests' shared cache). Of
+    kv_transfer: what Ctrl-C does is the same for every workload, and the resumed search compiles in
+    an empty cache, where a gemm_allgather proposal may need a CUTLASS library built first (a
+    minute of nvcc on 2 cores, where kv_transfer's compile takes seconds)."""
     session = tmp_path_factory.mktemp("interrupt") / "s"
     cache = shared_build_cache(tmp_path_factory)
-    done = subprocess.run([sys.executable, "-c", MAIN, "search", "--workload", "gemm_allgather", "--agent", "offline",
+    done = subprocess.run([sys.executable, "-c", MAIN, "search", "--workload", "kv_transfer", "--agent", "offline",
                            "--generations", "1", "--islands", "1", "--session", str(session)],
                           env=env_with(None, cache), capture_output=True, text=True, cwd=REPO, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
