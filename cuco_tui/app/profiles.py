@@ -21,6 +21,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 from textual.app import App
 from textual.message import Message
+from textual.screen import Screen
 
 from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.messages import ProfileFinished, ProfileStarted
@@ -195,3 +196,13 @@ class RunsProfiles(Protocol):
     """An app with profiles on request (CucoApp): the screens' key asks it."""
 
     profiles: Profiles
+
+
+def ask_profile(screen: Screen, target: ProfileTarget) -> None:
+    """A screen's `t`: its app's profiles ask for a shape (or say why not); an app without them
+    says so in one line."""
+    app = screen.app
+    if not isinstance(app, RunsProfiles):
+        screen.notify("this app runs no profiles", severity="warning")
+        return
+    app.profiles.ask(target)

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +18,7 @@ from repo_paths import REPO
 pytest.importorskip("torch")
 
 MAIN = "import sys; from cuco_tui.cli import main; sys.exit(main())"
-PROGRAMS = REPO / "tests" / "workload" / "programs"
-AG = PROGRAMS / "ag_linear.py"
+from program_helpers import AG, PROGRAMS, program_variant  # noqa: E402
 
 
 def cuco(args: list[str], env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -47,14 +45,6 @@ def test_import_says_what_it_found_and_check_passes(tmp_path):
     assert findings["templates"]["detail"].startswith("5 strategies render")
     if discover().can_compile:
         assert findings["seed L1"]["detail"].startswith("compiles for sm_90a")
-
-
-def _variant(tmp_path: Path, name: str, old: str, new: str) -> Path:
-    text = AG.read_text()
-    assert old in text, old
-    path = tmp_path / f"{name}.py"
-    path.write_text(text.replace(old, new))
-    return path
 
 
 BAD = {  # name -> (text of ag_linear.py, replaced by, what the one line must say)
@@ -86,7 +76,7 @@ BAD = {  # name -> (text of ag_linear.py, replaced by, what the one line must sa
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_a_bad_file_is_refused_in_one_line_and_nothing_is_written(tmp_path, name):
     old, new, said = BAD[name]
-    path = _variant(tmp_path, name, old, new)
+    path = program_variant(tmp_path, name, old, new)
     parent = tmp_path / "workloads"
     out = cuco(["workload", "import", str(path), "--world", "2", "--dir", str(parent)])
     assert out.returncode == 2, out.stdout + out.stderr

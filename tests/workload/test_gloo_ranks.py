@@ -19,8 +19,7 @@ from cuco_tui.core.workload import WorkloadError  # noqa: E402
 from cuco_tui.workload.program.gloo_run import GlooRanks, ProgramRunError, run_gloo  # noqa: E402
 from cuco_tui.workload.program.importer import import_program  # noqa: E402
 
-PROGRAMS = Path(__file__).parent / "programs"
-AG = PROGRAMS / "ag_linear.py"
+from program_helpers import AG, program_variant  # noqa: E402
 SHAPES = {"verify": {"M": 64, "K": 32, "N": 64}}
 GATHER = "    dist.all_gather_into_tensor(full, x)\n"
 
@@ -34,14 +33,6 @@ def _children() -> set[int]:
         except FileNotFoundError:  # a thread that has ended since the listing
             pass
     return found
-
-
-def _variant(tmp_path: Path, name: str, old: str, new: str) -> Path:
-    text = AG.read_text()
-    assert old in text, old
-    path = tmp_path / f"{name}.py"
-    path.write_text(text.replace(old, new))
-    return path
 
 
 def _files_job(ranks: GlooRanks, program: Path, first, folder: Path, timeout: float = 600.0):
@@ -74,7 +65,7 @@ def _mkdir(path: Path) -> Path:
 
 
 def test_a_rank_that_raises_in_the_second_job_says_so_in_one_line(tmp_path):
-    bad = _variant(tmp_path, "bad", GATHER, "    if dist.get_rank() == 1:\n        raise ValueError('rank 1 fails "
+    bad = program_variant(tmp_path, "bad", GATHER, "    if dist.get_rank() == 1:\n        raise ValueError('rank 1 fails "
                                             "alone')\n" + GATHER)
     said = _second_job_fails(tmp_path, bad)
     assert said == "solution at verify (rank 1 of 2, float64 on the CPU under gloo) failed: ValueError: rank 1 " \
@@ -82,7 +73,7 @@ def test_a_rank_that_raises_in_the_second_job_says_so_in_one_line(tmp_path):
 
 
 def test_a_rank_that_dies_in_the_second_job_says_its_last_words(tmp_path):
-    dies = _variant(tmp_path, "dies", GATHER, "    if dist.get_rank() == 1:\n        print('rank 1 leaves', "
+    dies = program_variant(tmp_path, "dies", GATHER, "    if dist.get_rank() == 1:\n        print('rank 1 leaves', "
                                               "flush=True)\n        import os; os._exit(3)\n" + GATHER)
     assert _second_job_fails(tmp_path, dies) == "rank 1 of the CPU run ended without a report: rank 1 leaves"
 
@@ -90,7 +81,7 @@ def test_a_rank_that_dies_in_the_second_job_says_its_last_words(tmp_path):
 def test_a_program_that_hangs_in_a_collective_is_stopped_at_the_timeout(tmp_path):
     """Rank 1 waits for a message rank 0 never sends, rank 0 in the all-gather: gloo's own timeout
     (30 s at least) comes after the run's."""
-    hangs = _variant(tmp_path, "hangs", GATHER, "    if dist.get_rank() == 1:\n        dist.recv(torch.empty(1, "
+    hangs = program_variant(tmp_path, "hangs", GATHER, "    if dist.get_rank() == 1:\n        dist.recv(torch.empty(1, "
                                                 "dtype=x.dtype), src=0)\n" + GATHER)
     said = _second_job_fails(tmp_path, hangs, timeout=5)
     assert said == "the program did not finish within 5 s on 2 CPU processes under gloo (does every rank call " \
@@ -112,7 +103,7 @@ def test_the_second_job_runs_as_in_fresh_processes(tmp_path):
     """The same inputs on the pool's ranks in a first and a second job, and on processes of their own:
     the same outputs, though the program counts its calls at module level and changes torch's
     default dtype (the second job failed the program's assertion, or added 2)."""
-    stateful = _variant(tmp_path, "stateful", "    return F.linear(full, w, b)",
+    stateful = program_variant(tmp_path, "stateful", "    return F.linear(full, w, b)",
                         "    assert torch.get_default_dtype() == torch.float32 and torch.is_grad_enabled() is False\n"
                         "    return noisy(F.linear(full, w, b))")
     stateful.write_text(stateful.read_text() + STATEFUL)
@@ -132,7 +123,7 @@ def test_an_import_runs_the_program_in_as_many_processes_as_ranks(tmp_path):
     """Each process that loads the program notes its pid: the inspection, the traced run and the
     written reference's check share the 2 ranks' processes, none is left after the import."""
     pids = tmp_path / "pids"
-    noted = _variant(tmp_path, "noted", "import torch\n",
+    noted = program_variant(tmp_path, "noted", "import torch\n",
                      f"import os\nwith open({str(pids)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
                      f"import torch\n")
     before = _children()
@@ -145,7 +136,7 @@ def test_an_import_runs_the_program_in_as_many_processes_as_ranks(tmp_path):
 def test_a_program_that_ends_its_process_while_loading_is_one_line(tmp_path):
     """Rank 0 inspects the program: a program that ends it while loading is said as before, with
     the last line it wrote to stderr, and the other rank goes with it."""
-    leaves = _variant(tmp_path, "leaves", "import torch\n",
+    leaves = program_variant(tmp_path, "leaves", "import torch\n",
                       "import os, sys\nprint('no GPU here, bye', file=sys.stderr, flush=True)\nos._exit(1)\n")
     before = _children()
     with pytest.raises(WorkloadError) as caught:

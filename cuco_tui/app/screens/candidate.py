@@ -29,7 +29,7 @@ from textual.widgets import Header, Static, Tabs
 from cuco_tui.app.commands import CandidateCommands
 from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.messages import ProfileFinished, ProfileStarted
-from cuco_tui.app.profiles import Profiles, ProfileTarget, RunsProfiles, clock, same_session
+from cuco_tui.app.profiles import Profiles, ProfileTarget, RunsProfiles, ask_profile, clock, same_session
 from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, export_candidate
 from cuco_tui.app.widgets.candidate.model import CandidateView, load_candidate
 from cuco_tui.app.widgets.candidate.tabs import CandidateTabs
@@ -260,15 +260,11 @@ class CandidateScreen(Screen):
     def action_profile(self) -> None:
         """`t`: a profile of this candidate at a bench shape (app/profiles.py asks which, or says
         in one line why not)."""
-        profiles = self._profiles()
         if self.explain_disabled("profile") or self.view is None:
             return
-        if profiles is None:
-            self.notify("this app runs no profiles", severity="warning")
-            return
         workload = str(self.repo.session_info().get("workload", ""))
-        profiles.ask(ProfileTarget(self.repo.path, self.candidate_id, self.view.record.status, workload,
-                                   self.repo.temporary))
+        ask_profile(self, ProfileTarget(self.repo.path, self.candidate_id, self.view.record.status, workload,
+                                        self.repo.temporary))
 
     def _mine(self, session: Path, candidate_id: str) -> bool:
         return candidate_id == self.candidate_id and same_session(session, self.repo.path)

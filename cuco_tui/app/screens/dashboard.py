@@ -35,7 +35,7 @@ from textual.widgets import Header, Static
 from cuco_tui.app.commands import SearchCommands
 from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.messages import SearchCrashed, SearchEvent
-from cuco_tui.app.profiles import ProfileTarget, RunsProfiles
+from cuco_tui.app.profiles import ProfileTarget, RunsProfiles, ask_profile
 from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.search_state import DashboardState, RunPhase, apply
 from cuco_tui.app.widgets.confirm import Confirm
@@ -301,12 +301,8 @@ class DashboardScreen(Screen):
         if session is None or chosen not in board:
             self.notify("no committed candidate to profile yet", severity="warning")
             return
-        app = self.app
-        if not isinstance(app, RunsProfiles):
-            self.notify("this app runs no profiles", severity="warning")
-            return
         workload = self.state.workload or self.search.launch.workload.name
-        app.profiles.ask(ProfileTarget(session, chosen, board[chosen].status, workload))
+        ask_profile(self, ProfileTarget(session, chosen, board[chosen].status, workload))
 
     def action_cycle_review_mode(self) -> None:
         search = self._ready()

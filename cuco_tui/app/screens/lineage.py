@@ -25,7 +25,7 @@ from textual.widgets import Header, Input, Static
 
 from cuco_tui.app.commands import LineageCommands
 from cuco_tui.app.live_search import LiveSearch
-from cuco_tui.app.profiles import ProfileTarget, RunsProfiles
+from cuco_tui.app.profiles import ProfileTarget, ask_profile
 from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.screens.compare import CompareScreen
 from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, export_candidate
@@ -310,12 +310,8 @@ class LineageScreen(Screen):
         if row is None:
             self.notify("no candidate is shown (clear the filters with 0)", severity="warning")
             return
-        app = self.app
-        if not isinstance(app, RunsProfiles):
-            self.notify("this app runs no profiles", severity="warning")
-            return
         workload = str(self.repo.session_info().get("workload", ""))
-        app.profiles.ask(ProfileTarget(self.repo.path, row.id, row.summary.status, workload, self.repo.temporary))
+        ask_profile(self, ProfileTarget(self.repo.path, row.id, row.summary.status, workload, self.repo.temporary))
 
     async def action_back(self) -> None:
         """Escape: close the id box when open, else leave the screen (the first lineage of
