@@ -45,6 +45,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuco_tui.core.noise import record_speedup
 from cuco_tui.core.ranking import best_measured
 from cuco_tui.core.records import CandidateRecord, RecordStatus, id_number
 from cuco_tui.lineage import SessionError, SessionRepo, export_bundle, open_session_or_bundle
@@ -80,6 +81,13 @@ class Curve:
     seed: int
     best: tuple[float | None, ...]  # best[n - 1]: after n evaluations
     best_ids: tuple[str | None, ...]
+    # (low, high) of that best's noise band (core/noise.py); equal to it where no timings were kept
+    bands: tuple[tuple[float, float] | None, ...] = ()
+
+    def band(self, n: int) -> tuple[float, float] | None:
+        if self.best[n - 1] is None:
+            return None
+        return self.bands[n - 1] if n <= len(self.bands) and self.bands[n - 1] else (self.best[n - 1],) * 2
 
     @property
     def evaluations(self) -> int:
@@ -96,13 +104,15 @@ class Curve:
 def curve_of(name: str, workload: str, seed: int, records: list[CandidateRecord]) -> Curve:
     evaluations = sorted((r for r in records if is_evaluation(r)), key=lambda r: id_number(r.id))
     agents = Counter(r.agent for r in evaluations if r.kind != "seed")
-    best, ids = [], []
+    best, ids, bands = [], [], []
     for n in range(1, len(evaluations) + 1):
         b = best_measured(evaluations[:n])
+        band = record_speedup(b) if b else None
         best.append(b.speedup if b else None)
         ids.append(b.id if b else None)
+        bands.append((band.low, band.high) if band else None)
     agent = agents.most_common(1)[0][0] if agents else "?"
-    return Curve(name, workload, agent, seed, tuple(best), tuple(ids))
+    return Curve(name, workload, agent, seed, tuple(best), tuple(ids), tuple(bands))
 
 
 def read_curve(path: Path) -> Curve:
@@ -174,17 +184,20 @@ def cell(values: list[float | None], of: int) -> str:
 
 
 def ahead(comparison: Comparison, n: int) -> str:
-    """The agent whose median best after n evaluations is highest ("tie" when equal)."""
-    medians = {}
+    """The agent ahead after n evaluations: the one whose best, as the median over seeds of its
+    noise band (core/noise.py), lies wholly above every other agent's; "tie (within noise)" when
+    the bands overlap, as the leaderboard calls two candidates within noise of each other."""
+    bands = {}
     for agent in comparison.agents:
-        got = [c.best[n - 1] for c in comparison.of(agent) if c.best[n - 1] is not None]
+        got = [b for b in (c.band(n) for c in comparison.of(agent)) if b is not None]
         if got:
-            medians[agent] = statistics.median(got)
-    if len(medians) < 2:
+            bands[agent] = (statistics.median(lo for lo, _ in got), statistics.median(hi for _, hi in got))
+    if len(bands) < 2:
         return "-"
-    top = max(medians.values())
-    leaders = [a for a, m in medians.items() if m == top]
-    return leaders[0] if len(leaders) == 1 else "tie"
+    for agent, (low, _) in bands.items():
+        if all(low > high for other, (_, high) in bands.items() if other != agent):
+            return agent
+    return "tie (within noise)"
 
 
 def report(comparison: Comparison) -> str:
@@ -239,6 +252,7 @@ def as_json(comparisons: list[Comparison]) -> dict:
             "budget": c.budget, "best_either": either[0] if either else None, "mark": mark,
             "sessions": [{"name": k.name, "agent": k.agent, "seed": k.seed, "evaluations": k.evaluations,
                           "best": list(k.best), "best_ids": list(k.best_ids),
+                          "bands": [list(k.band(n)) if k.band(n) else None for n in range(1, k.evaluations + 1)],
                           "reached": k.reached(mark, c.budget) if mark else None} for k in c.curves]}
     return out
 

@@ -164,3 +164,38 @@ def test_the_device_script_parses_and_passes_only_options_the_comparison_knows(t
     bad = subprocess.run(["bash", str(script)], env={**os.environ, "PART": "7", "OUT": str(tmp_path / "o")},
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "PART is 1-6" in bad.stdout
+
+
+def _timed(speedup: float, iqr: float) -> dict:
+    """A measured result of one shape whose repetitions spread over `iqr` of their median."""
+    def spread(median: float) -> dict:
+        return dict(median=median, min=median * (1 - iqr), max=median * (1 + iqr), p25=median * (1 - iqr / 2),
+                    p75=median * (1 + iqr / 2), n=30)
+    return {"status": "measured", "reason": "", "timings": [
+        dict(shape="s", dims={"M": 1}, candidate=spread(1.0 / speedup), reference=spread(1.0),
+             per_rank=[spread(1.0 / speedup)], speedup=speedup)]}
+
+
+@pytest.mark.parametrize("iqr,expected", [(0.06, "tie (within noise)"), (0.002, "random")])
+def test_ahead_is_a_tie_when_the_bests_are_within_each_others_noise(tmp_path, iqr, expected):
+    """On 2026-11-27 both agents' bests for gemm_allgather seed 1 were 1.415x and 1.424x, each
+    with a few percent of spread: the table said `random`. Within noise is a tie, as the
+    leaderboard says; separated bands still name the agent ahead."""
+    folder = tmp_path / "sessions"
+    for agent, speedup in (("offline", 1.415), ("random", 1.424)):
+        path = folder / f"gemm_allgather-{agent}-s1"
+        with SessionRepo.create(path, "gemm_allgather", {"workload": "gemm_allgather", "seed": 1}) as repo:
+            repo.commit_candidate(CandidateRecord(id="c0000", generation=0, island=0, kind="seed", parents=(),
+                                                  source="// seed\n", design={}, rationale="seed", agent="workload",
+                                                  status="measured", speedup=1.0, result=_timed(1.0, iqr)))
+            for n in range(1, 6):
+                repo.commit_candidate(CandidateRecord(
+                    id=f"c{n:04d}", generation=n, island=0, kind="full", parents=("c0000",), source=f"// {n}\n",
+                    design={"backend": "nccl_host"}, rationale="written by the test", agent=agent, status="measured",
+                    speedup=speedup if n == 2 else 1.1, result=_timed(speedup if n == 2 else 1.1, iqr)))
+    out = tmp_path / "out"
+    assert _script().main([str(folder), "--out", str(out)]) == 0
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]]
+            for line in (out / "search_vs_random.md").read_text().splitlines()
+            if line.startswith("| ") and "evaluations |" not in line and len(line.split("|")) == 6}
+    assert rows["5"] == ["1.415x [1.415-1.415]", "1.424x [1.424-1.424]", expected]
