@@ -13,6 +13,7 @@ import pytest
 from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.perturb import KINDS
 from cuco_tui.harness.verify import POISON_BF16
+from cuco_tui.toolchain.nvcc import runtime_defines
 
 ROOT = Path(__file__).resolve().parents[1]
 CP_EMU = ROOT / "workloads" / "cp_attention" / "emulator"
@@ -96,7 +97,7 @@ def compile_emulated(sources: dict[str, str], root: Path, includes: tuple[Path, 
         (root / f"{name}.cpp").write_text(text)
         cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-D__CUDACC__",
                f"-I{CP_EMU / 'stubs'}", f"-I{CP_EMU}", *[f"-I{p}" for p in includes], f"-I{RUNTIME}",
-               str(root / f"{name}.cpp"), "-o", str(root / name)]
+               *runtime_defines(text), str(root / f"{name}.cpp"), "-o", str(root / name)]
         jobs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for name, job in jobs.items():
         _, err = job.communicate()

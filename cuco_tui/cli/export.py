@@ -13,7 +13,7 @@ from pathlib import Path
 from cuco_tui.cli.sessions import open_named, record_of, shown_as
 from cuco_tui.core.errors import UsageError
 from cuco_tui.source.includes import included
-from cuco_tui.toolchain.nvcc import cuda_arch, cutlass_flags, nvcc_flags, uses_cutlass
+from cuco_tui.toolchain.nvcc import cuda_arch, cutlass_flags, nvcc_flags, runtime_defines, uses_cutlass
 from cuco_tui.toolchain.toolchain import RUNTIME_INCLUDE, Library, Toolchain, discover
 
 README = "README.md"
@@ -55,7 +55,7 @@ def build_line(toolchain: Toolchain, source: str, kernel: str, quote: bool) -> s
     """The nvcc command L1 runs for `source`, built in the export folder as `<kernel stem>.so`, over
     indented lines ending in ` \\`; `quote`: the paths are a machine's own (shell-quoted), else
     names such as $NCCL_HOME."""
-    flags = nvcc_flags(toolchain)
+    flags = nvcc_flags(toolchain) + runtime_defines(source)
     if uses_cutlass(source):
         flags += cutlass_flags(toolchain)
     words = [str(toolchain.nvcc), *flags, kernel, "-o", f"{Path(kernel).stem}.so"]

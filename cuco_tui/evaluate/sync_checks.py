@@ -174,7 +174,7 @@ def _names(expr: str, aliases: dict[str, str], depth: int = 0) -> tuple[set[str]
 
 _ATOMIC_REF = re.compile(r"\batomic_ref\s*<[^;{}]*?>\s*[A-Za-z_]\w*\s*[({]|\batomic_ref\s*<[^;{}]*?>\s*[({]")
 _ATOMIC_CALL = re.compile(r"\b(?:atomic(?:Add|Sub|Exch|CAS|Max|Min|Inc|Dec|And|Or|Xor)\w*|__nv_atomic\w*|"
-                          r"st_release\w*|store_release\w*|__st\w*|cudaMemcpy\w*|cuMemcpy\w*|"
+                          r"st_release\w*|store_release\w*|atomic_add\w*|__st\w*|cudaMemcpy\w*|cuMemcpy\w*|"
                           r"cuStreamWriteValue\w*|cuStreamWrite\w*)\s*\(")
 _STORE_METHOD = re.compile(r"\.\s*(?:store|fetch_\w+|exchange|compare_exchange\w*)\s*\(")
 

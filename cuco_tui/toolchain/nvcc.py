@@ -39,6 +39,25 @@ CUTLASS_FLAGS = ("-DNDEBUG", "--expt-relaxed-constexpr")
 CUTLASS_TIMEOUT = 900.0
 
 
+# What cuco_runtime.cuh includes only for a candidate that names it (each pulls in libcu++, about
+# 2.5 s of nvcc per compile): the define that asks for it, and the names that need it. A name in
+# a comment or a string counts too: it costs a few seconds, where a name missed fails the build.
+RUNTIME_OPTIONS = (
+    ("CUCO_WITH_LIBCUDACXX", re.compile(r"\bcuda::")),
+    ("CUCO_WITH_COOPERATIVE_GROUPS", re.compile(
+        r"\bcooperative_groups\b|\bcg::|\b(?:this_grid|this_thread_block|this_cluster|tiled_partition|grid_group|"
+        r"thread_block_tile|cluster_group|coalesced_threads)\b")),
+    ("CUCO_WITH_NCCL_DEVICE", re.compile(
+        r"\bnccl(?:Dev|Lsa|Gin|Team|Coop|Barrier|Multimem|Symmetric|GetLsa|GetPeer|GetMultimem|GetResource|Window_vidmem)"
+        r"\w*|\blsa_(?:devcomm|barrier)\w*")),
+)
+
+
+def runtime_defines(source: str) -> list[str]:
+    """The -D flags that make cuco_runtime.cuh include the heavy headers `source` needs."""
+    return [f"-D{name}" for name, names in RUNTIME_OPTIONS if names.search(source)]
+
+
 @dataclass(frozen=True)
 class BuildResult:
     ok: bool
@@ -271,7 +290,7 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
     fingerprint = toolchain.fingerprint()
     text = data.decode("utf-8", errors="replace")
     try:
-        flags = nvcc_flags(toolchain)
+        flags = nvcc_flags(toolchain) + runtime_defines(text)
         if uses_cutlass(text):
             if toolchain.cutlass is None:
                 return _failure(source, f"cannot compile: the candidate includes CUTLASS, but {toolchain.cutlass_problem} "

@@ -103,7 +103,7 @@ def test_every_backend_has_api_and_strategy_notes(backend):
 def test_notes_say_what_matters():
     assert "two-barrier rule" in strategy_notes("nccl_lsa")
     assert "ncclGetLsaPointer" in api_notes("nccl_lsa")
-    assert "thread_scope_system" in api_notes("cuda_ipc") and "memory_order_release" in api_notes("cuda_ipc")
+    assert "cuco::store_release" in api_notes("cuda_ipc") and "cuco::atomic_add_release" in api_notes("cuda_ipc")
     assert "cuco::wait_geq" in api_notes("cuda_ipc")
     assert "no SMs" in Path(NOTES_DIR / "copy_engine.md").read_text()
     assert "195 GB/s" in strategy_notes("copy_engine") and "383 GB/s" in strategy_notes("copy_engine")

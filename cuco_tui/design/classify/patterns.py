@@ -34,7 +34,7 @@ API_PATTERNS: list[tuple[re.Pattern[str], str, str]] = [
 ]
 HOST_COLLECTIVE = re.compile(r"^nccl(AllGather|AllReduce|ReduceScatter|Broadcast|Bcast|Reduce|AlltoAll|Gather|"
                              r"Scatter)")
-ACQUIRE_LOAD = re.compile(r"\.load\s*\(\s*(?:cuda::(?:std::)?)?memory_order_acquire\b|\bld_acquire\w*\s*\(")
+ACQUIRE_LOAD = re.compile(r"\.load\s*\(\s*(?:cuda::(?:std::)?)?memory_order_acquire\b|\b(?:ld|load)_acquire\w*\s*\(")
 EVENT_WAIT = re.compile(r"\bcudaStreamWaitEvent\s*\(|\bcudaEventSynchronize\s*\(")
 MEMCPY = re.compile(r"\bcudaMemcpy(?:2D|3D)?(?:Async)?\s*\(")
 MEMCPY_ANY = re.compile(r"\bcudaMemcpy\w*\s*\(")

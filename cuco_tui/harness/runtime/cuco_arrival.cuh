@@ -301,8 +301,7 @@ __global__ void __launch_bounds__(kThreads) push_chunks(PushPlan plan, const uin
       __threadfence_system();
       __syncthreads();
       if (threadIdx.x == 0) {
-        cuda::atomic_ref<unsigned long long, cuda::thread_scope_system> flag(plan.flags[s][c]);
-        flag.fetch_add(1ull, cuda::memory_order_release);
+        atomic_add_release(&plan.flags[s][c], 1ull);
       }
     }
   }

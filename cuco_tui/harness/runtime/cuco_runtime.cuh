@@ -1,6 +1,9 @@
 // cuco_runtime.cuh: what a candidate kernel gets from the cuco harness.
 //
-//  - cuBLAS, NCCL and the NCCL device API, included here;
+//  - cuBLAS and NCCL, included here; the NCCL device API, cooperative groups and libcu++'s
+//    <cuda/atomic> when the candidate names them (below);
+//  - flag signals with release/acquire order at system scope: store_release, atomic_add_release,
+//    load_acquire (what cuda::atomic_ref<T, cuda::thread_scope_system> does, without its header);
 //  - the rank context (cuco_ctx, see cuco_abi.h): rank, world size, device, the harness's
 //    input and output buffers, the problem dimensions, a fresh NCCL unique id;
 //  - host helpers: a NCCL communicator from that id, NCCL device-API (LSA) setup with
@@ -18,11 +21,24 @@
 #define CUCO_RUNTIME_CUH_
 
 #include <cuda_runtime.h>
-#include <cooperative_groups.h>
-#include <cuda/atomic>
 #include <cublas_v2.h>
 #include <nccl.h>
+
+// Each of <cuda/atomic>, <cooperative_groups.h> and <nccl_device.h> pulls in libcu++ and costs
+// about 2.5 s of nvcc per compile (a 2-core machine: 3 s without them, 5.5 s with any), more than
+// half of a small candidate's build. So they come in only for a candidate that names what they
+// declare: cuco's toolchain defines CUCO_WITH_LIBCUDACXX, CUCO_WITH_COOPERATIVE_GROUPS and
+// CUCO_WITH_NCCL_DEVICE from the source (toolchain/nvcc.py, runtime_defines); a candidate may
+// also define them, or include the headers itself, before including this one.
+#if defined(CUCO_WITH_LIBCUDACXX) || defined(CUCO_WITH_NCCL_DEVICE)
+#include <cuda/atomic>
+#endif
+#ifdef CUCO_WITH_COOPERATIVE_GROUPS
+#include <cooperative_groups.h>
+#endif
+#ifdef CUCO_WITH_NCCL_DEVICE
 #include <nccl_device.h>
+#endif
 
 #include <cstdarg>
 #include <cstddef>
@@ -139,6 +155,7 @@ inline int symmetric_free(cuco_ctx* ctx, ncclComm_t comm, SymmetricBuffer* buf) 
   return 0;
 }
 
+#ifdef CUCO_WITH_NCCL_DEVICE
 // A device communicator with `lsa_barriers` LSA barriers (one per block that syncs).
 // NCCL 2.28 has no requirements initializer: value-initialize, as its examples do.
 inline int lsa_devcomm_create(cuco_ctx* ctx, ncclComm_t comm, int lsa_barriers, ncclDevComm* out) {
@@ -155,6 +172,7 @@ inline int lsa_devcomm_destroy(cuco_ctx* ctx, ncclComm_t comm, ncclDevComm* dc) 
   CUCO_TRY_NCCL(ctx, ncclDevCommDestroy(comm, dc));
   return 0;
 }
+#endif  // CUCO_WITH_NCCL_DEVICE
 
 // ---------------------------------------------------------------- CUDA-IPC peer pointers (host)
 
@@ -221,6 +239,66 @@ struct WaitSite {
 };
 
 #ifdef __CUDACC__
+
+// ---------------------------------------------------------------- flag signals (device)
+
+// A flag another rank (or the host) reads: stored, added to or loaded with release/acquire order
+// at system scope, on 4- or 8-byte integers, in any memory a generic address reaches (own, peer,
+// mapped host). The PTX is what cuda::atomic_ref<T, cuda::thread_scope_system> emits on sm_70+;
+// where no device code is compiled (the CPU emulator), the compiler's atomics stand in.
+template <typename T, typename V>
+__device__ inline void store_release(T* flag, V value) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "a flag is a 4- or 8-byte integer");
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 8)
+    asm volatile("st.release.sys.b64 [%0], %1;" ::"l"(flag), "l"((unsigned long long)value) : "memory");
+  else
+    asm volatile("st.release.sys.b32 [%0], %1;" ::"l"(flag), "r"((unsigned)value) : "memory");
+#else
+  __atomic_store_n(flag, (T)value, __ATOMIC_RELEASE);
+#endif
+}
+
+// Returns the value before the addition. (`value` is converted to the flag's type: an epoch of
+// uint64_t is unsigned long, a flag of unsigned long long.)
+template <typename T, typename V>
+__device__ inline T atomic_add_release(T* flag, V value) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "a flag is a 4- or 8-byte integer");
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 8) {
+    unsigned long long old;
+    asm volatile("atom.add.release.sys.u64 %0, [%1], %2;" : "=l"(old) : "l"(flag), "l"((unsigned long long)value)
+                 : "memory");
+    return (T)old;
+  } else {
+    unsigned old;
+    asm volatile("atom.add.release.sys.u32 %0, [%1], %2;" : "=r"(old) : "l"(flag), "r"((unsigned)value) : "memory");
+    return (T)old;
+  }
+#else
+  return __atomic_fetch_add(flag, (T)value, __ATOMIC_RELEASE);
+#endif
+}
+
+template <typename T>
+__device__ inline T load_acquire(const T* flag) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "a flag is a 4- or 8-byte integer");
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 8) {
+    unsigned long long v;
+    asm volatile("ld.acquire.sys.b64 %0, [%1];" : "=l"(v) : "l"(flag) : "memory");
+    return (T)v;
+  } else {
+    unsigned v;
+    asm volatile("ld.acquire.sys.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    return (T)v;
+  }
+#else
+  return __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+#endif
+}
+
+// ---------------------------------------------------------------- trace points, continued (device)
 
 __device__ inline volatile cuco_wait_slot* slot_of(Trace t) {
   if (t.slots == nullptr || t.n <= 0) return nullptr;
@@ -295,16 +373,15 @@ __device__ inline void wait_end(Trace t, uint64_t observed, uint64_t completed_b
 template <typename T>
 __device__ inline T wait_geq_at(Trace t, int site, const char* label, const char* function, int peer, uint64_t id,
                                 const T* flag, T expected) {
-  cuda::atomic_ref<const T, cuda::thread_scope_system> ref(*flag);
-  T seen = ref.load(cuda::memory_order_acquire);
+  T seen = load_acquire(flag);
   uint32_t polls = 1;
-  for (; seen < expected && polls < kWaitGracePolls; ++polls) seen = ref.load(cuda::memory_order_acquire);
+  for (; seen < expected && polls < kWaitGracePolls; ++polls) seen = load_acquire(flag);
   if (seen >= expected) return seen;
   const uint64_t done =
       wait_begin(t, site, label, function, CUCO_WAIT_FLAG, peer, id, (uint64_t)expected, (uint64_t)seen);
   for (; seen < expected; ++polls) {
     if ((polls & 1023u) == 0) wait_observe(t, (uint64_t)seen);
-    seen = ref.load(cuda::memory_order_acquire);
+    seen = load_acquire(flag);
   }
   wait_end(t, (uint64_t)seen, done);
   return seen;
@@ -326,6 +403,7 @@ __device__ inline T wait_geq(Trace t, int site, int peer, uint64_t id, const T* 
   return wait_geq_at(t, site, nullptr, function, peer, id, flag, expected);
 }
 
+#ifdef CUCO_WITH_NCCL_DEVICE
 // An LSA barrier sync with its wait recorded (peer -1: the whole team; id: the barrier index).
 template <typename Coop>
 __device__ inline void lsa_barrier_sync_at(Trace t, int site, const char* label, const char* function,
@@ -352,6 +430,7 @@ __device__ inline void lsa_barrier_sync(Trace t, int site, ncclLsaBarrierSession
                                         const char* function = __builtin_FUNCTION()) {
   lsa_barrier_sync_at(t, site, nullptr, function, bar, coop, barrier_index, order);
 }
+#endif  // CUCO_WITH_NCCL_DEVICE
 
 #endif  // __CUDACC__
 
