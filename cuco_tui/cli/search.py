@@ -155,6 +155,9 @@ def shorten(text: str, width: int) -> str:
 EXIT_ENDED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
 
 
+# After a second Ctrl-C: how long to keep killing what the run's threads start as they wind down.
+LEAVE_S = 10.0
+
 class Interrupts:
     """SIGINT during a search. The first stops it: nothing new is proposed, the evaluations in
     flight finish and are committed (a Slurm search cancels its jobs instead). The second leaves
@@ -237,7 +240,14 @@ def cmd_search(args: argparse.Namespace) -> int:
         except (PlacementError, WorkloadError, SlurmError) as exc:
             raise UsageError(placement_hint(str(exc), workload, config)) from exc
         except KeyboardInterrupt:
-            kill_child_groups()  # the compiles and GPU runs in flight: leaving at once waits for none of them
+            # The compiles and GPU runs in flight: leaving at once waits for none of them. Killed
+            # again while the run's threads wind down, since a build taken up as the first kill
+            # swept starts a compiler after it; the interpreter's exit would wait for that thread.
+            kill_child_groups()
+            ends = time.monotonic() + LEAVE_S
+            while engine.working and time.monotonic() < ends:
+                time.sleep(0.05)
+                kill_child_groups()
             err.write(f"cuco: interrupted: evaluations in flight were dropped, every committed candidate is kept; "
                       f"continue with `cuco search --resume {resume_name(repo.path, args)}`\n")
             raise

@@ -44,6 +44,12 @@ class SearchConfig:
     # alone (kind "confirm") and only that figure can make it the best. Never triggers with one group.
     confirm_alone: bool = True
     confirm_margin: float = 0.02
+    # Look-ahead: a generation's proposals are made (and compiled) while each GPU group still runs
+    # the last evaluation of the one before, so that no GPU waits through a generation's proposing
+    # and compiling (43 % of a search's time on 4 x H100, docs/performance.md, 2026-11-27); the
+    # price, that those parents are drawn without the one or two results still running. Off: every
+    # generation waits for all of the previous one's results.
+    lookahead: bool = True
     # A plateau (search/plateau.py): after this many generations in which the best measured speedup
     # did not rise beyond noise (core/noise.py) and by more than `plateau_margin` (a fraction), the
     # search warns, then diversifies (every island explores again and the islands exchange their

@@ -167,6 +167,13 @@ class SearchEngine(Controls):
         """True while evaluations it started are in flight (a paused search lets them finish)."""
         return self._scheduler.in_flight()
 
+    @property
+    def working(self) -> bool:
+        """True while a build or an evaluation it started still runs: after an interruption, a
+        caller that kills their processes waits on this (a build taken up just as they were
+        killed starts a compiler of its own, which a second kill must reach)."""
+        return self._scheduler.working()
+
     # ================================================================== the run
 
     def run(self) -> SearchSummary:
@@ -352,7 +359,7 @@ class SearchEngine(Controls):
             request = self._proposer.request(selection, generation=generation, island=island, phase=phase,
                                              hints=self.hints)
             produced += self._propose(request)
-        self._drain()
+        self._drain(keep=self._lookahead(generation))
         if generation % cfg.migration_interval == 0:
             with self._cond:
                 self._population.migrate()
@@ -360,11 +367,22 @@ class SearchEngine(Controls):
             raise Stop("agent exhausted")
         self._watch_plateau(generation)
 
+    def _lookahead(self, generation: int) -> int:
+        """How many of this generation's evaluations may still run when the next one is proposed:
+        one per GPU group (config.lookahead), none after the last generation or when stopping."""
+        if not self.config.lookahead or generation >= self.config.generations or self._steering.stopping:
+            return 0
+        return self._scheduler.groups
+
     def _watch_plateau(self, generation: int) -> None:
         """After a generation: warn, diversify (the islands exchange their best now) or stop. A run
         that cannot measure (no GPU) cannot tell a plateau, even on a session measured before."""
         if self._steering.can_measure is False:
             return
+        with self._cond:
+            unsure = self._plateau.would_stop(generation) and self._scheduler.in_flight_count() > 0
+        if unsure:  # the look-ahead left results running: one of them may be the gain that goes on
+            self._drain()
         with self._cond:
             stage = self._plateau.after(generation)
             if stage is None:
@@ -421,7 +439,7 @@ class SearchEngine(Controls):
             improved = self._population.add(ranked)
             speedup = record_speedup(ranked) if improved else None  # improved: faster than the best beyond noise
             if speedup is not None:
-                self._plateau.best_measured(speedup, self._steering.generation)
+                self._plateau.best_measured(speedup, record.generation)  # as restore() counts it
             head = self._population.best_of_island(record.island % self.config.islands)
             if head is not None and head.id == record.id:
                 self.repo.set_island_head(record.island, record.id)
@@ -451,13 +469,16 @@ class SearchEngine(Controls):
             if self._steering.go():
                 return
 
-    def _drain(self, final: bool = False) -> None:
-        """Wait until nothing is in flight or held, applying orders as they come. When stopping
-        (or at the end of the run), held proposals are committed as unreviewed (a resumed search
-        holds them again)."""
+    def _drain(self, final: bool = False, keep: int = 0) -> None:
+        """Wait until nothing is in flight (at most `keep` evaluations) or held, applying orders as
+        they come. When stopping (or at the end of the run), held proposals are committed as
+        unreviewed (a resumed search holds them again)."""
+        def busy() -> bool:
+            return self._scheduler.in_flight_count() > keep
+
         while True:
             self._apply_orders()
-            settled = self._steering.settle(final, self._scheduler.in_flight)
+            settled = self._steering.settle(final, busy)
             if settled is None:
                 return
             for held in settled:

@@ -80,13 +80,18 @@ class PlateauWatch:
         """Generations finished since the last gain (0 before any measurement)."""
         return 0 if self.gain_generation is None else max(0, generation - self.gain_generation)
 
+    def would_stop(self, generation: int) -> bool:
+        """Whether `after(generation)` would say STOP (nothing changes)."""
+        stale = self.stale(generation)
+        since_resume = generation - self.resumed_at if self.resumed_at is not None else stale
+        return bool(stale) and bool(self.stop) and min(stale, since_resume) >= self.stop
+
     def after(self, generation: int) -> str | None:
         """At the end of `generation`: the stage it newly reaches (STOP, DIVERSIFY, WARN), or None."""
         stale = self.stale(generation)
         if not stale:
             return None
-        since_resume = generation - self.resumed_at if self.resumed_at is not None else stale
-        if self.stop and min(stale, since_resume) >= self.stop:
+        if self.would_stop(generation):
             return STOP
         if self.diversify and stale >= self.diversify and not self.diversified:
             self.diversified = self.warned = True

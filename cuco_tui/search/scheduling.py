@@ -166,6 +166,23 @@ class Scheduler:
         with self._cond:
             return bool(self._in_flight)
 
+    def working(self) -> bool:
+        """Whether a build or an evaluation of this run still runs (after abandon(): until the
+        processes the caller kills are gone and their threads have seen it)."""
+        with self._cond:
+            if self._in_flight:
+                return True
+        return self._builds is not None and self._builds.running > 0
+
+    def in_flight_count(self) -> int:
+        with self._cond:
+            return len(self._in_flight)
+
+    @property
+    def groups(self) -> int:
+        """How many evaluations can run at once (GPU groups, or job slots); 1 before start()."""
+        return self._executor.size if self._executor is not None else 1
+
     def launch(self, record: CandidateRecord, exclusive: bool = False) -> None:
         """Write the candidate, start its compile on a CPU thread, queue its evaluation
         (`exclusive`: on a GPU group lent while no other is, see Executor.lease)."""

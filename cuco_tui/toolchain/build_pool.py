@@ -30,6 +30,7 @@ class BuildPool:
         # each count the one of that moment. Reentrant: a watcher told may submit a build itself.
         self._queue = threading.RLock()
         self._waiting = 0
+        self._running = 0
 
     def _tools(self) -> Toolchain:
         with self._lock:
@@ -38,6 +39,12 @@ class BuildPool:
 
                 self._toolchain = discover()
             return self._toolchain
+
+    @property
+    def running(self) -> int:
+        """Builds a builder has taken and not finished (their compiler may be running)."""
+        with self._queue:
+            return self._running
 
     @property
     def waiting(self) -> int:
@@ -55,7 +62,12 @@ class BuildPool:
                 self._waiting -= 1
                 if started is not None:
                     started(self._waiting)
-            return compile_candidate(source, self._tools(), self._cache or BuildCache())
+                self._running += 1
+            try:
+                return compile_candidate(source, self._tools(), self._cache or BuildCache())
+            finally:
+                with self._queue:
+                    self._running -= 1
 
         with self._queue:
             self._waiting += 1
