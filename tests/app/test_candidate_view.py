@@ -112,8 +112,9 @@ def test_prefer_parent_gives_the_next_proposal_that_parent_once(tmp_path):
         return propose(request)
 
     agent.propose = watched
+    # Without the look-ahead, generation 2 is proposed only after c0001 is committed (below).
     engine, repo, bus = make_engine(tmp_path, agent=agent, evaluator=ById(fail={"c0001"}), generations=3,
-                                    islands=1, explore_share=0.0, fast_path=False)
+                                    islands=1, explore_share=0.0, fast_path=False, lookahead=False)
 
     def on_commit(e):
         if isinstance(e, CandidateCommitted) and e.record.id == "c0001":
