@@ -369,10 +369,11 @@ class SearchEngine(Controls):
 
     def _lookahead(self, generation: int) -> int:
         """How many of this generation's evaluations may still run when the next one is proposed:
-        one per GPU group (config.lookahead), none after the last generation or when stopping."""
+        one per GPU group (config.lookahead), fewer than the generation made (the next one's
+        parents see at least one of its results), none after the last generation or when stopping."""
         if not self.config.lookahead or generation >= self.config.generations or self._steering.stopping:
             return 0
-        return self._scheduler.groups
+        return max(0, min(self._scheduler.groups, self.config.proposals - 1))
 
     def _watch_plateau(self, generation: int) -> None:
         """After a generation: warn, diversify (the islands exchange their best now) or stop. A run

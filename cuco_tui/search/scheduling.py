@@ -169,8 +169,8 @@ class Scheduler:
     def working(self) -> bool:
         """Whether a build or an evaluation of this run still runs (after abandon(): until the
         processes the caller kills are gone and their threads have seen it)."""
-        with self._cond:
-            if self._in_flight:
+        with self._cond:  # an evaluation abandon() cancelled before it started never leaves _in_flight
+            if any(not f.done() for f in self._in_flight.values()):
                 return True
         return self._builds is not None and self._builds.running > 0
 

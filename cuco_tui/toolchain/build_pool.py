@@ -6,7 +6,7 @@ build is queued and when a builder takes it, with how many wait (the search's bu
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -31,6 +31,7 @@ class BuildPool:
         self._queue = threading.RLock()
         self._waiting = 0
         self._running = 0
+        self._closed = False  # shut down without waiting: a build taken up after it starts no compiler
 
     def _tools(self) -> Toolchain:
         with self._lock:
@@ -60,6 +61,8 @@ class BuildPool:
         def build() -> BuildResult:
             with self._queue:
                 self._waiting -= 1
+                if self._closed:  # counted as running or refused under one lock: a caller that kills
+                    raise CancelledError()  # the compilers after shutdown misses none
                 if started is not None:
                     started(self._waiting)
                 self._running += 1
@@ -76,4 +79,7 @@ class BuildPool:
             return self._executor.submit(build)
 
     def shutdown(self, wait: bool = True) -> None:
+        if not wait:
+            with self._queue:
+                self._closed = True
         self._executor.shutdown(wait=wait, cancel_futures=not wait)

@@ -43,13 +43,18 @@ CUTLASS_TIMEOUT = 900.0
 # 2.5 s of nvcc per compile): the define that asks for it, and the names that need it. A name in
 # a comment or a string counts too: it costs a few seconds, where a name missed fails the build.
 RUNTIME_OPTIONS = (
-    ("CUCO_WITH_LIBCUDACXX", re.compile(r"\bcuda::")),
+    ("CUCO_WITH_LIBCUDACXX", re.compile(r"\bcuda::|\bnamespace\s+\w+\s*=\s*(?:::)?cuda\b|"
+                                        r"\busing\s+namespace\s+(?:::)?cuda\b")),
     ("CUCO_WITH_COOPERATIVE_GROUPS", re.compile(
         r"\bcooperative_groups\b|\bcg::|\b(?:this_grid|this_thread_block|this_cluster|tiled_partition|grid_group|"
         r"thread_block_tile|cluster_group|coalesced_threads)\b")),
     ("CUCO_WITH_NCCL_DEVICE", re.compile(
-        r"\bnccl(?:Dev|Lsa|Gin|Team|Coop|Barrier|Multimem|Symmetric|GetLsa|GetPeer|GetMultimem|GetResource|Window_vidmem)"
-        r"\w*|\blsa_(?:devcomm|barrier)\w*")),
+        r"\bnccl(?:Dev|Lsa|Gin|Team|Coop|Barrier|Multimem|Symmetric|SymPtr|LLA2A|GetLsa|GetPeer|GetLocal|GetMultimem|"
+        r"GetResource|Window_vidmem)\w*|\bnccl::|\blsa_(?:devcomm|barrier)\w*")),
+    ("CUCO_WITH_DRIVER_API", re.compile(
+        r"\bcu(?:Stream|Mem|Event|Ctx|Device|Launch|Func|Module|Graph|Get|Init|Pointer)\w*\s*\(|"
+        r"\bCU(?:stream|deviceptr|event|context|result|function|module|device)\b|\bCUDA_SUCCESS\b|"
+        r"\bCU_STREAM_\w+")),
 )
 
 

@@ -17,6 +17,7 @@ from repo_paths import REPO
 TOOLCHAIN = discover()
 needs_nvcc = pytest.mark.skipif(not TOOLCHAIN.can_compile, reason="; ".join(TOOLCHAIN.problems) or "no toolchain")
 SEEDS = sorted((REPO / "workloads").glob("*/seed.cu"))
+HEAVY = {"-DCUCO_WITH_LIBCUDACXX", "-DCUCO_WITH_COOPERATIVE_GROUPS", "-DCUCO_WITH_NCCL_DEVICE"}
 TEMPLATES = sorted((REPO / "workloads").glob("*/templates/*.cu.j2"))
 
 
@@ -28,6 +29,10 @@ def test_each_heavy_header_is_asked_for_by_the_names_it_declares():
     assert runtime_defines("ncclDevComm dc; ncclLsaBarrierSession<ncclCoopCta> bar(...);") == [
         "-DCUCO_WITH_NCCL_DEVICE"]
     assert runtime_defines("cuco::lsa_devcomm_create(ctx, comm, 4, &dc);") == ["-DCUCO_WITH_NCCL_DEVICE"]
+    assert runtime_defines("ncclSymPtr<float> p; ncclLLA2AHandle h;") == ["-DCUCO_WITH_NCCL_DEVICE"]
+    assert runtime_defines("using namespace cuda;") == ["-DCUCO_WITH_LIBCUDACXX"]
+    assert runtime_defines("ncclGetUniqueId(&id); ncclGetErrorString(rc);") == []  # the host API is in nccl.h
+    assert runtime_defines("cuStreamWriteValue64(s, (CUdeviceptr)f, 1, 0);") == ["-DCUCO_WITH_DRIVER_API"]
     lsa = (REPO / "workloads" / "gemm_allgather" / "candidates" / "lsa_allgather.cu").read_text()
     assert set(runtime_defines(lsa)) == {"-DCUCO_WITH_LIBCUDACXX", "-DCUCO_WITH_COOPERATIVE_GROUPS",
                                          "-DCUCO_WITH_NCCL_DEVICE"}
@@ -38,8 +43,11 @@ def test_the_seeds_and_the_flag_templates_need_none_of_them():
     assert {p.parent.name: runtime_defines(p.read_text()) for p in SEEDS} == {p.parent.name: [] for p in SEEDS}
     # Only the LSA template uses the device API (and its memory orders); every other template
     # signals through the runtime's helpers.
-    heavy = {p.name for p in TEMPLATES if runtime_defines(p.read_text())}
+    heavy = {p.name for p in TEMPLATES if set(runtime_defines(p.read_text())) & HEAVY}
     assert heavy == {"lsa_gather.cu.j2"}, heavy
+    # The driver API (cheap: <cuda.h>) for the templates that write stream memory operations.
+    assert {p.name for p in TEMPLATES if "-DCUCO_WITH_DRIVER_API" in runtime_defines(p.read_text())} == {
+        "fused_tile.cu.j2", "ce_push.cu.j2"}
 
 
 @needs_nvcc

@@ -21,8 +21,12 @@
 #define CUCO_RUNTIME_CUH_
 
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include <cublas_v2.h>
 #include <nccl.h>
+#ifdef CUCO_WITH_DRIVER_API  // the driver API (stream memory operations): named by the candidate
+#include <cuda.h>
+#endif
 
 // Each of <cuda/atomic>, <cooperative_groups.h> and <nccl_device.h> pulls in libcu++ and costs
 // about 2.5 s of nvcc per compile (a 2-core machine: 3 s without them, 5.5 s with any), more than
@@ -40,11 +44,14 @@
 #include <nccl_device.h>
 #endif
 
+#include <cfloat>
+#include <climits>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 #include "cuco_abi.h"
 
@@ -248,7 +255,8 @@ struct WaitSite {
 // where no device code is compiled (the CPU emulator), the compiler's atomics stand in.
 template <typename T, typename V>
 __device__ inline void store_release(T* flag, V value) {
-  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "a flag is a 4- or 8-byte integer");
+  static_assert(std::is_integral<std::remove_cv_t<T>>::value && (sizeof(T) == 4 || sizeof(T) == 8),
+                "a flag is a 4- or 8-byte integer");
 #if defined(__CUDA_ARCH__)
   if constexpr (sizeof(T) == 8)
     asm volatile("st.release.sys.b64 [%0], %1;" ::"l"(flag), "l"((unsigned long long)value) : "memory");
@@ -263,7 +271,8 @@ __device__ inline void store_release(T* flag, V value) {
 // uint64_t is unsigned long, a flag of unsigned long long.)
 template <typename T, typename V>
 __device__ inline T atomic_add_release(T* flag, V value) {
-  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "a flag is a 4- or 8-byte integer");
+  static_assert(std::is_integral<std::remove_cv_t<T>>::value && (sizeof(T) == 4 || sizeof(T) == 8),
+                "a flag is a 4- or 8-byte integer");
 #if defined(__CUDA_ARCH__)
   if constexpr (sizeof(T) == 8) {
     unsigned long long old;
@@ -282,7 +291,8 @@ __device__ inline T atomic_add_release(T* flag, V value) {
 
 template <typename T>
 __device__ inline T load_acquire(const T* flag) {
-  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "a flag is a 4- or 8-byte integer");
+  static_assert(std::is_integral<std::remove_cv_t<T>>::value && (sizeof(T) == 4 || sizeof(T) == 8),
+                "a flag is a 4- or 8-byte integer");
 #if defined(__CUDA_ARCH__)
   if constexpr (sizeof(T) == 8) {
     unsigned long long v;
@@ -294,7 +304,11 @@ __device__ inline T load_acquire(const T* flag) {
     return (T)v;
   }
 #else
-  return __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+  const T v = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+#ifdef CUCO_SPIN_PAUSE
+  CUCO_SPIN_PAUSE();  // the CPU emulator: a load of a flag spins, let its other threads run
+#endif
+  return v;
 #endif
 }
 

@@ -39,6 +39,9 @@
 #include <thread>
 #include <type_traits>
 
+// The runtime's flag loads (cuco::load_acquire) spin like these: let the other streams run.
+#define CUCO_SPIN_PAUSE() std::this_thread::yield()
+
 // ---------------------------------------------------------------- atomics (cuda/atomic)
 
 namespace cuda {
