@@ -163,8 +163,7 @@ class Scheduler:
         return self._executor if isinstance(self._executor, JobExecutor) else None
 
     def in_flight(self) -> bool:
-        with self._cond:
-            return bool(self._in_flight)
+        return self.in_flight_count() > 0
 
     def working(self) -> bool:
         """Whether a build or an evaluation of this run still runs (after abandon(): until the

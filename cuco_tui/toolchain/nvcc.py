@@ -39,9 +39,10 @@ CUTLASS_FLAGS = ("-DNDEBUG", "--expt-relaxed-constexpr")
 CUTLASS_TIMEOUT = 900.0
 
 
-# What cuco_runtime.cuh includes only for a candidate that names it (each pulls in libcu++, about
-# 2.5 s of nvcc per compile): the define that asks for it, and the names that need it. A name in
-# a comment or a string counts too: it costs a few seconds, where a name missed fails the build.
+# What cuco_runtime.cuh includes only for a candidate that names it (the first three pull in
+# libcu++, about 2.5 s of nvcc per compile each; the driver API is cheap, but the CPU emulator has
+# no <cuda.h>): the define that asks for it, and the names that need it. A name in a comment or a
+# string counts too: it costs a few seconds, where a name missed fails the build.
 RUNTIME_OPTIONS = (
     ("CUCO_WITH_LIBCUDACXX", re.compile(r"\bcuda::|\bnamespace\s+\w+\s*=\s*(?:::)?cuda\b|"
                                         r"\busing\s+namespace\s+(?:::)?cuda\b")),
