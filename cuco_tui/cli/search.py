@@ -182,6 +182,10 @@ class Interrupts:
         self._stop()
 
 
+# The flags of `cuco search` that set SearchConfig fields of the same name.
+CONFIG_FLAGS = ("generations", "islands", "world", "seed", "lookahead")
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.lineage import SessionError
     from cuco_tui.search.config import ConfigError, SearchConfig
@@ -202,7 +206,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     agent_kind = args.agent or default_agent_kind()
     if args.executor != "slurm":  # Slurm gives each job its GPUs (--gpus is refused there)
         gpu_list(args.gpus)  # a GPU named twice or not on this machine: refused before anything starts
-    overrides = config_overrides(args, agent_kind, ("generations", "islands", "world", "seed"))
+    overrides = config_overrides(args, agent_kind, CONFIG_FLAGS)
     root = Path(args.root) if args.root else sessions_root()
     try:
         if args.resume:
@@ -345,6 +349,9 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--islands", type=int, help="number of islands (default 3)")
     s.add_argument("--budget", type=float, help=f"dollar cap for the agent (claude default ${DEFAULT_CLAUDE_BUDGET:.0f})")
     s.add_argument("--seed", type=int, help="random seed of the search")
+    s.add_argument("--no-lookahead", dest="lookahead", action="store_false", default=None,
+                   help="each generation waits for every result of the one before (default: the next generation is "
+                        "proposed and built while the last evaluation of each GPU group still runs)")
     s.add_argument("--session", help="folder of the new session, new or empty (default: a new folder under --root)")
     s.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name under --root)")
     s.add_argument("--root", help="where sessions live (default: $CUCO_SESSIONS_DIR, else "
