@@ -183,7 +183,7 @@ class Interrupts:
 
 
 # The flags of `cuco search` that set SearchConfig fields of the same name.
-CONFIG_FLAGS = ("generations", "islands", "world", "seed", "lookahead")
+CONFIG_FLAGS = ("generations", "islands", "world", "seed", "lookahead", "keep_workers")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -352,6 +352,10 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-lookahead", dest="lookahead", action="store_false", default=None,
                    help="each generation waits for every result of the one before (default: the next generation is "
                         "proposed and built while the last evaluation of each GPU group still runs)")
+    s.add_argument("--keep-workers", dest="keep_workers", action="store_true", default=None,
+                   help="keep each GPU group's rank workers (CUDA context, NCCL group) from one evaluation to the "
+                        "next instead of starting them for each; a failed run or a candidate that leaves memory "
+                        "or threads behind ends them")
     s.add_argument("--session", help="folder of the new session, new or empty (default: a new folder under --root)")
     s.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name under --root)")
     s.add_argument("--root", help="where sessions live (default: $CUCO_SESSIONS_DIR, else "

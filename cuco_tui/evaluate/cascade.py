@@ -34,6 +34,7 @@ from cuco_tui.evaluate.l0 import check_l0
 from cuco_tui.evaluate.static_checks import size_diagnostic
 from cuco_tui.harness.deadlock import describe_hang
 from cuco_tui.harness.gpus import inventory, is_shared
+from cuco_tui.harness.kept import KeptWorkers
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
 from cuco_tui.harness.plan import TRACE_SLOTS, Limits, RunPlan, ShapePlan
 from cuco_tui.harness.rank_events import (Aborted, CloseWarning, Done, Failed, RankEvent, ReferenceWarning,
@@ -186,9 +187,11 @@ def evaluate(
     toolchain: Toolchain | None = None,
     cache: BuildCache | None = None,
     events_out: list[RankEvent] | None = None,
+    kept: KeptWorkers | None = None,
 ) -> CascadeResult:
     """Run the cascade on one candidate. `events_out`, if given, receives every event the
-    ranks reported (for tools that look closer, such as the fault self-test)."""
+    ranks reported (for tools that look closer, such as the fault self-test); `kept`, the rank
+    workers its GPU group keeps between evaluations (harness/kept.py)."""
     say = progress or (lambda p: None)
     candidate = Path(candidate)
     levels = levels_for(options)
@@ -269,7 +272,8 @@ def evaluate(
             case ShapeStarted(level=level, shape=shape):
                 say(Progress(Level.VERIFY if level == "verify" else Level.BENCHMARK, f"{level} {shape}"))
 
-    group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event, worker_argv=prepared.worker_argv)
+    group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event, worker_argv=prepared.worker_argv,
+                      kept=kept)
     result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus}, source=source, levels=levels)
     for extra in levels:
         result = extra.finish(result, group)

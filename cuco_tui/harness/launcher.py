@@ -21,7 +21,8 @@ from typing import Callable
 from cuco_tui.harness.env import child_env
 from cuco_tui.harness.gpus import compute_pids, is_shared
 from cuco_tui.harness.plan import RunPlan
-from cuco_tui.harness.rank_events import E, Joined, RankEvent, parse_line
+from cuco_tui.harness.kept import KeptWorker, KeptWorkers, end, keep_key
+from cuco_tui.harness.rank_events import EXIT_OK, E, Idle, Joined, RankEvent, parse_line
 
 ABORT_GRACE_S = 3.0
 RELEASE_WAIT_S = 30.0
@@ -94,10 +95,11 @@ class _Tail:
         return [parse_line(line) for line in lines if line.strip()]
 
 
-def _tail_text(path: Path, limit: int = 4000) -> str:
+def _tail_text(path: Path, limit: int = 4000, since: int = 0) -> str:
+    """The last `limit` bytes of what `path` holds past offset `since`."""
     if not path.exists():
         return ""
-    data = path.read_bytes()
+    data = path.read_bytes()[since:]
     return data[-limit:].decode(errors="replace")
 
 
@@ -115,51 +117,50 @@ def run_group(
     deadline_s: float,
     on_event: Callable[[RankEvent], None] | None = None,
     worker_argv: list[str] | None = None,
+    kept: KeptWorkers | None = None,
 ) -> GroupRun:
     """Run one worker per GPU of `gpus` over `plan`, and return what each rank reported.
 
     `worker_argv` replaces `python -m cuco_tui.harness.worker` (the tests use it to start
-    programs that hang or crash on purpose)."""
+    programs that hang or crash on purpose; compute-sanitizer wraps the worker with it). With
+    `kept`, a plan that fresh workers would not need (harness/kept.py keep_key) runs in the
+    group's kept workers when they are there, and the workers are kept for the next plan when
+    every rank ends it idle."""
     rundir.mkdir(parents=True, exist_ok=True)
     plan = plan.placed(gpus, str(rundir))
     plan_path = rundir / "plan.json"
     plan_path.write_text(json.dumps(plan.to_json(), indent=1))
     argv = worker_argv or [sys.executable, "-m", "cuco_tui.harness.worker"]
-    procs: list[subprocess.Popen] = []
-    outcomes: list[RankOutcome] = []
-    tails = []
+    key = keep_key(plan) if kept is not None else None
     start = time.monotonic()
-    shared = is_shared(gpus)  # only with share_gpu: choose_gpus refuses repeats otherwise
+    workers: list[KeptWorker] = []
+    if kept is not None and key is not None:
+        workers = kept.take(key)
+    elif kept is not None:  # a plan they cannot run ends them: they would hold the GPUs' memory idle
+        kept.close()
+    # What a kept worker wrote before this plan is not this plan's output: its files are read from here.
+    offsets = [(_size(w.stdout), _size(w.stderr)) for w in workers]
+    workers = _sent(workers, plan_path)
+    if not workers:
+        workers = _started(plan, gpus, rundir, plan_path, argv, serve=key is not None)
+        offsets = [(0, 0)] * len(workers)
+    procs = [w.proc for w in workers]
+    outcomes = [RankOutcome(rank, gpu, w.proc.pid, None) for rank, (gpu, w) in enumerate(zip(gpus, workers))]
+    tails = [_Tail(rundir / f"rank{rank}.jsonl") for rank in range(len(workers))]
+    idle = [False] * len(workers)
+    keep = False
     try:
-        for rank, gpu in enumerate(gpus):
-            # NCCL refuses two ranks on one GPU of one host; a host id of their own per rank makes
-            # them separate hosts to it, joined through sockets (a correctness check, see --share-gpu).
-            # Sockets by name: on a host with InfiniBand NCCL would otherwise pick that.
-            extra = None
-            if shared:
-                extra = {"NCCL_HOSTID": f"cuco-{plan.nonce}-rank{rank}", "NCCL_NET": "Socket"}
-            out = open(rundir / f"rank{rank}.stdout", "wb")
-            err = open(rundir / f"rank{rank}.stderr", "wb")
-            proc = subprocess.Popen(
-                argv + ["--plan", str(plan_path), "--rank", str(rank)],
-                stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                env=child_env(extra), start_new_session=True,
-            )
-            out.close()
-            err.close()
-            procs.append(proc)
-            outcomes.append(RankOutcome(rank, gpu, proc.pid, None))
-            tails.append(_Tail(rundir / f"rank{rank}.jsonl"))
         deadline_hit = aborted = False
         abort_at: float | None = None
         while True:
-            for outcome, tail in zip(outcomes, tails):
+            for i, (outcome, tail) in enumerate(zip(outcomes, tails)):
                 for event in tail.read():
                     outcome.events.append(event)
+                    idle[i] = idle[i] or isinstance(event, Idle)
                     if on_event:
                         on_event(event)
             codes = [p.poll() for p in procs]
-            if all(c is not None for c in codes):
+            if all(c is not None or i for c, i in zip(codes, idle)):
                 break
             now = time.monotonic()
             failed = any(c not in (None, 0) for c in codes)
@@ -177,21 +178,81 @@ def run_group(
                     proc.wait()
                 break
             time.sleep(0.05)
+        keep = key is not None and not aborted and all(idle) and all(p.poll() is None for p in procs)
     finally:
-        for proc in procs:  # also on KeyboardInterrupt: no rank survives its launcher
-            if proc.poll() is None:
-                _kill_group(proc)
-                proc.wait()
-            else:
-                _kill_group(proc)  # anything a finished rank left behind in its session
-    for outcome, tail, proc in zip(outcomes, tails, procs):
+        if keep:
+            assert kept is not None and key is not None
+            kept.keep(key, workers)
+        else:
+            for w in workers:  # also on KeyboardInterrupt: no rank survives its launcher
+                if w.proc.poll() is None:
+                    _kill_group(w.proc)
+                    w.proc.wait()
+                else:
+                    _kill_group(w.proc)  # anything a finished rank left behind in its session
+                if w.stdin is not None:
+                    w.stdin.close()
+    for outcome, tail, proc, w, (out_at, err_at) in zip(outcomes, tails, procs, workers, offsets):
         outcome.events.extend(tail.read())
-        outcome.exit_code = None if outcome.killed else proc.returncode
-        outcome.stdout_tail = _tail_text(rundir / f"rank{outcome.rank}.stdout")
-        outcome.stderr_tail = _tail_text(rundir / f"rank{outcome.rank}.stderr")
+        outcome.exit_code = EXIT_OK if keep else (None if outcome.killed else proc.returncode)
+        outcome.stdout_tail = _tail_text(w.stdout, since=out_at)
+        outcome.stderr_tail = _tail_text(w.stderr, since=err_at)
+    if keep:  # the workers hold their GPUs for the next plan, as they should
+        return GroupRun(outcomes, time.monotonic() - start, False, False, True, rundir)
     # A rank started under a tool (compute-sanitizer) holds its GPU from the worker, the tool's child.
     released = wait_released(gpus, {joined.pid if (joined := o.last(Joined)) else o.pid for o in outcomes})
     return GroupRun(outcomes, time.monotonic() - start, deadline_hit, aborted, released, rundir)
+
+
+def _started(plan: RunPlan, gpus: list[int], rundir: Path, plan_path: Path, argv: list[str],
+             serve: bool) -> list[KeptWorker]:
+    """A fresh worker per GPU (`serve`: one that can be kept, reading more plans from its stdin)."""
+    workers: list[KeptWorker] = []
+    shared = is_shared(gpus)  # only with share_gpu: choose_gpus refuses repeats otherwise
+    try:
+        for rank, gpu in enumerate(gpus):
+            # NCCL refuses two ranks on one GPU of one host; a host id of their own per rank makes
+            # them separate hosts to it, joined through sockets (a correctness check, see --share-gpu).
+            # Sockets by name: on a host with InfiniBand NCCL would otherwise pick that.
+            extra = None
+            if shared:
+                extra = {"NCCL_HOSTID": f"cuco-{plan.nonce}-rank{rank}", "NCCL_NET": "Socket"}
+            stdout, stderr = rundir / f"rank{rank}.stdout", rundir / f"rank{rank}.stderr"
+            out, err = open(stdout, "wb"), open(stderr, "wb")
+            proc = subprocess.Popen(
+                argv + ["--plan", str(plan_path), "--rank", str(rank)] + (["--serve"] if serve else []),
+                stdout=out, stderr=err, stdin=subprocess.PIPE if serve else subprocess.DEVNULL,
+                env=child_env(extra), start_new_session=True,
+            )
+            out.close()
+            err.close()
+            workers.append(KeptWorker(proc, proc.stdin, stdout, stderr))
+    except BaseException:
+        for w in workers:
+            _kill_group(w.proc)
+            w.proc.wait()
+        raise
+    return workers
+
+
+def _sent(workers: list[KeptWorker], plan_path: Path) -> list[KeptWorker]:
+    """Kept workers given the next plan's path; [] (and the workers ended) when one cannot take it."""
+    try:
+        for w in workers:
+            assert w.stdin is not None  # kept workers were started with --serve
+            w.stdin.write(f"{plan_path}\n".encode())
+            w.stdin.flush()
+    except OSError:  # a worker gone since it said it was idle
+        end(workers)
+        return []
+    return workers
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def wait_released(gpus: list[int], pids: set[int], limit_s: float = RELEASE_WAIT_S) -> bool:

@@ -63,6 +63,7 @@ class Joined(RankEvent):
     pid: int  # the worker's own (under compute-sanitizer, the tool's child)
     device: int = -1
     name: str = ""  # the GPU's
+    plans: int = 0  # the plans this process ran before this one (a kept worker: harness/kept.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,6 +205,25 @@ class Done(RankEvent):
     KIND: ClassVar[str] = "done"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Idle(RankEvent):
+    """A kept worker (harness/kept.py) finished the plan, and every rank found its process as
+    the plan found it (the device idle, no memory or thread left behind by the candidate): it
+    waits on its stdin for the next plan of its group, with its NCCL group open."""
+
+    KIND: ClassVar[str] = "idle"
+    plans: int  # the plans this process has run
+
+
+@dataclass(frozen=True, kw_only=True)
+class Leaving(RankEvent):
+    """A kept worker will not take another plan: `reason` says what a rank found left behind (the
+    results of the plan stand; the next plan starts fresh workers)."""
+
+    KIND: ClassVar[str] = "leaving"
+    reason: str
+
+
 # -- warnings: the results stand -----------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,7 +309,8 @@ class Unrecognized(RankEvent):
 
 KINDS: dict[str, type[RankEvent]] = {cls.KIND: cls for cls in (
     Joined, PlanStarted, ShapeStarted, Launched, Verified, Timed, TraceTimed, BaselineMeasured, PerturbStarted,
-    PerturbEnded, ProfileCaptured, Done, ReferenceWarning, PerturbWarning, CloseWarning, Failed, TimedOut, Aborted, Garbled,
+    PerturbEnded, ProfileCaptured, Done, Idle, Leaving, ReferenceWarning, PerturbWarning, CloseWarning, Failed,
+    TimedOut, Aborted, Garbled,
 )}
 
 E = TypeVar("E", bound=RankEvent)

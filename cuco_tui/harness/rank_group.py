@@ -6,6 +6,7 @@ down while another still launches into a shared collective."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import time
@@ -65,7 +66,21 @@ class RankGroup:
         self.barrier(60.0)
         self.watchdog.disarm()
         props = self.cupy.cuda.runtime.getDeviceProperties(self.device)
-        self.log.emit(Joined(device=self.device, name=props["name"].decode(), pid=os.getpid()))
+        self.name = props["name"].decode()
+        self.log.emit(Joined(device=self.device, name=self.name, pid=os.getpid()))
+
+    def follow(self, plan: RunPlan, log: EventLog) -> None:
+        """A kept worker's next plan (the same GPUs and group): its run folder and event file."""
+        self.plan, self.log, self.rundir = plan, log, Path(plan.rundir)
+
+    def rejoin(self, plans: int) -> None:
+        """The start of a kept worker's next plan: the group already joined, the wait trace
+        emptied (a deadlock report must not show the last candidate's waits), every rank here."""
+        self.watchdog.phase = "setup"
+        if self.trace.host_ptr:
+            ctypes.memset(self.trace.host_ptr, 0, self.trace.bytes)
+        self.barrier(60.0)
+        self.log.emit(Joined(device=self.device, name=self.name, pid=os.getpid(), plans=plans))
 
     def wait_stream(self, what: str, limit: float) -> None:
         """Wait for the stream with a time limit, polling so the watchdog can act."""

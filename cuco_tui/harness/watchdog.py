@@ -56,6 +56,12 @@ class Watchdog(threading.Thread):
         self.device: int | None = None  # set once the rank has joined: enables the health probe
         self.cupy: Any = None
 
+    def follow(self, log: EventLog, abort_file: Path) -> None:
+        """A kept worker's next plan: its event file, and the abort file of its run folder."""
+        self.log, self.abort_file = log, abort_file
+        self.phase, self.what = "", ""
+        self.disarm()
+
     def arm(self, seconds: float, what: str) -> None:
         self.what, self.limit = what, seconds * self.scale
         self.deadline = time.monotonic() + self.limit

@@ -17,7 +17,11 @@ rank_group (the harness's NCCL group), rank_reference (the buffers of the worklo
 which core/reference.py loads), candidate_calls (cuco_init/launch/teardown), rank_checks
 (verification), timing, rank_steps (what the plan's evaluation levels add: the perturbed rounds,
 the pool off under compute-sanitizer, a profile at one bench shape).
-This module holds the entry and the per-shape steps that call them."""
+This module holds the entry and the per-shape steps that call them.
+
+With `--serve` the worker is kept (harness/kept.py): after a plan it waits on its stdin for the
+path of the next plan of its group, its CuPy, watchdog and NCCL group still up, unless a rank
+finds something the candidate left behind (harness/leftovers.py)."""
 
 from __future__ import annotations
 
@@ -27,14 +31,16 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Callable
 
-from cuco_tui.core.reference import Env, RankReference, load_reference
+from cuco_tui.core.reference import Env, ModuleReference, RankReference, load_reference
 from cuco_tui.harness import abi
 from cuco_tui.harness.candidate_calls import CandidateCalls, CandidateFailed
 from cuco_tui.harness.plan import RunPlan, ShapePlan
 from cuco_tui.harness.rank_checks import RankChecks
-from cuco_tui.harness.rank_events import (EXIT_FAILED, EXIT_OK, BaselineMeasured, Done, EventLog, Failed, Launched,
-                                          PlanStarted, ReferenceWarning, ShapeStarted, Timed)
+from cuco_tui.harness.leftovers import ProcessState, left_behind, snapshot
+from cuco_tui.harness.rank_events import (EXIT_FAILED, EXIT_OK, BaselineMeasured, Done, EventLog, Failed, Idle,
+                                          Launched, Leaving, PlanStarted, ReferenceWarning, ShapeStarted, Timed)
 from cuco_tui.harness.rank_group import RankGroup
 from cuco_tui.harness.rank_reference import buffers
 from cuco_tui.harness.rank_steps import VerifiedShape, rank_steps
@@ -43,8 +49,34 @@ from cuco_tui.harness.verify import poison
 from cuco_tui.harness.watchdog import Watchdog
 
 
+class Process:
+    """What a kept worker carries from one plan to the next: its watchdog, its place in the
+    harness's NCCL group, how many plans it ran, and its state after the first of them (what
+    "nothing left behind" means for the later ones)."""
+
+    def __init__(self, watchdog: Watchdog, group: RankGroup) -> None:
+        self.watchdog = watchdog
+        self.group = group
+        self.plans = 0
+        self.settled: ProcessState | None = None
+        self._references: dict[tuple[str, int], ModuleReference] = {}
+
+    def reference(self, path: Path) -> ModuleReference:
+        """The workload's reference, imported once per process while its file is unchanged: what a
+        reference sets up on import (a library handle, a workspace) is set up once, not per plan."""
+        key = (str(path), path.stat().st_mtime_ns)
+        if key not in self._references:
+            self._references[key] = load_reference(path)
+        return self._references[key]
+
+    def follow(self, plan: RunPlan, log: EventLog) -> None:
+        """The next plan's run folder and event file, for the watchdog and the group."""
+        self.watchdog.follow(log, Path(plan.rundir) / "abort")
+        self.group.follow(plan, log)
+
+
 class Rank:
-    def __init__(self, plan: RunPlan, rank: int) -> None:
+    def __init__(self, plan: RunPlan, rank: int, process: Process | None = None) -> None:
         self.plan = plan
         self.rank = rank
         rundir = Path(plan.rundir)
@@ -59,10 +91,15 @@ class Rank:
         for step in self.steps:
             step.started(cupy)
         self.cupy = cupy
-        self.watchdog = Watchdog(self.log, rundir / "abort", plan.limits.time_scale)
-        self.watchdog.start()
-        self.group = RankGroup(cupy, nccl, plan, rank, self.log, self.watchdog)
-        self.reference = load_reference(Path(plan.reference))
+        if process is None:
+            watchdog = Watchdog(self.log, rundir / "abort", plan.limits.time_scale)
+            watchdog.start()
+            process = Process(watchdog, RankGroup(cupy, nccl, plan, rank, self.log, watchdog))
+        else:
+            process.follow(plan, self.log)
+        self.process = process
+        self.watchdog, self.group = process.watchdog, process.group
+        self.reference = process.reference(Path(plan.reference))
         self.reference_notes: set[str] = set()
         try:
             abi.preload(list(plan.preload))
@@ -82,8 +119,12 @@ class Rank:
         self.timing = Timing(self.group)
         self.checks = RankChecks(self.group, self.reference, self.candidate, self.timing)
 
-    def run(self) -> int:
-        self.group.join()
+    def run(self, close: bool = True) -> int:
+        """The plan's shapes, then Done; `close` False (a kept worker) leaves the NCCL group open."""
+        if self.process.plans == 0:
+            self.group.join()
+        else:
+            self.group.rejoin(self.process.plans)
         self.log.emit(PlanStarted(shapes=tuple(s.name for s in self.plan.shapes), mode=self.plan.mode))
         for shape in self.plan.shapes:
             self.watchdog.phase = f"{shape.level}:{shape.name}"
@@ -93,8 +134,33 @@ class Rank:
             if not self.candidate_shape(shape):
                 break
         self.log.emit(Done())
-        self.group.close()
+        self.process.plans += 1
+        if close:
+            self.group.close()
         return EXIT_OK
+
+    def stays(self) -> bool:
+        """After a plan of a kept worker (every rank calls it, in step): whether every rank's
+        process is as it was after its first plan, the device idle. False: each rank said why it
+        leaves (Leaving) and closed the group."""
+        process, g = self.process, self.group
+        self.watchdog.phase = "close"  # the results are in: a device that does not go idle is a warning
+        self.watchdog.arm(30.0, "the device going idle after the plan")
+        self.cupy.cuda.runtime.deviceSynchronize()
+        state = snapshot(self.cupy)
+        self.watchdog.disarm()
+        # The first plan of a process sets the state the later ones must come back to: its
+        # reference's libraries (cuBLAS workspaces, a PyTorch program's thread pools) start lazily
+        # during it and are not the candidate's.
+        why = "" if process.settled is None else left_behind(process.settled, state)
+        process.settled = process.settled or state
+        if g.all_ok(not why):
+            self.watchdog.phase = ""
+            self.log.emit(Idle(plans=process.plans))
+            return True
+        self.log.emit(Leaving(reason=why or "another rank found something left behind (its own event says what)"))
+        g.close()
+        return False
 
     def candidate_shape(self, shape: ShapePlan) -> bool:
         """Verify (and for bench shapes, time) the candidate at one shape. False: stop the run."""
@@ -187,15 +253,64 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="one rank of a cuco evaluation (started by the launcher)")
     parser.add_argument("--plan", required=True, type=Path)
     parser.add_argument("--rank", required=True, type=int)
+    parser.add_argument("--serve", action="store_true",
+                        help="after the plan, take the paths of more plans of the same group from stdin, one a line")
     args = parser.parse_args(argv)
-    try:
-        plan = RunPlan.from_json(json.loads(args.plan.read_text()))
-    except (OSError, ValueError) as exc:  # no run folder to report into: the launcher keeps stderr
-        print(f"cannot read the run plan {args.plan}: {exc}", file=sys.stderr)
+    plan = read_plan(args.plan)
+    if plan is None:
         return EXIT_FAILED
-    log = EventLog(Path(plan.rundir) / f"rank{args.rank}.jsonl", args.rank)
+    if not args.serve:
+        return reported(plan, args.rank, lambda: Rank(plan, args.rank).run())
+    first, process = plan, None
+    while True:
+        kept: list[Rank] = []
+
+        def served() -> int:
+            rank = Rank(plan, args.rank, process)
+            rank.run(close=False)
+            if rank.stays():
+                kept.append(rank)
+            return EXIT_OK
+
+        code = reported(plan, args.rank, served)
+        if code != EXIT_OK or not kept:
+            return code
+        process = kept[0].process
+        line = sys.stdin.readline().strip()
+        if not line:  # the launcher closed the group (end of input)
+            process.group.close()
+            return EXIT_OK
+        plan = read_plan(Path(line))
+        if plan is None:
+            return EXIT_FAILED
+        if (why := unservable(first, plan)):
+            EventLog(Path(plan.rundir) / f"rank{args.rank}.jsonl", args.rank).emit(
+                Failed(kind="harness", message=f"a kept worker was given a plan it cannot run: {why}"))
+            return EXIT_FAILED
+
+
+def read_plan(path: Path) -> RunPlan | None:
     try:
-        return Rank(plan, args.rank).run()
+        return RunPlan.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:  # no run folder to report into: the launcher keeps stderr
+        print(f"cannot read the run plan {path}: {exc}", file=sys.stderr)
+        return None
+
+
+def unservable(first: RunPlan, plan: RunPlan) -> str:
+    """Why a kept worker started for `first` cannot run `plan` ("" when it can): harness/kept.py
+    sends a plan only to workers of the same key; this is the worker's own check of it."""
+    from cuco_tui.harness.kept import keep_key
+
+    key = keep_key(plan)
+    return "" if key is not None and key == keep_key(first) else "its GPUs, perturber, tracing or tools differ"
+
+
+def reported(plan: RunPlan, rank: int, run: Callable[[], int]) -> int:
+    """`run`'s exit code, with what ended it early written to the plan's event file."""
+    log = EventLog(Path(plan.rundir) / f"rank{rank}.jsonl", rank)
+    try:
+        return run()
     except CandidateFailed as exc:
         log.emit(Failed(kind=exc.kind, message=str(exc)))
         return EXIT_FAILED

@@ -50,6 +50,11 @@ class SearchConfig:
     # price, that those parents are drawn without the one or two results still running. Off: every
     # generation waits for all of the previous one's results.
     lookahead: bool = True
+    # Kept rank workers (harness/kept.py): each GPU group's workers, their CUDA context and NCCL
+    # group stay up from one evaluation to the next (2.5 s of an 8.5 s evaluation on 2 x H100
+    # went to starting them), unless a run fails or a candidate leaves something behind. Off until
+    # measured on GPUs: each evaluation then starts its workers afresh.
+    keep_workers: bool = False
     # A plateau (search/plateau.py): after this many generations in which the best measured speedup
     # did not rise beyond noise (core/noise.py) and by more than `plateau_margin` (a fraction), the
     # search warns, then diversifies (every island explores again and the islands exchange their

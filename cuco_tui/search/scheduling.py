@@ -27,6 +27,7 @@ from cuco_tui.core.records import CandidateRecord, RecordStatus, id_number
 from cuco_tui.core.result import CascadeResult, Level
 from cuco_tui.core.workload import Workload
 from cuco_tui.evaluate.cascade import EvalOptions, Progress
+from cuco_tui.harness.kept import KeptWorkers
 from cuco_tui.executors import Executor, local_pool
 from cuco_tui.executors.base import (
     EvaluationCancelled, EvaluationFailed, EvaluationLost, EvaluationRequest, JobExecutor, JobRun, JobUpdate,
@@ -98,6 +99,7 @@ class Scheduler:
         self._in_flight: dict[str, Future] = {}
         self._abandoned = False  # abandon(): an interrupted run commits nothing more
         self._on_gpu: dict[str, set[str]] = {}  # evaluation holding a GPU group -> those that overlapped it
+        self._kept: dict[tuple[int, ...], KeptWorkers] = {}  # a GPU group's kept rank workers (config.keep_workers)
 
     @property
     def world(self) -> int:
@@ -156,6 +158,11 @@ class Scheduler:
             self._threads.shutdown(wait=wait, cancel_futures=not wait)
         if self._builds is not None:
             self._builds.shutdown(wait=wait)
+        if wait:  # leaving at once, the caller kills every child process group, kept workers too
+            with self._cond:
+                kept, self._kept = list(self._kept.values()), {}
+            for workers in kept:
+                workers.close()
         if jobs is not None and wait:
             jobs.close(wait=True)  # squeue lists none of the session's jobs after this
 
@@ -319,13 +326,22 @@ class Scheduler:
         options = EvalOptions(gpus=list(gpus) or None, world=self.world, run_root=self.scratch / "runs")
         job: Ran | None = None
         if jobs is None:
-            result = self._evaluate(path, self.workload, options, progress=progress)
+            kept = self._kept_workers(gpus)
+            result = self._evaluate(path, self.workload, options, progress=progress,
+                                    **({"kept": kept} if kept is not None else {}))
         else:
             request = EvaluationRequest(record.id, path, self.workload, options, exclusive)
             result, job = self._run_as_job(jobs, request, progress)
         self._publish(StageFinished(candidate=record.id, level=int(result.level), status=result.status.value,
                                     seconds=time.monotonic() - stage["t"]))
         return result, job
+
+    def _kept_workers(self, gpus: tuple[int, ...]) -> KeptWorkers | None:
+        """The rank workers `gpus` keep between evaluations (None: started for each one)."""
+        if not self.config.keep_workers or not gpus:
+            return None
+        with self._cond:
+            return self._kept.setdefault(gpus, KeptWorkers())
 
     def _run_as_job(self, jobs: JobExecutor, request: EvaluationRequest,
                     progress: Callable[[Progress], None]) -> tuple[CascadeResult, Ran]:

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from cuco_tui.harness.launcher import _Tail
 from cuco_tui.harness.rank_events import (KINDS, Aborted, BaselineMeasured, CloseWarning, Done, EventLog, Failed,
-                                          Garbled, Joined, Launched, PerturbEnded, PerturbStarted, PerturbWarning,
+                                          Garbled, Idle, Joined, Launched, Leaving, PerturbEnded, PerturbStarted, PerturbWarning,
                                           PlanStarted, ProfileCaptured, RankEvent, ReferenceWarning, ShapeStarted, Timed, TimedOut,
                                           TraceTimed, Unrecognized, Verified, parse_line, read_events)
 from repo_paths import DATA
@@ -20,6 +20,7 @@ TRACE = ({"slot": 0, "state": "waiting", "site": 97, "kind": "flag", "peer": 1, 
 
 ONE_OF_EACH: list[RankEvent] = [
     Joined(device=1, name="NVIDIA H100", pid=4242),
+    Joined(device=1, name="NVIDIA H100", pid=4242, plans=3),
     PlanStarted(shapes=("verify", "square-8k"), mode="evaluate"),
     ShapeStarted(shape="verify", level="verify", dims={"M": 1536, "K": 512, "N": 1024}),
     Launched(shape="verify", check=2, limit_s=5.0, back_to_back=True, label="back to back"),
@@ -39,6 +40,8 @@ ONE_OF_EACH: list[RankEvent] = [
     ProfileCaptured(shape="long-seq", launches=5, file="profile-rank1.json", activities=412, dropped=3),
     ProfileCaptured(shape="long-seq", launches=5, problem="CUPTI is not installed on this host"),
     Done(),
+    Idle(plans=4),
+    Leaving(reason="256 MiB of GPU memory not given back"),
     ReferenceWarning(message="graphs off"),
     PerturbWarning(message="its stream could not be held back"),
     CloseWarning(message="closing the harness's NCCL group did not finish within 30.0 s"),
