@@ -206,6 +206,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     agent_kind = args.agent or default_agent_kind()
     if args.executor != "slurm":  # Slurm gives each job its GPUs (--gpus is refused there)
         gpu_list(args.gpus)  # a GPU named twice or not on this machine: refused before anything starts
+    elif args.keep_workers:
+        raise UsageError("--keep-workers keeps rank workers on this machine's GPUs; with --executor slurm each "
+                         "evaluation is a job of its own: drop --keep-workers")
     overrides = config_overrides(args, agent_kind, CONFIG_FLAGS)
     root = Path(args.root) if args.root else sessions_root()
     try:
@@ -352,10 +355,10 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-lookahead", dest="lookahead", action="store_false", default=None,
                    help="each generation waits for every result of the one before (default: the next generation is "
                         "proposed and built while the last evaluation of each GPU group still runs)")
-    s.add_argument("--keep-workers", dest="keep_workers", action="store_true", default=None,
+    s.add_argument("--keep-workers", dest="keep_workers", action=argparse.BooleanOptionalAction, default=None,
                    help="keep each GPU group's rank workers (CUDA context, NCCL group) from one evaluation to the "
-                        "next instead of starting them for each; a failed run or a candidate that leaves memory "
-                        "or threads behind ends them")
+                        "next instead of starting them for each; a failed run or a candidate that leaves memory, "
+                        "threads or device limits behind ends them (default: off; a resumed search keeps its own)")
     s.add_argument("--session", help="folder of the new session, new or empty (default: a new folder under --root)")
     s.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name under --root)")
     s.add_argument("--root", help="where sessions live (default: $CUCO_SESSIONS_DIR, else "

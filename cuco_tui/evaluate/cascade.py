@@ -37,7 +37,8 @@ from cuco_tui.harness.gpus import inventory, is_shared
 from cuco_tui.harness.kept import KeptWorkers
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
 from cuco_tui.harness.plan import TRACE_SLOTS, Limits, RunPlan, ShapePlan
-from cuco_tui.harness.rank_events import (Aborted, CloseWarning, Done, Failed, RankEvent, ReferenceWarning,
+from cuco_tui.harness.leftovers import FAILED_A_CHECK
+from cuco_tui.harness.rank_events import (Aborted, CloseWarning, Done, Failed, Leaving, RankEvent, ReferenceWarning,
                                           ShapeStarted, Timed, TimedOut, Verified)
 from cuco_tui.core.workload import Workload, WorkloadError
 
@@ -357,6 +358,10 @@ def close_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
                             message=f"rank {o.rank} {o.describe_exit()} after its results while closing the harness's "
                                     "NCCL group (the results stand)")
                  for o in outcomes if o.last(Done) and (o.exit_code not in (0, None) or o.killed)]
+    warnings += [Diagnostic(level=int(Level.VERIFY), severity="warning", code="harness", rank=o.rank,
+                            message=f"rank {o.rank}: its kept worker ended after this candidate: {e.reason} "
+                                    f"(the results stand; the next evaluation starts fresh workers)")
+                 for o in outcomes for e in o.of(Leaving) if e.reason != FAILED_A_CHECK]
     return warnings
 
 

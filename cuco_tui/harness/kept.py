@@ -59,52 +59,61 @@ class KeptWorker:
 
 class KeptWorkers:
     """The kept workers of one GPU group: at most one set, of one key, lent to one run at a time
-    (the GPU group's lease makes sure of it; the lock keeps the bookkeeping whole all the same)."""
+    (the GPU group's lease makes sure of it; the lock keeps the bookkeeping whole all the same).
+    Once closed, it keeps nothing: workers given back after `close` are ended."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._key: KeepKey | None = None
         self._workers: list[KeptWorker] = []
-        self.plans = 0  # plans run by the current set
+        self._closed = False
 
-    def take(self, key: KeepKey) -> list[KeptWorker]:
-        """The live workers of `key`, now the caller's (give them back with `keep`); [] when there
-        are none, after ending any of another key or with a rank gone."""
+    def take(self, key: KeepKey) -> tuple[list[KeptWorker], list[int]]:
+        """The live workers of `key`, now the caller's (give them back with `keep`), and the pids
+        of the workers it ended instead (of another key, or a set with a rank gone): the caller
+        waits for their GPUs to be released before it starts fresh ones."""
         with self._lock:
             workers, self._workers = self._workers, []
             same = self._key == key
             self._key = None
         if same and workers and all(w.proc.poll() is None for w in workers):
-            return workers
-        end(workers)
-        return []
+            return workers, []
+        return [], end(workers)
 
     def keep(self, key: KeepKey, workers: list[KeptWorker]) -> None:
         """Workers that finished a plan of `key` idle, for the next one."""
         with self._lock:
-            stale, self._workers, self._key = self._workers, workers, key
-            self.plans += 1
+            if self._closed:
+                stale = workers
+            else:
+                stale, self._workers, self._key = self._workers, workers, key
         end(stale)
 
-    def close(self) -> list[int]:
-        """End the kept workers (their NCCL group closed when they can, killed when they do not
-        exit in CLOSE_WAIT_S); the pids that were running."""
+    def close(self, wait: bool = True) -> list[int]:
+        """End the kept workers and keep none from now on; the pids that were running. `wait`: let
+        each close its NCCL group and exit (CLOSE_WAIT_S at most); else kill them at once."""
         with self._lock:
             workers, self._workers, self._key = self._workers, [], None
-        end(workers)
-        return [w.proc.pid for w in workers]
+            self._closed = True
+        return end(workers, CLOSE_WAIT_S if wait else 0.0)
+
+    def end_kept(self) -> list[int]:
+        """End the kept workers now (a run that needs fresh ones), and go on keeping later ones."""
+        with self._lock:
+            workers, self._workers, self._key = self._workers, [], None
+        return end(workers)
 
 
-def end(workers: list[KeptWorker]) -> None:
-    """Close the workers' stdin (a kept worker then closes its group and exits), wait, then kill
-    what is left, each worker's whole process group."""
+def end(workers: list[KeptWorker], wait_s: float = CLOSE_WAIT_S) -> list[int]:
+    """Close the workers' stdin (a kept worker then closes its group and exits), wait up to
+    `wait_s`, then kill what is left, each worker's whole process group; their pids."""
     for w in workers:
         try:
             if w.stdin is not None:
                 w.stdin.close()
         except OSError:
             pass
-    deadline = time.monotonic() + CLOSE_WAIT_S
+    deadline = time.monotonic() + wait_s
     for w in workers:
         try:
             w.proc.wait(max(deadline - time.monotonic(), 0.0))
@@ -115,3 +124,4 @@ def end(workers: list[KeptWorker]) -> None:
         except (ProcessLookupError, PermissionError):
             pass
         w.proc.wait()
+    return [w.proc.pid for w in workers]

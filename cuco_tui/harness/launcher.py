@@ -96,11 +96,15 @@ class _Tail:
 
 
 def _tail_text(path: Path, limit: int = 4000, since: int = 0) -> str:
-    """The last `limit` bytes of what `path` holds past offset `since`."""
-    if not path.exists():
+    """The last `limit` bytes of what `path` holds past offset `since` (a kept worker's output
+    of earlier plans comes before it)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(since, size - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
         return ""
-    data = path.read_bytes()[since:]
-    return data[-limit:].decode(errors="replace")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -134,14 +138,22 @@ def run_group(
     key = keep_key(plan) if kept is not None else None
     start = time.monotonic()
     workers: list[KeptWorker] = []
+    ended: list[int] = []
     if kept is not None and key is not None:
-        workers = kept.take(key)
+        workers, ended = kept.take(key)
     elif kept is not None:  # a plan they cannot run ends them: they would hold the GPUs' memory idle
-        kept.close()
+        ended = kept.end_kept()
     # What a kept worker wrote before this plan is not this plan's output: its files are read from here.
     offsets = [(_size(w.stdout), _size(w.stderr)) for w in workers]
-    workers = _sent(workers, plan_path)
+    sent = _sent(workers, plan_path)
+    if workers and not sent:  # one could not take it: none of what any of them began counts
+        ended += [w.proc.pid for w in workers]
+        for rank in range(len(gpus)):
+            (rundir / f"rank{rank}.jsonl").unlink(missing_ok=True)
+    workers = sent
     if not workers:
+        if ended:  # a killed context is torn down asynchronously: fresh workers start on free GPUs
+            wait_released(gpus, set(ended))
         workers = _started(plan, gpus, rundir, plan_path, argv, serve=key is not None)
         offsets = [(0, 0)] * len(workers)
     procs = [w.proc for w in workers]
@@ -242,8 +254,8 @@ def _sent(workers: list[KeptWorker], plan_path: Path) -> list[KeptWorker]:
             assert w.stdin is not None  # kept workers were started with --serve
             w.stdin.write(f"{plan_path}\n".encode())
             w.stdin.flush()
-    except OSError:  # a worker gone since it said it was idle
-        end(workers)
+    except OSError:  # a worker gone since it said it was idle: the others may have begun, kill them
+        end(workers, 0.0)
         return []
     return workers
 

@@ -77,6 +77,7 @@ class RankGroup:
         """The start of a kept worker's next plan: the group already joined, the wait trace
         emptied (a deadlock report must not show the last candidate's waits), every rank here."""
         self.watchdog.phase = "setup"
+        self.watchdog.device = self.device  # the health probe, off while the worker waited
         if self.trace.host_ptr:
             ctypes.memset(self.trace.host_ptr, 0, self.trace.bytes)
         self.barrier(60.0)
@@ -95,13 +96,13 @@ class RankGroup:
                             self.stream.ptr)
         self.wait_stream("harness barrier", limit)
 
-    def all_ok(self, ok: bool) -> bool:
+    def all_ok(self, ok: bool, limit: float = 60.0) -> bool:
         """True when every rank says ok (a collective: every rank must call it)."""
         with self.stream:
             self.flag.fill(0.0 if ok else 1.0)
         self.comm.allReduce(self.flag.data.ptr, self.flag.data.ptr, 1, self.nccl.NCCL_FLOAT32, self.nccl.NCCL_SUM,
                             self.stream.ptr)
-        self.wait_stream("agreeing on the outcome", 60.0)
+        self.wait_stream("agreeing on the outcome", limit)
         return float(self.flag.get()[0]) == 0.0
 
     def fresh_nccl_id(self) -> bytes:

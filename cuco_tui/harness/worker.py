@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -38,7 +39,7 @@ from cuco_tui.harness import abi
 from cuco_tui.harness.candidate_calls import CandidateCalls, CandidateFailed
 from cuco_tui.harness.plan import RunPlan, ShapePlan
 from cuco_tui.harness.rank_checks import RankChecks
-from cuco_tui.harness.leftovers import ProcessState, left_behind, snapshot
+from cuco_tui.harness.leftovers import FAILED_A_CHECK, ProcessState, left_behind, reset_persisting_l2, snapshot
 from cuco_tui.harness.rank_events import (EXIT_FAILED, EXIT_OK, BaselineMeasured, Done, EventLog, Failed, Idle,
                                           Launched, Leaving, PlanStarted, ReferenceWarning, ShapeStarted, Timed)
 from cuco_tui.harness.rank_group import RankGroup
@@ -76,9 +77,10 @@ class Process:
 
 
 class Rank:
-    def __init__(self, plan: RunPlan, rank: int, process: Process | None = None) -> None:
+    def __init__(self, plan: RunPlan, rank: int, process: Process | None = None, serving: bool = False) -> None:
         self.plan = plan
         self.rank = rank
+        self.passed = True  # every shape's checks passed
         rundir = Path(plan.rundir)
         self.log = EventLog(rundir / f"rank{rank}.jsonl", rank)
         # The levels' steps go first, before CuPy: the schedule perturber must be in the process's
@@ -111,7 +113,7 @@ class Rank:
         for note in plan.notes:  # what the launching side found weakening the reference
             self.reference_notes.add(str(note))
             self.log.emit(ReferenceWarning(message=str(note)))
-        library = abi.CandidateLibrary(Path(plan.library)) if plan.library else None
+        library = abi.CandidateLibrary(self.own_copy(Path(plan.library), serving)) if plan.library else None
         if library is not None:
             for step in self.steps:
                 step.loaded(library)
@@ -119,12 +121,31 @@ class Rank:
         self.timing = Timing(self.group)
         self.checks = RankChecks(self.group, self.reference, self.candidate, self.timing)
 
-    def run(self, close: bool = True) -> int:
-        """The plan's shapes, then Done; `close` False (a kept worker) leaves the NCCL group open."""
-        if self.process.plans == 0:
+    def own_copy(self, library: Path, serving: bool) -> Path:
+        """The candidate's library as this rank loads it: in a kept worker, a copy in the run
+        folder, since the build cache names a library by its content and the loader hands back a
+        library loaded before under the same path, with its static and __device__ state as the
+        last run left it (a re-measure of the same candidate, a duplicate proposal)."""
+        if not serving:
+            return library
+        copy = Path(self.plan.rundir) / f"candidate-rank{self.rank}.so"
+        try:
+            shutil.copyfile(library, copy)
+        except OSError as exc:
+            raise abi.AbiError(f"cannot load {library.name}: {exc}") from exc
+        return copy
+
+    def run(self, serve: bool = False) -> int:
+        """The plan's shapes, then Done; `serve` (a kept worker) leaves the NCCL group open and,
+        on the process's first plan, first sets what the later plans must come back to."""
+        first = self.process.plans == 0
+        if first:
             self.group.join()
         else:
             self.group.rejoin(self.process.plans)
+        if first and serve and self.plan.mode == "evaluate":
+            self.warm_reference()
+            self.process.settled = snapshot(self.cupy)
         self.log.emit(PlanStarted(shapes=tuple(s.name for s in self.plan.shapes), mode=self.plan.mode))
         for shape in self.plan.shapes:
             self.watchdog.phase = f"{shape.level}:{shape.name}"
@@ -132,30 +153,59 @@ class Rank:
                 self.baseline_shape(shape)
                 continue
             if not self.candidate_shape(shape):
+                self.passed = False
                 break
         self.log.emit(Done())
         self.process.plans += 1
-        if close:
+        if not serve:
             self.group.close()
         return EXIT_OK
 
+    def warm_reference(self) -> None:
+        """A kept worker's first plan, before any candidate: the reference once at each of the
+        plan's shapes (every rank in step), so that what it sets up lazily (library workspaces and
+        plans, a PyTorch program's allocator and threads) is part of the state every later plan of
+        the process must come back to, and not taken for what a candidate left behind."""
+        g = self.group
+        self.watchdog.phase = "setup"
+        for shape in self.plan.shapes:
+            dims = shape.dims
+            env = Env(self.cupy, g.comm, g.stream, g.world, g.rank, dims)
+            inputs, _outputs, expected, _dtypes = buffers(self.cupy, self.reference.io_spec(dims, g.world, g.rank))
+            with g.stream:
+                self.reference.fill_inputs(self.cupy, inputs, dims, g.world, g.rank, self.plan.seed(shape, 0))
+            self.reference.on_rank(env).run(inputs, expected)
+            g.wait_stream(f"warming the reference at {shape.name}", 120.0)
+        g.barrier()
+
     def stays(self) -> bool:
-        """After a plan of a kept worker (every rank calls it, in step): whether every rank's
-        process is as it was after its first plan, the device idle. False: each rank said why it
-        leaves (Leaving) and closed the group."""
-        process, g = self.process, self.group
-        self.watchdog.phase = "close"  # the results are in: a device that does not go idle is a warning
-        self.watchdog.arm(30.0, "the device going idle after the plan")
-        self.cupy.cuda.runtime.deviceSynchronize()
-        state = snapshot(self.cupy)
-        self.watchdog.disarm()
-        # The first plan of a process sets the state the later ones must come back to: its
-        # reference's libraries (cuBLAS workspaces, a PyTorch program's thread pools) start lazily
-        # during it and are not the candidate's.
-        why = "" if process.settled is None else left_behind(process.settled, state)
-        process.settled = process.settled or state
-        if g.all_ok(not why):
-            self.watchdog.phase = ""
+        """After a plan of a kept worker (every rank calls it, in step): whether every rank passed
+        every check and finds its process as it was before its first candidate (the device idle;
+        no GPU memory, thread or device limit left behind). False: each rank said why it leaves
+        (Leaving) and closed the group. Nothing here changes the plan's results, which are in."""
+        process, g, watchdog = self.process, self.group, self.watchdog
+        watchdog.phase = "close"  # a device that does not go idle is a warning, and the process leaves
+        watchdog.device = None  # no health probe: a sticky error now must not turn the results into a failure
+        why = ""
+        try:
+            watchdog.arm(30.0, "the device going idle after the plan")
+            self.cupy.cuda.runtime.deviceSynchronize()
+            reset_persisting_l2()
+            state = snapshot(self.cupy)
+            if process.settled is not None:
+                why = left_behind(process.settled, state)
+        except Exception as exc:  # a sticky error surfacing now: this process cannot be trusted again
+            why = f"the device after the plan: {type(exc).__name__}: {exc}"
+        finally:
+            watchdog.disarm()
+        if not why and not self.passed:  # what a wrong candidate wrote may reach past its buffers
+            why = FAILED_A_CHECK
+        try:
+            agreed = g.all_ok(not why, limit=15.0)
+        except Exception:  # noqa: BLE001 - the group itself failed: nothing more to agree on
+            agreed = False
+        if agreed:
+            watchdog.phase = ""
             self.log.emit(Idle(plans=process.plans))
             return True
         self.log.emit(Leaving(reason=why or "another rank found something left behind (its own event says what)"))
@@ -266,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         kept: list[Rank] = []
 
         def served() -> int:
-            rank = Rank(plan, args.rank, process)
-            rank.run(close=False)
+            rank = Rank(plan, args.rank, process, serving=True)
+            rank.run(serve=True)
             if rank.stays():
                 kept.append(rank)
             return EXIT_OK

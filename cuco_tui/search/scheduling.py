@@ -28,6 +28,7 @@ from cuco_tui.core.result import CascadeResult, Level
 from cuco_tui.core.workload import Workload
 from cuco_tui.evaluate.cascade import EvalOptions, Progress
 from cuco_tui.harness.kept import KeptWorkers
+from cuco_tui.harness.launcher import wait_released
 from cuco_tui.executors import Executor, local_pool
 from cuco_tui.executors.base import (
     EvaluationCancelled, EvaluationFailed, EvaluationLost, EvaluationRequest, JobExecutor, JobRun, JobUpdate,
@@ -158,11 +159,10 @@ class Scheduler:
             self._threads.shutdown(wait=wait, cancel_futures=not wait)
         if self._builds is not None:
             self._builds.shutdown(wait=wait)
-        if wait:  # leaving at once, the caller kills every child process group, kept workers too
-            with self._cond:
-                kept, self._kept = list(self._kept.values()), {}
-            for workers in kept:
-                workers.close()
+        with self._cond:
+            kept = list(self._kept.values())
+        for workers in kept:  # leaving at once: killed, and an evaluation still running keeps none
+            workers.close(wait=wait)
         if jobs is not None and wait:
             jobs.close(wait=True)  # squeue lists none of the session's jobs after this
 
@@ -326,7 +326,7 @@ class Scheduler:
         options = EvalOptions(gpus=list(gpus) or None, world=self.world, run_root=self.scratch / "runs")
         job: Ran | None = None
         if jobs is None:
-            kept = self._kept_workers(gpus)
+            kept = self._kept_workers(gpus, exclusive)
             result = self._evaluate(path, self.workload, options, progress=progress,
                                     **({"kept": kept} if kept is not None else {}))
         else:
@@ -336,12 +336,19 @@ class Scheduler:
                                     seconds=time.monotonic() - stage["t"]))
         return result, job
 
-    def _kept_workers(self, gpus: tuple[int, ...]) -> KeptWorkers | None:
-        """The rank workers `gpus` keep between evaluations (None: started for each one)."""
+    def _kept_workers(self, gpus: tuple[int, ...], exclusive: bool = False) -> KeptWorkers | None:
+        """The rank workers `gpus` keep between evaluations (None: started for each one). A
+        re-measure alone (`exclusive`), the figure that can make a candidate the best, runs in
+        fresh workers on GPUs no kept worker holds, as every evaluation did before."""
         if not self.config.keep_workers or not gpus:
             return None
         with self._cond:
-            return self._kept.setdefault(gpus, KeptWorkers())
+            kept = self._kept.setdefault(gpus, KeptWorkers())
+        if exclusive:
+            if ended := kept.end_kept():
+                wait_released(list(gpus), set(ended))
+            return None
+        return kept
 
     def _run_as_job(self, jobs: JobExecutor, request: EvaluationRequest,
                     progress: Callable[[Progress], None]) -> tuple[CascadeResult, Ran]:

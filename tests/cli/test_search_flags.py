@@ -1,5 +1,7 @@
 """The search flags that become the session's SearchConfig, read as `cuco search` reads them."""
 
+import pytest
+
 from cuco_tui.cli.common import config_overrides
 from cuco_tui.cli.cuco import build_parser
 from cuco_tui.cli.search import CONFIG_FLAGS
@@ -19,3 +21,21 @@ def test_no_lookahead_makes_each_generation_wait_for_the_one_before():
 def test_the_lookahead_is_on_unless_turned_off():
     assert "lookahead" not in overrides_of("--seed", "3")
     assert SearchConfig(workload="gemm_allgather", **overrides_of()).lookahead is True
+
+
+def test_keep_workers_is_off_unless_asked_and_can_be_turned_off_on_resume():
+    assert "keep_workers" not in overrides_of()
+    assert overrides_of("--keep-workers")["keep_workers"] is True
+    assert overrides_of("--no-keep-workers")["keep_workers"] is False
+    assert SearchConfig(workload="gemm_allgather").keep_workers is False
+
+
+def test_keep_workers_with_slurm_is_refused_before_anything_starts(tmp_path):
+    from cuco_tui.cli.search import cmd_search
+    from cuco_tui.core.errors import UsageError
+
+    args = build_parser().parse_args(["search", "--executor", "slurm", "--keep-workers", "--agent", "offline",
+                                      "--session", str(tmp_path / "s")])
+    with pytest.raises(UsageError, match="--keep-workers"):
+        cmd_search(args)
+    assert not (tmp_path / "s").exists()

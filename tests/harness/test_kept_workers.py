@@ -98,3 +98,19 @@ def test_only_plans_that_agree_on_what_workers_fix_share_them():
     assert keep_key(placed.placed([2, 3], "/r")) != keep_key(placed)
     for unkept in (replace(placed, mode="baseline"), replace(placed, shared_gpu=True), plan("ok")):
         assert keep_key(unkept) is None
+
+
+def test_workers_given_back_after_close_are_ended(tmp_path):
+    """An evaluation still running when the search leaves at once gives its workers back to a
+    closed set: they are ended, not kept idle on the GPUs."""
+    import subprocess
+
+    from cuco_tui.harness.kept import KeepKey, KeptWorker
+
+    workers = KeptWorkers()
+    workers.close(wait=False)
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                            start_new_session=True)
+    workers.keep(KeepKey((0, 1), None, 0, 1.0), [KeptWorker(proc, proc.stdin, tmp_path / "o", tmp_path / "e")])
+    assert proc.poll() is not None and gone(proc.pid)
+    assert workers.take(KeepKey((0, 1), None, 0, 1.0)) == ([], [])

@@ -17,5 +17,11 @@ def test_a_leaked_buffer_and_a_running_thread_are_named():
     assert "2 more thread(s)" in found and "1000 MiB of GPU memory" in found
 
 
+def test_a_device_limit_a_candidate_changed_is_named():
+    before = ProcessState(free_bytes=70_000 * MiB, threads=9, limits=(1024, 1 << 20, 8 << 20, 64, 0))
+    after = ProcessState(free_bytes=70_000 * MiB, threads=9, limits=(1024, 1 << 20, 8 << 20, 64, 30 << 20))
+    assert "device limit changed" in left_behind(before, after)
+
+
 def test_this_process_has_threads_to_count():
     assert thread_count() >= 1
