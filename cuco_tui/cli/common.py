@@ -169,6 +169,27 @@ def config_overrides(args: argparse.Namespace, agent_kind: str, keys: tuple[str,
     return overrides
 
 
+# ---------------------------------------------------------------------------- pacing
+
+def add_pacing_options(parser: argparse.ArgumentParser) -> None:
+    """How a search keeps its GPUs fed: `cuco search` and `cuco-tui` take the same flags, which set
+    the SearchConfig fields of their names (a resumed search keeps its own unless given)."""
+    parser.add_argument("--no-lookahead", dest="lookahead", action="store_false", default=None,
+                        help="each generation waits for every result of the one before (default: the next "
+                             "generation is proposed and built while the last evaluation of each GPU group still runs)")
+    parser.add_argument("--keep-workers", dest="keep_workers", action=argparse.BooleanOptionalAction, default=None,
+                        help="keep each GPU group's rank workers (CUDA context, NCCL group) from one evaluation to "
+                             "the next instead of starting them for each; a failed run or a candidate that leaves "
+                             "memory, threads or device limits behind ends them (default: off)")
+
+
+def check_pacing_options(args: argparse.Namespace) -> None:
+    """--keep-workers where it cannot mean what it says is refused, not ignored."""
+    if args.keep_workers and getattr(args, "executor", None) == "slurm":
+        raise UsageError("--keep-workers keeps rank workers on this machine's GPUs; with --executor slurm each "
+                         "evaluation is a job of its own: drop --keep-workers")
+
+
 # ---------------------------------------------------------------------------- --executor
 
 # --flag -> the SlurmSettings field it sets; each takes a value

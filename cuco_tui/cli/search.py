@@ -15,7 +15,8 @@ from typing import Any, Callable, TextIO
 from cuco_tui.cli.build_watch import BuildWatch
 from cuco_tui.agents.factory import AGENT_KINDS
 from cuco_tui.cli.common import (
-    DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, WORKLOAD_HELP, add_executor_options, config_overrides, gpu_list,
+    DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, WORKLOAD_HELP, add_executor_options, add_pacing_options,
+    check_pacing_options, config_overrides, gpu_list,
     make_executor, workload_named,
 )
 from cuco_tui.core.ending import describe_end
@@ -206,9 +207,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     agent_kind = args.agent or default_agent_kind()
     if args.executor != "slurm":  # Slurm gives each job its GPUs (--gpus is refused there)
         gpu_list(args.gpus)  # a GPU named twice or not on this machine: refused before anything starts
-    elif args.keep_workers:
-        raise UsageError("--keep-workers keeps rank workers on this machine's GPUs; with --executor slurm each "
-                         "evaluation is a job of its own: drop --keep-workers")
+    check_pacing_options(args)
     overrides = config_overrides(args, agent_kind, CONFIG_FLAGS)
     root = Path(args.root) if args.root else sessions_root()
     try:
@@ -352,13 +351,7 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--islands", type=int, help="number of islands (default 3)")
     s.add_argument("--budget", type=float, help=f"dollar cap for the agent (claude default ${DEFAULT_CLAUDE_BUDGET:.0f})")
     s.add_argument("--seed", type=int, help="random seed of the search")
-    s.add_argument("--no-lookahead", dest="lookahead", action="store_false", default=None,
-                   help="each generation waits for every result of the one before (default: the next generation is "
-                        "proposed and built while the last evaluation of each GPU group still runs)")
-    s.add_argument("--keep-workers", dest="keep_workers", action=argparse.BooleanOptionalAction, default=None,
-                   help="keep each GPU group's rank workers (CUDA context, NCCL group) from one evaluation to the "
-                        "next instead of starting them for each; a failed run or a candidate that leaves memory, "
-                        "threads or device limits behind ends them (default: off; a resumed search keeps its own)")
+    add_pacing_options(s)
     s.add_argument("--session", help="folder of the new session, new or empty (default: a new folder under --root)")
     s.add_argument("--resume", metavar="SESSION", help="continue a session (a folder, or a name under --root)")
     s.add_argument("--root", help="where sessions live (default: $CUCO_SESSIONS_DIR, else "

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from cuco_tui.agents.factory import AGENT_KINDS
 from cuco_tui.cli.common import (
-    DEFAULT_GENERATIONS, WORKLOAD_HELP, add_executor_options, config_overrides, gpu_list, make_executor,
+    DEFAULT_GENERATIONS, WORKLOAD_HELP, add_executor_options, add_pacing_options, check_pacing_options,
+    config_overrides, gpu_list, make_executor,
     package_version, workload_named,
 )
 from cuco_tui.core.errors import UsageError
@@ -39,6 +40,7 @@ def build_tui_parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget", type=float, help="dollar cap for the agent (claude default $5)")
     parser.add_argument("--evaluate", action="store_true",
                         help="open on the evaluate screen (the workload's candidates) instead of a new search")
+    add_pacing_options(parser)
     add_executor_options(parser)
     return parser
 
@@ -112,7 +114,8 @@ def _run(args: argparse.Namespace) -> int:
 
     gpus = gpu_list(args.gpus)
     agent = args.agent or default_agent_kind()
-    overrides = config_overrides(args, agent, ("generations",))
+    check_pacing_options(args)
+    overrides = config_overrides(args, agent, ("generations", "lookahead", "keep_workers"))
     if args.review:
         overrides["review_mode"] = args.review
     resume = None

@@ -39,3 +39,18 @@ def test_keep_workers_with_slurm_is_refused_before_anything_starts(tmp_path):
     with pytest.raises(UsageError, match="--keep-workers"):
         cmd_search(args)
     assert not (tmp_path / "s").exists()
+
+
+def test_cuco_tui_takes_the_same_pacing_flags():
+    from cuco_tui.cli.tui import build_tui_parser
+
+    args = build_tui_parser().parse_args(["--keep-workers", "--no-lookahead"])
+    overrides = config_overrides(args, "offline", ("generations", "lookahead", "keep_workers"))
+    assert overrides == {"lookahead": False, "keep_workers": True}
+
+
+def test_cuco_tui_refuses_keep_workers_with_slurm(capsys):
+    from cuco_tui.cli.tui import tui_main
+
+    assert tui_main(["--executor", "slurm", "--keep-workers", "--agent", "offline"]) == 2
+    assert "drop --keep-workers" in capsys.readouterr().err
