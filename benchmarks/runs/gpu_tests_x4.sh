@@ -8,6 +8,7 @@
 #   PART=1: tests/evaluate, tests/harness, tests/core
 #   PART=2: tests/workload (the imported programs), gemm_reducescatter, gemm_allgather, kv, tp_attn_out
 #   PART=3: moe_dispatch_combine, cp_attention
+#   PART=4: the kept rank workers (tests/evaluate/test_gpu_kept.py, 11 evaluations), alone
 #   R=$OUT; OUT=/tmp/o PART=1 bash benchmarks/runs/gpu_tests_x4.sh; tar czf $R/t.tgz -C /tmp/o .
 set -u
 STEP_TAIL=40
@@ -16,7 +17,8 @@ nvidia-smi -L
 step prebuild "${PREBUILD_S:-130}" python3 benchmarks/runs/prebuild.py --jobs 48
 A=(-v --tb=short -rfE -p no:randomly --durations=10 --timeout="${TEST_TIMEOUT_S:-200}")
 case "${PART:-1}" in
-  1) step evaluate 420 bash scripts/gpu-tests.sh "${A[@]}" tests/evaluate tests/harness tests/core ;;
+  1) step evaluate 420 bash scripts/gpu-tests.sh "${A[@]}" --ignore=tests/evaluate/test_gpu_kept.py \
+       tests/evaluate tests/harness tests/core ;;
   2) step program 220 bash scripts/gpu-tests.sh "${A[@]}" tests/workload
      for w in gemm_reducescatter gemm_allgather kv_transfer tp_attn_out; do
        [ -d "tests/workloads/$w" ] && step "$w" 150 bash scripts/gpu-tests.sh "${A[@]}" "tests/workloads/$w"
@@ -24,5 +26,6 @@ case "${PART:-1}" in
   3) for w in moe_dispatch_combine cp_attention; do
        step "$w" 200 bash scripts/gpu-tests.sh "${A[@]}" "tests/workloads/$w"
      done ;;
+  4) step kept 300 bash scripts/gpu-tests.sh "${A[@]}" tests/evaluate/test_gpu_kept.py ;;
 esac
 exit 0

@@ -128,17 +128,19 @@ def preload(paths: list[str]) -> None:
 class CandidateLibrary:
     """A compiled candidate, loaded into this (rank worker) process."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, name: str = "") -> None:
+        """`name`: what messages call it (a kept worker loads a copy of the candidate's library)."""
+        name = name or path.name
         try:
             self.lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
         except OSError as exc:
             if "undefined symbol: cuco_attn_" in str(exc):
-                raise AbiError(f"cannot load {path.name}: it calls the harness attention library (cuco_attn.h), "
+                raise AbiError(f"cannot load {name}: it calls the harness attention library (cuco_attn.h), "
                                f"which this run did not load: {exc}") from exc
-            raise AbiError(f"cannot load {path.name}: {exc}") from exc
+            raise AbiError(f"cannot load {name}: {exc}") from exc
         missing = [n for n in ("cuco_init", "cuco_launch", "cuco_teardown") if not hasattr(self.lib, n)]
         if missing:
-            raise AbiError(f"{path.name} does not export {', '.join(missing)}")
+            raise AbiError(f"{name} does not export {', '.join(missing)}")
         self.lib.cuco_init.argtypes = [ctypes.POINTER(CContext), ctypes.POINTER(ctypes.c_void_p)]
         self.lib.cuco_init.restype = ctypes.c_int
         self.lib.cuco_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]

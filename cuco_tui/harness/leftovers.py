@@ -9,7 +9,10 @@ import ctypes
 import gc
 import os
 import sys
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # The driver's own bookkeeping moves free memory by a few MiB between two readings (module loads,
@@ -26,25 +29,76 @@ FAILED_A_CHECK = "the candidate failed a check"
 LIMITS = (0, 1, 2, 5, 6)
 
 
+# Threads a candidate's libraries start and leave idle (the driver's, NCCL's) cost nothing to the
+# next plan's timings; one that keeps running does. Idle ones are tolerated up to this many more
+# than before the group's first candidate.
+IDLE_THREADS = 32
+BUSY_SAMPLE_S = 0.1  # how long threads are watched for CPU use
+BUSY_TICKS = 2  # clock ticks (10 ms each) of CPU in that window that make a thread busy
+
+
 @dataclass(frozen=True)
 class ProcessState:
     free_bytes: int  # the device's free memory, CuPy's pools (and PyTorch's cache) emptied first
-    threads: int  # this process's threads (/proc/self/task)
-    limits: tuple[int, ...] = ()  # the device's LIMITS, in order
+    threads: tuple[int, ...]  # this process's thread ids (/proc/self/task)
+    busy: dict[int, str] = field(default_factory=dict)  # thread id -> name, of those that used CPU when sampled
+    limits: tuple[int | None, ...] = ()  # the device's LIMITS, in order (None: not supported here)
 
 
-def snapshot(cupy: Any) -> ProcessState:
+def snapshot(cupy: Any, quiet: tuple[int, ...] = ()) -> ProcessState:
     """This process's state on its current device, with the allocators' cached blocks given back
-    first (a pool's cache is not a leak) and what nothing refers to any more collected."""
+    first (a pool's cache is not a leak) and what nothing refers to any more collected. `quiet`:
+    thread ids whose CPU use is the harness's own (the watchdog); the calling thread is too."""
     gc.collect()
     cupy.get_default_memory_pool().free_all_blocks()
     cupy.get_default_pinned_memory_pool().free_all_blocks()
     if (torch := sys.modules.get("torch")) is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()  # a PyTorch program's reference caches its blocks
     free, _total = cupy.cuda.runtime.memGetInfo()
-    get = getattr(cupy.cuda.runtime, "deviceGetLimit", None)
-    limits = tuple(int(get(limit)) for limit in LIMITS) if get is not None else ()
-    return ProcessState(free_bytes=int(free), threads=thread_count(), limits=limits)
+    return ProcessState(free_bytes=int(free), threads=thread_ids(),
+                        busy=busy_threads(set(quiet) | {threading.get_native_id()}),
+                        limits=tuple(_limit(cupy, limit) for limit in LIMITS))
+
+
+def _limit(cupy: Any, limit: int) -> int | None:
+    try:
+        return int(cupy.cuda.runtime.deviceGetLimit(limit))
+    except Exception:  # noqa: BLE001 - a limit this GPU or CuPy does not know
+        return None
+
+
+def thread_ids() -> tuple[int, ...]:
+    try:
+        return tuple(sorted(int(t) for t in os.listdir("/proc/self/task")))
+    except OSError:  # no procfs: no thread counts as left behind
+        return ()
+
+
+def _cpu_ticks(tid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _name(tid: int) -> str:
+    try:
+        return Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def busy_threads(quiet: set[int], sample_s: float = BUSY_SAMPLE_S) -> dict[int, str]:
+    """The threads (not `quiet`) that used at least BUSY_TICKS of CPU over `sample_s`, by name."""
+    before = {tid: _cpu_ticks(tid) for tid in thread_ids() if tid not in quiet}
+    time.sleep(sample_s)
+    busy = {}
+    for tid, ticks in before.items():
+        now = _cpu_ticks(tid)
+        if ticks is not None and now is not None and now - ticks >= BUSY_TICKS:
+            busy[tid] = _name(tid)
+    return busy
 
 
 def reset_persisting_l2() -> None:
@@ -66,8 +120,14 @@ def thread_count() -> int:
 def left_behind(before: ProcessState, after: ProcessState, slack_bytes: int = MEMORY_SLACK_BYTES) -> str:
     """What `after` holds that `before` did not, in words ("" when nothing)."""
     found = []
-    if after.threads > before.threads:
-        found.append(f"{after.threads - before.threads} more thread(s) than before the candidate")
+    started = set(after.threads) - set(before.threads)
+    running = sorted(name for tid, name in after.busy.items() if tid in started)
+    if running:
+        found.append(f"{len(running)} thread(s) started since the group's first candidate still running "
+                     f"({', '.join(running)})")
+    if len(after.threads) - len(before.threads) > IDLE_THREADS:
+        found.append(f"{len(after.threads) - len(before.threads)} more threads than before the group's first "
+                     f"candidate")
     lost = before.free_bytes - after.free_bytes
     if lost > slack_bytes:
         found.append(f"{lost / (1 << 20):.0f} MiB of GPU memory less free than before the group's first candidate")

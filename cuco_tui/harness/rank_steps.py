@@ -49,6 +49,10 @@ class RankStep:
     def loaded(self, library: abi.CandidateLibrary) -> None:
         """The candidate's library is loaded."""
 
+    def warm(self, stream_ptr: int) -> None:
+        """A kept worker, before its first candidate: start what the step would start lazily
+        (threads, allocations) so that it is not taken for what a candidate left behind."""
+
     def verify(self, run: VerifiedShape, checks: RankChecks) -> bool:
         """More checks at a verify shape (every rank calls it, in step): False when one failed on
         any rank, which ends the run there."""
@@ -85,6 +89,9 @@ class PerturbedRounds(RankStep):
 
     def loaded(self, library: abi.CandidateLibrary) -> None:
         self.perturber.bind(library.lib._handle)
+
+    def warm(self, stream_ptr: int) -> None:
+        self.perturber.hold(stream_ptr, 1)  # one hold of 1 us: a host function on the stream
 
     def verify(self, run: VerifiedShape, checks: RankChecks) -> bool:
         """The back-to-back check again, once per seed of the plan's perturbation (seed, seed + 1,

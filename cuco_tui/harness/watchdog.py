@@ -85,16 +85,17 @@ class Watchdog(threading.Thread):
                     self.log.emit(CloseWarning(message=f"{self.what} did not finish within {self.limit:.1f} s"))
                     os._exit(EXIT_OK)
                 self._die(TimedOut, EXIT_TIMEOUT, f"{self.what} did not finish within {self.limit:.1f} s")
-            if ticks % 10 == 0 and self.device is not None:
-                self._probe_health()
+            device = self.device  # read once: a kept worker turns the probe off from another thread
+            if ticks % 10 == 0 and device is not None:
+                self._probe_health(device)
 
-    def _probe_health(self) -> None:
+    def _probe_health(self, device: int) -> None:
         """A kernel fault (illegal address, ...) poisons the context at once, but event and
         stream queries can go on answering 'not ready' for as long as the faulted kernel's
         stream looks busy (seen on H200 VMs: never, within 45 s). cudaMemGetInfo reports
         the sticky error at once, so the watchdog asks it five times a second."""
         try:
-            with self.cupy.cuda.Device(self.device):
+            with self.cupy.cuda.Device(device):
                 self.cupy.cuda.runtime.memGetInfo()
         except self.cupy.cuda.runtime.CUDARuntimeError as exc:
             self.log.emit(Failed(kind="cuda", phase=self.phase, message=f"{exc} (during {self.what or self.phase})",

@@ -113,7 +113,7 @@ class Rank:
         for note in plan.notes:  # what the launching side found weakening the reference
             self.reference_notes.add(str(note))
             self.log.emit(ReferenceWarning(message=str(note)))
-        library = abi.CandidateLibrary(self.own_copy(Path(plan.library), serving)) if plan.library else None
+        library = self.load_library(Path(plan.library), serving) if plan.library else None
         if library is not None:
             for step in self.steps:
                 step.loaded(library)
@@ -121,19 +121,19 @@ class Rank:
         self.timing = Timing(self.group)
         self.checks = RankChecks(self.group, self.reference, self.candidate, self.timing)
 
-    def own_copy(self, library: Path, serving: bool) -> Path:
-        """The candidate's library as this rank loads it: in a kept worker, a copy in the run
-        folder, since the build cache names a library by its content and the loader hands back a
-        library loaded before under the same path, with its static and __device__ state as the
-        last run left it (a re-measure of the same candidate, a duplicate proposal)."""
+    def load_library(self, library: Path, serving: bool) -> abi.CandidateLibrary:
+        """The candidate's library, loaded. A kept worker loads a copy from the run folder, since the
+        build cache names a library by its content and the loader would hand back one loaded
+        before under the same path, with its static and __device__ state as the last run left it
+        (a re-measure of the same candidate, a duplicate proposal); the copy goes once loaded."""
         if not serving:
-            return library
+            return abi.CandidateLibrary(library)
         copy = Path(self.plan.rundir) / f"candidate-rank{self.rank}.so"
+        shutil.copyfile(library, copy)  # a failure here (a full disk) is the harness's, not the candidate's
         try:
-            shutil.copyfile(library, copy)
-        except OSError as exc:
-            raise abi.AbiError(f"cannot load {library.name}: {exc}") from exc
-        return copy
+            return abi.CandidateLibrary(copy, name=library.name)
+        finally:
+            copy.unlink(missing_ok=True)
 
     def run(self, serve: bool = False) -> int:
         """The plan's shapes, then Done; `serve` (a kept worker) leaves the NCCL group open and,
@@ -145,7 +145,7 @@ class Rank:
             self.group.rejoin(self.process.plans)
         if first and serve and self.plan.mode == "evaluate":
             self.warm_reference()
-            self.process.settled = snapshot(self.cupy)
+            self.process.settled = snapshot(self.cupy, quiet=(self.watchdog.native_id,))
         self.log.emit(PlanStarted(shapes=tuple(s.name for s in self.plan.shapes), mode=self.plan.mode))
         for shape in self.plan.shapes:
             self.watchdog.phase = f"{shape.level}:{shape.name}"
@@ -172,10 +172,17 @@ class Rank:
             dims = shape.dims
             env = Env(self.cupy, g.comm, g.stream, g.world, g.rank, dims)
             inputs, _outputs, expected, _dtypes = buffers(self.cupy, self.reference.io_spec(dims, g.world, g.rank))
+            reference = self.reference.on_rank(env)  # first, as candidate_shape does (a program sets its device)
             with g.stream:
                 self.reference.fill_inputs(self.cupy, inputs, dims, g.world, g.rank, self.plan.seed(shape, 0))
-            self.reference.on_rank(env).run(inputs, expected)
+            reference.run(inputs, expected)
             g.wait_stream(f"warming the reference at {shape.name}", 120.0)
+        # The driver starts its host-callback thread at the first host function on a stream: the
+        # perturbed rounds' holds enqueue them, and that thread is the driver's, not a candidate's.
+        g.stream.launch_host_func(lambda _: None, None)
+        for step in self.steps:
+            step.warm(g.stream.ptr)
+        g.wait_stream("a host function on the stream", 30.0)
         g.barrier()
 
     def stays(self) -> bool:
@@ -191,7 +198,7 @@ class Rank:
             watchdog.arm(30.0, "the device going idle after the plan")
             self.cupy.cuda.runtime.deviceSynchronize()
             reset_persisting_l2()
-            state = snapshot(self.cupy)
+            state = snapshot(self.cupy, quiet=(self.watchdog.native_id,))
             if process.settled is not None:
                 why = left_behind(process.settled, state)
         except Exception as exc:  # a sticky error surfacing now: this process cannot be trusted again
