@@ -342,7 +342,8 @@ def run_searches(args: argparse.Namespace, out: Path) -> tuple[list[Path], bool]
                 else:
                     cmd = [sys.executable, "-m", "cuco_tui.cli", "search", "--workload", workload, "--agent", agent,
                            "--seed", str(seed), "--generations", str(generations), "--islands", str(args.islands),
-                           "--session", str(session)] + (["--gpus", args.gpus] if args.gpus else [])
+                           "--session", str(session)] + (["--gpus", args.gpus] if args.gpus else []) + \
+                        (["--keep-workers"] if args.keep_workers else [])
                     started = time.monotonic()
                     rc = _search(cmd, out / f"{session.name}.log", args.limit_s)
                     fine &= rc in (0, 130)
@@ -398,6 +399,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--islands", type=int, default=3)
     p.add_argument("--gpus", help="cuco search --gpus (default: every GPU)")
     p.add_argument("--limit-s", type=float, help="stop each search after this many seconds")
+    p.add_argument("--keep-workers", action="store_true", help="cuco search --keep-workers (both agents alike)")
     p.add_argument("--root", default="/tmp/cuco-search-vs-random", help="where --run puts the sessions")
     p.add_argument("--bundles", help="export each session --run ran or found to DIR/NAME.bundle")
     return p

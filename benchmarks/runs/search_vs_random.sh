@@ -16,6 +16,7 @@
 #   R=$OUT; OUT=/tmp/o PART=1 AGENTS=random  bash benchmarks/runs/search_vs_random.sh; tar czf $R/p1r.tgz -C /tmp/o .
 #   ... PART=2..6 the same. Once item 1 has doubled the throughput, AGENTS="offline random" (the
 #   default) fits a pair in one call: 6 calls.
+# KEEP=1: both agents' searches with --keep-workers (once measured to be sound and faster).
 # Each search stops after SEARCH_S (default 400 s for one agent, 200 s each for two; 470 when the
 # machine is warm and the prebuild takes seconds) as Ctrl-C stops it (the evaluations in flight
 # are committed), so a call stays under 10 minutes (prebuild 120 s at most): a search
@@ -51,7 +52,7 @@ TAIL=4 step prebuild "${PREBUILD_S:-120}" python3 benchmarks/runs/prebuild.py --
 search() {  # AGENT GPUS
   TAIL=8 step "$WORKLOAD-$1-s$SEED" $((SEARCH_S + 200)) python3 benchmarks/search_vs_random.py --run \
     --workloads "$WORKLOAD" --seeds "$SEED" --agents "$1" --candidates "$EVALS" --islands 3 --gpus "$2" \
-    --limit-s "$SEARCH_S" --root "$ROOT" --bundles "$OUT/bundles" --out "$OUT/search-$1"
+    --limit-s "$SEARCH_S" --root "$ROOT" --bundles "$OUT/bundles" --out "$OUT/search-$1" ${KEEP:+--keep-workers}
 }
 if [ "${PAIRS:-0}" = 1 ] && [ $# = 2 ]; then
   search "$1" 0,1 & search "$2" 2,3 & wait
