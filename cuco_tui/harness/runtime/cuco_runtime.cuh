@@ -264,6 +264,9 @@ __device__ inline void store_release(T* flag, V value) {
     asm volatile("st.release.sys.b32 [%0], %1;" ::"l"(flag), "r"((unsigned)value) : "memory");
 #else
   __atomic_store_n(flag, (T)value, __ATOMIC_RELEASE);
+#ifdef CUCO_FLAG_STORED
+  CUCO_FLAG_STORED(flag);  // the CPU emulator: a peer waiting on it may move (emu_progress.h)
+#endif
 #endif
 }
 
@@ -285,7 +288,11 @@ __device__ inline T atomic_add_release(T* flag, V value) {
     return (T)old;
   }
 #else
-  return __atomic_fetch_add(flag, (T)value, __ATOMIC_RELEASE);
+  const T old = __atomic_fetch_add(flag, (T)value, __ATOMIC_RELEASE);
+#ifdef CUCO_FLAG_STORED
+  CUCO_FLAG_STORED(flag);
+#endif
+  return old;
 #endif
 }
 
@@ -305,8 +312,8 @@ __device__ inline T load_acquire(const T* flag) {
   }
 #else
   const T v = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
-#ifdef CUCO_SPIN_PAUSE
-  CUCO_SPIN_PAUSE();  // the CPU emulator: a load of a flag spins, let its other threads run
+#ifdef CUCO_FLAG_LOADED
+  CUCO_FLAG_LOADED(flag, v);  // the CPU emulator: a load of a flag spins, let its other threads run
 #endif
   return v;
 #endif

@@ -8,10 +8,14 @@ fresh inputs in stream order, one after a host wait), with the perturbation of a
 around every cuco_launch exactly as the rank worker's interposer applies it.
 
 The streams' own random sleeps are off (`quiet`): what moves the schedule is the perturbation
-alone. A correct candidate survives every kind of it, aimed at every rank, at W=2 and W=4, with
-row blocks that are no whole number of chunks; two broken variants of ce_push (one staging buffer
-instead of two; a reduction that waits for the previous launch's flags) fail under the kind that
-opens their window."""
+alone. Each hold of a late rank (every kind but scatter) lasts its time and then until the rest of
+the run can go no further without that rank (the driver's SETTLE, emulator/emu_progress.h): a
+GPU's hold outlasts the peers' kernels, the emulator's CTAs run one after another on a shared CPU,
+and a hold of any fixed time may end before a peer has run ahead on a busy machine. A correct
+candidate survives every kind of perturbation, aimed at every rank, at W=2 and W=4, with row blocks
+that are no whole number of chunks; two broken variants of ce_push (one staging buffer instead of
+two; a reduction that waits for the previous launch's flags) fail under the kind that opens their
+window, whatever the machine's load."""
 
 import subprocess
 
@@ -26,7 +30,7 @@ from rs_common import BOOK, REF, W
 
 DRIVER = load_workload("moe_dispatch_combine").root / "emulator"
 OWN = W.root / "emulator"
-UNIT_US = 10_000  # holds of 10 and 20 ms: far above the thread scheduling of a busy machine
+UNIT_US = 10_000  # holds of 10 and 20 ms, then (a late rank's) until the run has settled
 
 CANDIDATES = {  # name: (strategy, knobs); None: the seed
     "seed": (None, None),
@@ -36,13 +40,14 @@ CANDIDATES = {  # name: (strategy, knobs); None: the seed
     "ce_push_4": ("ce_push", {"chunks": 4, "reduce_blocks": 128, "movers": "one"}),
     "ce_push_2_per_peer": ("ce_push", {"chunks": 2, "reduce_blocks": 64, "movers": "per_peer"}),
 }
-# Broken on purpose (from ce_push_1), with the kinds of perturbation that
-# must expose them. The emulator runs a kernel's CTAs one after another, a fiber per thread, so the
-# faster rank's reduction takes tens of milliseconds: holds of 2 units (80 ms with FAULT_UNIT_US)
-# open the windows wider than that.
+# Broken on purpose (from ce_push_1), with the kinds of perturbation that must expose them. The
+# emulator runs a kernel's CTAs one after another, a fiber per thread, so the faster rank's
+# reduction takes tens of milliseconds, longer on a busy machine: a hold that lasted a fixed time
+# (it once was 80 ms) let single_staging through there. Held until the run has settled, the late
+# rank's reduction runs only after its peer has pushed its next partial (and stale_flags' peer has
+# summed before the late copy lands), whatever the load.
 PARITY = "const int parity = (int)(e % 2);"
 TARGET = "(const unsigned long long*)c->flags.local, e, W, r,"
-FAULT_UNIT_US = 40_000
 FAULTS = {
     # One staging buffer: a peer a launch ahead pushes its next partial into the slot this rank's
     # reduction has not read yet (this rank's own GEMM and reduction held back).
@@ -84,8 +89,9 @@ def _meta(world, dims, launches, seed, timeout):
     return "\n".join(lines) + "\n"
 
 
-def run(binary, folder, world, perturb_seed=None, launches=3, seed=7, timeout=90, unit_us=UNIT_US):
-    """Runs the emulated candidate, perturbed by `perturb_seed` (None: not at all), streams quiet.
+def run(binary, folder, world, perturb_seed=None, launches=3, seed=7, timeout=90, unit_us=UNIT_US, settle=True):
+    """Runs the emulated candidate, perturbed by `perturb_seed` (None: not at all) in units of
+    `unit_us`, streams quiet; `settle`: a late rank's holds last until the run has settled too.
     Returns [(what, rank, y as bf16 bits, the float64 answer)] for every launch and rank."""
     dims = DIMS[world]
     folder.mkdir(parents=True)
@@ -101,7 +107,7 @@ def run(binary, folder, world, perturb_seed=None, launches=3, seed=7, timeout=90
             inputs.append(bufs)
         want.append(REF.expected(inputs, dims, world))
     (folder / "meta.txt").write_text(_meta(world, dims, launches, seed, timeout))
-    (folder / "perturb.txt").write_text(f"{-1 if perturb_seed is None else perturb_seed} {unit_us} 1\n")
+    (folder / "perturb.txt").write_text(f"{-1 if perturb_seed is None else perturb_seed} {unit_us} 1 {int(settle)}\n")
     r = subprocess.run([str(binary), str(folder)], capture_output=True, text=True, timeout=timeout + 60)
     assert r.returncode == 0, f"exit {r.returncode}:\n{r.stderr[-4000:]}"
     shape = (dims["M"] // world, dims["N"])
@@ -130,13 +136,26 @@ def test_a_correct_candidate_survives_every_perturbation(emulated, tmp_path, nam
 @pytest.mark.parametrize("name", list(FAULTS))
 def test_a_broken_push_fails_under_the_perturbation_that_opens_its_window(emulated, tmp_path, name):
     """Each seed of the kinds that open the fault's window, aimed at either rank, fails the broken
-    variant and passes the candidate it was made from."""
+    variant and passes the candidate it was made from, the holds settling (so whatever the load)."""
     _, kinds = FAULTS[name]
     for kind in kinds:
         for s in seeds_of(kind, 2):
-            assert not failures(run(emulated["ce_push_1"], tmp_path / f"base{s}", 2, s, unit_us=FAULT_UNIT_US))
-            assert failures(run(emulated[name], tmp_path / f"p{s}", 2, s, unit_us=FAULT_UNIT_US)), (
+            assert not failures(run(emulated["ce_push_1"], tmp_path / f"base{s}", 2, s))
+            assert failures(run(emulated[name], tmp_path / f"p{s}", 2, s)), (
                 f"{name} passed under perturbation seed {s} ({kind} aimed at rank {target_of(s, 2)})")
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(FAULTS))
+def test_the_window_is_opened_by_the_settling_not_by_the_time_held(emulated, tmp_path, name):
+    """Holds of 1 us, far shorter than any kernel here: only the settling can let the peer run
+    ahead of the late rank, and it does, so the fault shows however fast or busy the machine is.
+    (Held for their time alone, such holds let both faults through.)"""
+    _, kinds = FAULTS[name]
+    for kind in kinds:
+        for s in seeds_of(kind, 2):
+            assert failures(run(emulated[name], tmp_path / f"p{s}", 2, s, unit_us=1)), (
+                f"{name} passed under perturbation seed {s} ({kind} aimed at rank {target_of(s, 2)}), 1 us units")
 
 
 @needs_gxx

@@ -21,7 +21,9 @@
 //    cuco_tui/harness/perturb_lib/cuco_perturb.h, shared with the rank worker's interposer): while a
 //    rank's perturbation is enabled (a driver enables it around cuco_launch), each of its copies,
 //    event records and waits, kernel launches, NCCL calls and GEMMs is preceded on its stream by
-//    the hold the policy draws for it, in the order the rank's host thread enqueues them.
+//    the hold the policy draws for it, in the order the rank's host thread enqueues them. With
+//    settling on, a late rank's hold also lasts until the rest of the run has settled
+//    (emu_progress.h: which streams and rank threads wait, and since when).
 #pragma once
 
 #include "cuda_cpu.h"
@@ -39,8 +41,12 @@
 #include <thread>
 #include <type_traits>
 
-// The runtime's flag loads (cuco::load_acquire) spin like these: let the other streams run.
-#define CUCO_SPIN_PAUSE() std::this_thread::yield()
+#include "emu_progress.h"
+
+// The runtime's flag loads (cuco::load_acquire) spin like these: let the other streams run; its
+// flag stores may let a waiting peer move (emu_progress.h).
+#define CUCO_FLAG_LOADED(flag, v) emu_flag_loaded((const void*)(flag), (uint64_t)(v))
+#define CUCO_FLAG_STORED(flag) emu_moved()
 
 // ---------------------------------------------------------------- atomics (cuda/atomic)
 
@@ -55,11 +61,18 @@ struct atomic_ref {
   explicit atomic_ref(T& r) : p(const_cast<U*>(&r)) {}
   U load(memory_order = memory_order_seq_cst) const {
     U v = __atomic_load_n(p, __ATOMIC_SEQ_CST);
-    std::this_thread::yield();  // loads of flags spin: let the other streams run
+    emu_flag_loaded(p, (uint64_t)v);  // loads of flags spin: let the other streams run
     return v;
   }
-  void store(U v, memory_order = memory_order_seq_cst) const { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
-  U fetch_add(U v, memory_order = memory_order_seq_cst) const { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+  void store(U v, memory_order = memory_order_seq_cst) const {
+    __atomic_store_n(p, v, __ATOMIC_SEQ_CST);
+    emu_moved();
+  }
+  U fetch_add(U v, memory_order = memory_order_seq_cst) const {
+    const U old = __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+    emu_moved();
+    return old;
+  }
 };
 }  // namespace cuda
 
@@ -156,25 +169,32 @@ struct EmuStream {
   std::mt19937 rng;
 
   unsigned max_delay_us;  // before each operation, a random sleep up to this: some streams lag far behind
+  EmuActor* actor;        // its thread, for a hold that waits until the run has settled (emu_progress.h)
 
   EmuStream(int r, int i) : rank(r), index(i), rng(emu_seed * 7919u + (unsigned)r * 131u + (unsigned)i) {
     const unsigned scales[3] = {30, 300, 3000};
     max_delay_us = scales[rng() % 3];
     if (r >= 0 && r < 64 && emu_rank_max_delay_us[r]) max_delay_us = emu_rank_max_delay_us[r];
+    actor = emu_actor_new();
     th = std::thread([this] { loop(); });
   }
   void loop() {
+    emu_actor_enter(actor);
     for (;;) {
       EmuOp op;
       {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return stop || !q.empty(); });
-        if (q.empty()) return;
+        emu_wait(cv, lock, [&] { return stop || !q.empty(); });
+        if (q.empty()) {
+          emu_mark(kEmuDone);
+          return;
+        }
         op = std::move(q.front());
         q.pop_front();
         busy = true;
         current = op.what;
       }
+      ++emu_op_serial;
       if (rng() % 2) std::this_thread::sleep_for(std::chrono::microseconds(rng() % max_delay_us));
       op.run();
       {
@@ -183,6 +203,7 @@ struct EmuStream {
         current.clear();
       }
       cv.notify_all();
+      emu_moved();
     }
   }
   void enqueue(std::string what, std::function<void()> run) {
@@ -191,10 +212,11 @@ struct EmuStream {
       q.push_back(EmuOp{std::move(what), std::move(run)});
     }
     cv.notify_all();
+    emu_moved();
   }
   void drain() {
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return q.empty() && !busy; });
+    emu_wait(cv, lock, [&] { return q.empty() && !busy; });
   }
   std::string status() {
     std::lock_guard<std::mutex> lock(mu);
@@ -306,7 +328,7 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) 
   }
   emu_check_stream(s)->enqueue("event wait", [e, target] {
     std::unique_lock<std::mutex> lock(e->mu);
-    e->cv.wait(lock, [&] { return e->completed >= target; });
+    emu_wait(e->cv, lock, [&] { return e->completed >= target; });
   });
   return cudaSuccess;
 }
@@ -448,7 +470,8 @@ inline void emu_p2p_submit(std::vector<EmuPending> ops) {
     std::unique_lock<std::mutex> lock(g->mu);
     for (auto& op : *shared) emu_p2p_post(c, &op.item);
     g->cv.notify_all();
-    g->cv.wait(lock, [&] {
+    emu_moved();  // a peer's side may be matched now
+    emu_wait(g->cv, lock, [&] {
       for (auto& op : *shared)
         if (!op.item.done) return false;
       return true;
@@ -504,8 +527,9 @@ inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, nc
           memmove((unsigned char*)coll.bufs[r].second + (size_t)src * bytes, coll.bufs[src].first, bytes);
       coll.done = true;
       g->cv.notify_all();
+      emu_moved();
     }
-    g->cv.wait(lock, [&] { return coll.done; });
+    emu_wait(g->cv, lock, [&] { return coll.done; });
     if (++coll.left == g->world) g->colls.erase(seq);
   });
   return ncclSuccess;

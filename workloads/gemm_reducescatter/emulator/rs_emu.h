@@ -135,8 +135,9 @@ inline void emu_nccl_meeting(ncclComm_t c, cudaStream_t s, const char* what, con
       finish(coll.bufs);
       coll.done = true;
       g->cv.notify_all();
+      emu_moved();
     }
-    g->cv.wait(lock, [&] { return coll.done; });
+    emu_wait(g->cv, lock, [&] { return coll.done; });
     if (++coll.left == g->world) g->colls.erase(seq);
   });
 }
