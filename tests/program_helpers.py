@@ -1,4 +1,5 @@
-"""The PyTorch programs the import tests bring in (tests/workload/programs), and variants of them."""
+"""The PyTorch programs the import tests bring in (tests/workload/programs), variants of them, and the
+bad ones an import refuses."""
 
 from pathlib import Path
 
@@ -13,3 +14,36 @@ def program_variant(tmp_path: Path, name: str, old: str, new: str) -> Path:
     path = tmp_path / f"{name}.py"
     path.write_text(text.replace(old, new))
     return path
+
+
+BAD = {  # name -> (text of ag_linear.py, replaced by, what the one line must say)
+    "no_solution": ("def solution(", "def solve(", "defines no solution(*inputs)"),
+    "no_shapes": ("SHAPES = {", "SIZES = {", "defines no SHAPES"),
+    "no_verify_shape": ('"verify', '"small', "SHAPES has no verify shape"),
+    "ignores_dtype": ("x = torch.randn(M // world, K, dtype=dtype,",
+                      "x = torch.randn(M // world, K, dtype=torch.bfloat16,",
+                      "make_inputs ignores dtype: asked for torch.float64, input 0 (x) is torch.bfloat16"),
+    "ignores_device": ("x = torch.randn(M // world, K, dtype=dtype, device=device)",
+                       "x = torch.randn(M // world, K, dtype=dtype)", "make_inputs ignores device"),
+    "syntax_error": ('device="cuda"):', 'device="cuda")', "syntax_error.py:12: syntax error"),
+    "raises": ("return F.linear(full, w, b)", "return F.linear(full, w.t(), b)",
+               "solution at verify, rank 0 of 2 failed: RuntimeError"),
+    "raises_on_the_cpu": ("return F.linear(full, w, b)",
+                          "return F.linear(full, w, b) + torch.ones(3, device=x.device) if x.device.type == 'cpu' "
+                          "else F.linear(full, w, b)",
+                          "solution at verify (rank 0 of 2, float64 on the CPU under gloo) failed: RuntimeError"),
+    # rank 0, left waiting in the all-gather, fails too (its peer went away): rank 1's error is the cause
+    "raises_on_one_rank": ("    dist.all_gather_into_tensor(full, x)\n",
+                           "    if x.device.type == 'cpu' and dist.get_rank() == 1:\n"
+                           "        raise ValueError('rank 1 fails alone')\n"
+                           "    dist.all_gather_into_tensor(full, x)\n",
+                           "solution at verify (rank 1 of 2, float64 on the CPU under gloo) failed: ValueError: "
+                           "rank 1 fails alone"),
+}
+
+# Through a `cuco` process (tests/cli/test_workload_import_cli.py: one line on stderr, exit 2, nothing
+# written), a bad file of each stage of an import: loading it, its convention, its run on the CPU
+# ranks. The others are refused by import_program in the same words (tests/workload/
+# test_program_import.py, on ranks that file starts once: a CLI process and two ranks importing
+# torch cost ~7 CPU-s a case).
+BAD_AT_THE_CLI = ("syntax_error", "no_verify_shape", "raises_on_one_rank")

@@ -1,5 +1,6 @@
 """`cuco workload import FILE.py --world N` from the command line: what it prints, the folder that
-`cuco workload check` then passes, every bad file refused in one line with nothing written, the
+`cuco workload check` then passes, a bad file at each stage of an import refused in one line with
+nothing written (program_helpers.BAD_AT_THE_CLI; the rest of BAD in test_program_import), the
 offline agent's one-line refusal of a program without a mapped pattern (naming what it saw), and an
 offline search of an imported all-gather + linear program compiling fused candidates (slow)."""
 
@@ -18,7 +19,7 @@ from repo_paths import REPO
 pytest.importorskip("torch")
 
 MAIN = "import sys; from cuco_tui.cli import main; sys.exit(main())"
-from program_helpers import AG, PROGRAMS, program_variant  # noqa: E402
+from program_helpers import AG, BAD, BAD_AT_THE_CLI, PROGRAMS, program_variant  # noqa: E402
 
 
 def cuco(args: list[str], env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -47,33 +48,7 @@ def test_import_says_what_it_found_and_check_passes(tmp_path):
         assert findings["seed L1"]["detail"].startswith("compiles for sm_90a")
 
 
-BAD = {  # name -> (text of ag_linear.py, replaced by, what the one line must say)
-    "no_solution": ("def solution(", "def solve(", "defines no solution(*inputs)"),
-    "no_shapes": ("SHAPES = {", "SIZES = {", "defines no SHAPES"),
-    "no_verify_shape": ('"verify', '"small', "SHAPES has no verify shape"),
-    "ignores_dtype": ("x = torch.randn(M // world, K, dtype=dtype,",
-                      "x = torch.randn(M // world, K, dtype=torch.bfloat16,",
-                      "make_inputs ignores dtype: asked for torch.float64, input 0 (x) is torch.bfloat16"),
-    "ignores_device": ("x = torch.randn(M // world, K, dtype=dtype, device=device)",
-                       "x = torch.randn(M // world, K, dtype=dtype)", "make_inputs ignores device"),
-    "syntax_error": ('device="cuda"):', 'device="cuda")', "syntax_error.py:12: syntax error"),
-    "raises": ("return F.linear(full, w, b)", "return F.linear(full, w.t(), b)",
-               "solution at verify, rank 0 of 2 failed: RuntimeError"),
-    "raises_on_the_cpu": ("return F.linear(full, w, b)",
-                          "return F.linear(full, w, b) + torch.ones(3, device=x.device) if x.device.type == 'cpu' "
-                          "else F.linear(full, w, b)",
-                          "solution at verify (rank 0 of 2, float64 on the CPU under gloo) failed: RuntimeError"),
-    # rank 0, left waiting in the all-gather, fails too (its peer went away): rank 1's error is the cause
-    "raises_on_one_rank": ("    dist.all_gather_into_tensor(full, x)\n",
-                           "    if x.device.type == 'cpu' and dist.get_rank() == 1:\n"
-                           "        raise ValueError('rank 1 fails alone')\n"
-                           "    dist.all_gather_into_tensor(full, x)\n",
-                           "solution at verify (rank 1 of 2, float64 on the CPU under gloo) failed: ValueError: "
-                           "rank 1 fails alone"),
-}
-
-
-@pytest.mark.parametrize("name", sorted(BAD))
+@pytest.mark.parametrize("name", BAD_AT_THE_CLI)
 def test_a_bad_file_is_refused_in_one_line_and_nothing_is_written(tmp_path, name):
     old, new, said = BAD[name]
     path = program_variant(tmp_path, name, old, new)

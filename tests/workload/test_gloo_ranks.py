@@ -133,6 +133,27 @@ def test_an_import_runs_the_program_in_as_many_processes_as_ranks(tmp_path):
     assert _children() == before
 
 
+def test_imports_handed_the_callers_ranks_run_in_its_processes(tmp_path):
+    """A caller importing several programs at one world size hands them its ranks: both imports run
+    in the pool's 2 processes, which stay for the caller's next job; ranks of another world size
+    are refused before anything is written."""
+    pids = tmp_path / "pids"
+    noted = program_variant(tmp_path, "noted", "import torch\n",
+                            f"import os\nwith open({str(pids)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
+                            f"import torch\n")
+    before = _children()
+    with GlooRanks(2) as ranks:
+        first = import_program(noted, 2, parent=tmp_path / "a", ranks=ranks)
+        second = import_program(noted, 2, parent=tmp_path / "b", ranks=ranks)
+        assert len(_children() - before) == 2
+        with pytest.raises(ValueError, match="at world 4 was handed 2 ranks"):
+            import_program(noted, 4, parent=tmp_path / "c", ranks=ranks)
+    assert len(set(pids.read_text().split())) == 2
+    assert (first.root / "reference.py").read_text() == (second.root / "reference.py").read_text()
+    assert not (tmp_path / "c").exists()
+    assert _children() == before
+
+
 def test_a_program_that_ends_its_process_while_loading_is_one_line(tmp_path):
     """Rank 0 inspects the program: a program that ends it while loading is said as before, with
     the last line it wrote to stderr, and the other rank goes with it."""

@@ -1,8 +1,8 @@
 """A workload from a PyTorch program (`cuco workload import`, cuco_tui.workload.program), on the CPU:
 each small program of tests/workload/programs/ imported at 2 ranks (the program run in float64
-under gloo in processes of its own, one call traced), the pattern it holds recognized and, where
-the tool maps it, the seed, templates and buffers written for it; the written reference's
-fill_inputs and expected checked against the program's math computed here with NumPy."""
+under gloo on 2 CPU processes the file starts once, one call traced), the pattern it holds
+recognized and, where the tool maps it, the seed, templates and buffers written for it; the written
+reference's fill_inputs and expected checked against the program's math computed here with NumPy."""
 
 from __future__ import annotations
 
@@ -18,20 +18,34 @@ from cuco_tui.agents.offline.strategy import StrategyBook  # noqa: E402
 from cuco_tui.cli.workload_check import check_workload  # noqa: E402
 from cuco_tui.evaluate.static_checks import check_static, is_rejected  # noqa: E402
 from cuco_tui.workload.manifest import load_workload  # noqa: E402
+from cuco_tui.core.workload import WorkloadError  # noqa: E402
+from cuco_tui.workload.program.gloo_run import GlooRanks  # noqa: E402
 from cuco_tui.workload.program.importer import import_program  # noqa: E402
 from cuco_tui.workload.program.record import NO_SEED_MARK  # noqa: E402
+
+from program_helpers import BAD, BAD_AT_THE_CLI, program_variant  # noqa: E402
 
 PROGRAMS = Path(__file__).parent / "programs"
 
 
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory):
+def ranks():
+    """2 CPU ranks for every import and expected() of this file: each job loads its program afresh
+    in torch's starting state (test_gloo_ranks), and each rank imports torch once instead of twice a
+    test. An import on ranks of its own: the CLI tests (test_workload_import_cli), and the probe of
+    `cuco workload check` runs the written reference's expected() on ranks of its own."""
+    with GlooRanks(2) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory, ranks):
     """name -> the ImportReport of tests/workload/programs/<name>.py at 2 ranks, each made once."""
     made = {}
 
     def get(name: str):
         if name not in made:
-            made[name] = import_program(PROGRAMS / f"{name}.py", 2, parent=tmp_path_factory.mktemp(name))
+            made[name] = import_program(PROGRAMS / f"{name}.py", 2, parent=tmp_path_factory.mktemp(name), ranks=ranks)
         return made[name]
 
     return get
@@ -66,8 +80,16 @@ def _f64(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
 
 
+def _expected(ref, inputs: list[dict], dims: dict, ranks: GlooRanks) -> list[dict]:
+    """The written reference's expected() at 2 ranks, on this file's ranks (reference.py's own
+    expected(), on ranks of its own: test_the_reference_fills_..., and the probe of _check_is_clean)."""
+    return ref.PROGRAM.expected(inputs, dims, 2, ranks=ranks)
+
+
 def _check_is_clean(root: Path) -> None:
-    findings = check_workload(root, compile_seed=False)
+    # The probe (python, then 2 ranks importing torch) took over its default 120 s on a 2-core
+    # machine under load: a limit for a hang, not for this machine's speed.
+    findings = check_workload(root, compile_seed=False, probe_timeout=900)
     assert not [f for f in findings if f.level == "error"], findings
 
 
@@ -117,7 +139,7 @@ def test_the_reference_fills_the_candidates_layout_and_expects_the_programs_answ
         assert np.allclose(got[rank]["y"], want, rtol=1e-10, atol=1e-10)
 
 
-def test_a_matmul_reduce_scatter_with_a_residual_gets_a_seed_with_knobs(imported):
+def test_a_matmul_reduce_scatter_with_a_residual_gets_a_seed_with_knobs(imported, ranks):
     made = imported("matmul_rs_residual")
     root = made.root
     assert any("matmul → reduce-scatter + residual: mapped" in line for line in made.lines), made.lines
@@ -134,7 +156,7 @@ def test_a_matmul_reduce_scatter_with_a_residual_gets_a_seed_with_knobs(imported
     assert spec["outputs"] == [("y", (M // 2, N), "bf16")]
     inputs = _buffers(ref, dims, 2, seed=3)
     total = sum(_f64(r["x"]) @ _f64(r["b"]) for r in inputs)
-    got = ref.expected(inputs, dims, 2)
+    got = _expected(ref, inputs, dims, ranks)
     for rank in range(2):
         want = total[rank * M // 2:(rank + 1) * M // 2] + _f64(inputs[rank]["residual"])
         assert np.allclose(got[rank]["y"], want, rtol=1e-10, atol=1e-10)
@@ -156,7 +178,7 @@ def test_a_linear_all_reduce_derives_the_patterns_dims(imported):
     _check_is_clean(made.root)
 
 
-def test_a_matmul_copied_before_its_all_reduce_is_the_pattern(imported):
+def test_a_matmul_copied_before_its_all_reduce_is_the_pattern(imported, ranks):
     """ParallelKernelBench's gemm + all-reduce clones the product and all-reduces the copy: the
     pattern is followed back through the copy (it was not named at all)."""
     made = imported("matmul_copy_allreduce")
@@ -167,7 +189,7 @@ def test_a_matmul_copied_before_its_all_reduce_is_the_pattern(imported):
     dims = dict(w.verify_shapes[0].dims)
     inputs = _buffers(ref, dims, 2, seed=5)
     total = sum(_f64(r["x"]) @ _f64(r["b"]) for r in inputs)
-    for got in ref.expected(inputs, dims, 2):
+    for got in _expected(ref, inputs, dims, ranks):
         assert np.allclose(got["y"], total, rtol=1e-10, atol=1e-10)
     _check_is_clean(made.root)
 
@@ -208,7 +230,7 @@ def test_a_program_that_splits_no_dim_imports(imported):
     _check_is_clean(made.root)
 
 
-def test_ranks_whose_inputs_differ_in_shape_import(imported):
+def test_ranks_whose_inputs_differ_in_shape_import(imported, ranks):
     """A scatter's root holds [W, M, H], the other ranks [M, H]: the written reference's expected runs
     each rank on its own inputs in its own shapes (it read every rank's as rank 0's shapes, and the
     import ended in "the written reference does not reproduce ...; please report this")."""
@@ -217,14 +239,14 @@ def test_ranks_whose_inputs_differ_in_shape_import(imported):
     dims = {"M": 16, "H": 24}
     assert [ref.io_spec(dims, 2, r)["inputs"][0][1] for r in (0, 1)] == [(2, 16, 24), (16, 24)]
     inputs = _buffers(ref, dims, 2, seed=3)
-    want = ref.expected(inputs, dims, 2)
+    want = _expected(ref, inputs, dims, ranks)
     rows = _f64(inputs[0]["x"])
     for r in range(2):
         np.testing.assert_allclose(want[r]["out"], 2 * rows[r])
     _check_is_clean(made.root)
 
 
-def test_an_all_gather_into_a_stacked_output_runs_under_gloo(imported):
+def test_an_all_gather_into_a_stacked_output_runs_under_gloo(imported, ranks):
     """NCCL takes all_gather_into_tensor's output stacked, [W, M, H]; gloo took only [W*M, H], and the
     import was refused with gloo's "invalid tensor size" (ParallelKernelBench's allgather problems)."""
     made = imported("stacked_gather")
@@ -232,11 +254,11 @@ def test_an_all_gather_into_a_stacked_output_runs_under_gloo(imported):
     dims = {"M": 16, "H": 24}
     inputs = _buffers(ref, dims, 2, seed=4)
     total = sum(_f64(r["x"]) for r in inputs)
-    for got in ref.expected(inputs, dims, 2):
+    for got in _expected(ref, inputs, dims, ranks):
         assert np.allclose(got["out"], total, rtol=1e-12, atol=1e-12)
 
 
-def test_a_program_that_uses_autograd_imports(imported):
+def test_a_program_that_uses_autograd_imports(imported, ranks):
     """solution runs in the grad mode it sets itself: a gradient step (ParallelKernelBench's DDP and
     ZeRO problems) was refused with "element 0 of tensors does not require grad", the tool having
     run it under torch.no_grad()."""
@@ -245,11 +267,11 @@ def test_a_program_that_uses_autograd_imports(imported):
     dims = {"B": 24, "D": 16, "O": 8}
     inputs = _buffers(ref, dims, 2, seed=6)
     grads = [2 * _f64(r["x"]).T @ (_f64(r["x"]) @ _f64(r["w"]) - _f64(r["y"])) for r in inputs]
-    for got in ref.expected(inputs, dims, 2):  # each rank's own w: the mean of the ranks' gradients
+    for got in _expected(ref, inputs, dims, ranks):  # each rank's own w: the mean of the ranks' gradients
         assert np.allclose(got["out"], (grads[0] + grads[1]) / 2, rtol=1e-10, atol=1e-10)
 
 
-def test_a_ring_of_batched_point_to_point_ops_imports(imported):
+def test_a_ring_of_batched_point_to_point_ops_imports(imported, ranks):
     """batch_isend_irecv (ring attention's exchange) is sized on the meta device: the fake process
     group had no backend for it there, and the import was refused with "No backend type associated
     with device type meta"."""
@@ -258,11 +280,11 @@ def test_a_ring_of_batched_point_to_point_ops_imports(imported):
     dims = {"S": 16, "D": 24}
     inputs = _buffers(ref, dims, 2, seed=8)
     mine = [_f64(r["x"]) for r in inputs]
-    for rank, got in enumerate(ref.expected(inputs, dims, 2)):
+    for rank, got in enumerate(_expected(ref, inputs, dims, ranks)):
         assert np.allclose(got["out"], mine[rank] + mine[1 - rank], rtol=1e-12, atol=1e-12)
 
 
-def test_integer_inputs_reach_the_program_as_integers(imported):
+def test_integer_inputs_reach_the_program_as_integers(imported, ranks):
     """The reference's expected() hands the program its integer inputs as integers and its bool ones as
     bool (it made every input float64, and indexing with them failed: "the written reference does not
     reproduce ...; please report this", ParallelKernelBench's vocab-parallel cross-entropy)."""
@@ -278,7 +300,7 @@ def test_integer_inputs_reach_the_program_as_integers(imported):
         ref.fill_inputs(np, bufs, dims, 2, rank, 9)
         inputs.append(bufs)
     total = sum(np.where(r["keep"][:, None] != 0, _f64(r["table"])[r["idx"]], 0.0) for r in inputs)
-    for got in ref.expected(inputs, dims, 2):
+    for got in _expected(ref, inputs, dims, ranks):
         assert np.allclose(got["out"], total, rtol=1e-12, atol=1e-12)
 
 
@@ -293,3 +315,16 @@ def test_a_program_that_prints_much_runs_under_gloo(tmp_path):
         "    world = dist.get_world_size()\n", "    world = dist.get_world_size()\n    print('x' * (1 << 20))\n"))
     run = run_gloo(program, 2, {"verify": {"M": 512, "K": 128, "N": 512}}, tmp_path, timeout=240)
     assert run.output(0, 1, 0).shape == (512, 256)
+
+
+@pytest.mark.parametrize("name", sorted(set(BAD) - set(BAD_AT_THE_CLI)))
+def test_a_bad_file_is_refused_in_one_line_and_nothing_is_written(tmp_path, ranks, name):
+    """What `cuco workload import` says in one line (the CLI's own refusal of a bad file at each stage:
+    tests/cli/test_workload_import_cli.py)."""
+    old, new, said = BAD[name]
+    path = program_variant(tmp_path, name, old, new)
+    parent = tmp_path / "workloads"
+    with pytest.raises(WorkloadError) as refused:
+        import_program(path, 2, parent=parent, ranks=ranks)
+    assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+    assert not parent.exists()

@@ -152,7 +152,9 @@ def _write(stage: Path, plan: ImportPlan, source: Path) -> tuple[str, ...]:
 
 
 def import_program(source: Path, world: int, name: str | None = None, parent: Path = Path("workloads"),
-                   timeout: float = 600.0) -> ImportReport:
+                   timeout: float = 600.0, ranks: GlooRanks | None = None) -> ImportReport:
+    """`ranks`: a GlooRanks of `world` processes to run on (a caller importing several programs at one
+    world size starts them once, each job loading its program afresh); else ranks of its own."""
     source = Path(source)
     if not source.is_file():
         raise WorkloadError(f"{source}: no such file (give the program's .py file)")
@@ -165,8 +167,12 @@ def import_program(source: Path, world: int, name: str | None = None, parent: Pa
     root = Path(parent) / name
     if root.exists():
         raise WorkloadError(f"{root} exists already; choose another --name or --dir (nothing was written)")
-    with GlooRanks(world) as ranks:
+    if ranks is not None:
+        if ranks.world != world:
+            raise ValueError(f"an import at world {world} was handed {ranks.world} ranks")
         return _import(ranks, source, world, name, parent, timeout)
+    with GlooRanks(world) as own:
+        return _import(own, source, world, name, parent, timeout)
 
 
 def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path, timeout: float) -> ImportReport:
