@@ -10,7 +10,13 @@ barrier, then teardown. Every rank's `out` is checked against the reference's fl
 the workload's tolerance, as harness.verify.compare does. Races show up as wrong answers, hangs as
 the watchdog's report, overruns and use after free as crashes. The driver also reports the cuBLAS
 GEMM calls, so each test checks which way the expert GEMMs went (grouped_gemm.cuh.j2: one grouped
-GEMM per call, or one cublasGemmEx per problem when its problems average many rows)."""
+GEMM per call, or one cublasGemmEx per problem when its problems average many rows).
+
+Each shape has two schedules (one with a rank whose streams lag far behind, one without). A
+strategy's variants take turns: one runs the lagging schedule of a shape where the next runs the
+other, so every variant meets a lagging rank at W=2 and at W=4, and every strategy every schedule
+of every shape (a strategy with one variant runs them all); the perturbation kinds are shared out
+the same way. Running every variant under every schedule proved each strategy's behaviour twice."""
 
 import subprocess
 
@@ -201,6 +207,42 @@ def test_every_template_runs_on_the_cpu():
     assert {s for _, s, _ in CANDIDATES if s} | {"host_sequential"} == {s.name for s in _book().strategies}
 
 
+def _turns():
+    """name -> 0 or 1: the variants of a strategy take turns in the order CANDIDATES lists them;
+    None for a strategy with one variant alone, which takes both turns."""
+    by_strategy = {}
+    for name, strategy, _ in CANDIDATES:
+        by_strategy.setdefault(strategy, []).append(name)
+    return {name: None if len(names) == 1 else k % 2 for names in by_strategy.values() for k, name in enumerate(names)}
+
+
+TURN = _turns()
+
+
+def _schedules_of(name, index, schedules):
+    """Of a shape's two schedules (one lagging rank, one not), those `name` runs at the shape
+    `index` of its list: the lagging one at every other shape, the other schedule at the rest,
+    starting from its turn; both for a strategy with one variant."""
+    if TURN[name] is None:
+        return tuple(schedules)
+    lagging = (TURN[name] + index) % 2 == 0
+    return tuple(s for s in schedules if (s[1] >= 0) == lagging)
+
+
+def _runs(shapes, names):
+    """(name, world, dims, schedules) for every candidate named and every shape, with its schedules."""
+    return [(n, world, dims, _schedules_of(n, i, schedules)) for n in names for i, (world, dims, schedules)
+            in enumerate(shapes)]
+
+
+def _run_id(run):
+    name, world, dims, schedules = run
+    return "-".join((name, _shape_id(world), _shape_id(dims), _shape_id(schedules)))
+
+
+RUNS = _runs(SHAPES, [c[0] for c in CANDIDATES])
+
+
 def test_the_end_to_end_runs_have_candidates_shapes_and_schedules():
     # A parametrize over an empty list collects no test and passes in silence, and a shape with no
     # schedule runs nothing: the end-to-end test below must have something to run.
@@ -208,9 +250,27 @@ def test_the_end_to_end_runs_have_candidates_shapes_and_schedules():
     assert all(schedules for _, _, schedules in SHAPES)
 
 
+def test_the_variants_share_out_the_schedules_and_perturbations():
+    """Each shape has a lagging schedule and another; each variant meets both at W=2 and at W=4;
+    each strategy meets every schedule of every shape and every perturbation kind."""
+    for shapes in (SHAPES, CHUNKED_SHAPES, [GEMM_SHAPE]):
+        for _, _, schedules in shapes:
+            assert sorted(lag >= 0 for _, lag in schedules) == [False, True], schedules
+    strategy = {name: s for name, s, _ in CANDIDATES}
+    for name in strategy:
+        ran = [(w, lag >= 0) for n, w, _, schedules in RUNS if n == name for _, lag in schedules]
+        assert set(ran) == {(2, False), (2, True), (4, False), (4, True)}, name
+    for shapes, names in ((SHAPES, strategy), (CHUNKED_SHAPES, ARRIVAL), ([GEMM_SHAPE], strategy)):
+        for s in {strategy[n] for n in names}:
+            ran = {(w, str(d), sch) for n, w, d, schedules in _runs(shapes, names) if strategy[n] == s
+                   for sch in schedules}
+            assert ran == {(w, str(d), sch) for w, d, schedules in shapes for sch in schedules}, s
+    for s in set(strategy.values()):
+        assert {p for n in strategy if strategy[n] == s for p in _perturbations_of(n)} == set(PERTURBED), s
+
+
 @needs_gxx
-@pytest.mark.parametrize("world,dims,schedules", SHAPES, ids=_shape_id)
-@pytest.mark.parametrize("name", [c[0] for c in CANDIDATES])
+@pytest.mark.parametrize("name,world,dims,schedules", RUNS, ids=[_run_id(r) for r in RUNS])
 def test_candidate_runs_end_to_end_on_the_cpu(emulated, tmp_path, name, world, dims, schedules):
     for seed, lagging in schedules:
         for what, rank, got, want in run_candidate(emulated[name], tmp_path / f"s{seed}", world, dims, seed, lagging):
@@ -223,7 +283,7 @@ def test_candidate_runs_end_to_end_on_the_cpu(emulated, tmp_path, name, world, d
 @pytest.mark.parametrize("name", [c[0] for c in CANDIDATES])
 def test_candidate_runs_per_problem_gemms_on_the_cpu(emulated, tmp_path, name):
     world, dims, schedules = GEMM_SHAPE
-    for seed, lagging in schedules:
+    for seed, lagging in _schedules_of(name, 0, schedules):
         for what, rank, got, want in run_candidate(emulated[name], tmp_path / f"s{seed}", world, dims, seed, lagging):
             check(got, want, f"{name}, schedule seed {seed}, lagging rank {lagging}, rank {rank}, {what}")
         calls = cublas_calls(tmp_path / f"s{seed}")
@@ -236,22 +296,28 @@ def test_candidate_runs_per_problem_gemms_on_the_cpu(emulated, tmp_path, name):
 PERTURBED = (0, 5, 2, 7)
 
 
+def _perturbations_of(name):
+    """The perturbation seeds `name` runs: two of them by its turn (a rank aimed at each), all four
+    for a strategy with one variant."""
+    return PERTURBED if TURN[name] is None else PERTURBED[2 * TURN[name]:2 * TURN[name] + 2]
+
+
 @needs_gxx
 @pytest.mark.parametrize("name", [c[0] for c in CANDIDATES])
 def test_candidate_survives_the_perturbed_schedules(emulated, tmp_path, name):
     world, dims, _ = SHAPES[0]
-    for p in PERTURBED:
+    for p in _perturbations_of(name):
         for what, rank, got, want in run_candidate(emulated[name], tmp_path / f"p{p}", world, dims, 11,
                                                    perturb_seed=p):
             check(got, want, f"{name}, perturbation seed {p}, rank {rank}, {what}")
 
 
 ARRIVAL = [c[0] for c in CANDIDATES if c[1] == "arrival_pipeline"]
+CHUNKED_RUNS = _runs(CHUNKED_SHAPES, ARRIVAL)
 
 
 @needs_gxx
-@pytest.mark.parametrize("world,dims,schedules", CHUNKED_SHAPES, ids=_shape_id)
-@pytest.mark.parametrize("name", ARRIVAL)
+@pytest.mark.parametrize("name,world,dims,schedules", CHUNKED_RUNS, ids=[_run_id(r) for r in CHUNKED_RUNS])
 def test_arrival_pipeline_cuts_chunks_on_the_cpu(emulated, tmp_path, name, world, dims, schedules):
     for seed, lagging in schedules:
         for what, rank, got, want in run_candidate(emulated[name], tmp_path / f"s{seed}", world, dims, seed, lagging):
