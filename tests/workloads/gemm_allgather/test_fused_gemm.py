@@ -268,8 +268,9 @@ def test_the_benchmark_table_compares_the_faster_cublas_with_the_default_and_the
 # ---------------------------------------------------------------- real compiles (slow)
 
 # One kernel configuration's library built here (a minute of nvcc on 2 cores, CUTLASS's whole
-# kernel template), linked by three candidates whose other knobs vary, so that both movers, every
-# tile order, both fanouts and the extreme chunk counts are compiled against it. The library's
+# kernel template), linked by three candidates whose other knobs vary, and a fourth that finds it
+# built (REUSE), so that both movers, every store-kernel size, every tile order, both fanouts and
+# the extreme chunk counts are compiled against it. The library's
 # other configurations differ only in the template's tile and cluster sizes: every one of them is
 # built (with each knob changed alone) by benchmarks/runs/prebuild.py at the start of every GPU
 # call, where a failure stops the call's tests; building them here too cost 80 CPU-s a run of the
@@ -281,14 +282,21 @@ CONFIG_BUILDS = [
     {"tile": "128x256", "cluster": "2x1", "mover": "sm_store", "mover_blocks": 32, "chunks": 16,
      "tile_order": "square", "fanout": "all"},
 ]
+REUSE = {"tile": "128x256", "cluster": "2x1", "mover": "sm_store", "mover_blocks": 16, "chunks": 8,
+         "tile_order": "arrival", "fanout": "all"}
+can_nvcc = pytest.mark.skipif(not TOOLCHAIN.can_compile, reason="needs nvcc, NCCL and cuBLAS headers")
 can_compile = pytest.mark.skipif(not TOOLCHAIN.can_compile or TOOLCHAIN.cutlass is None,
                                  reason="needs nvcc, NCCL, cuBLAS and the CUTLASS headers (pip install nvidia-cutlass)")
 
 
 def test_the_builds_cover_every_candidate_side_knob_value():
-    assert len({(b["tile"], b["cluster"]) for b in CONFIG_BUILDS}) == 1  # one library, linked by each
+    builds = CONFIG_BUILDS + [REUSE]
+    assert len({(b["tile"], b["cluster"]) for b in builds}) == 1  # one library, linked by each
     for key in ("mover", "tile_order", "fanout"):
-        assert {b.get(key, FUSED.default_knobs()[key]) for b in CONFIG_BUILDS} == set(FUSED.knobs[key])
+        assert {b.get(key, FUSED.default_knobs()[key]) for b in builds} == set(FUSED.knobs[key])
+    # The store kernel's sizes: with the store kernel (the copy engines ignore it).
+    assert {b["mover_blocks"] for b in builds if b.get("mover") == "sm_store"} == set(FUSED.knobs["mover_blocks"])
+    assert {1, 16} <= {b.get("chunks", FUSED.default_knobs()["chunks"]) for b in builds}
 
 
 def test_the_gpu_calls_prebuild_every_kernel_configuration():
@@ -304,8 +312,11 @@ def test_the_gpu_calls_prebuild_every_kernel_configuration():
     assert named == {f"{t}-{c}" for t in FUSED.knobs["tile"] for c in FUSED.knobs["cluster"]}
 
 
+# The schedule is cuco_arrival.cuh's (the fused kernel's, without CUTLASS): a host program that
+# includes it alone compiles in 3 CPU-s, against 17 through cuco_tile_gemm.cuh.
 SCHEDULE_CHECK = r"""
-#include "cuco_tile_gemm.cuh"
+#include "cuco_arrival.cuh"
+#include <array>
 #include <set>
 namespace tg = cuco::tile_gemm;
 
@@ -364,18 +375,14 @@ int main() {
 """
 
 
-@pytest.mark.slow
-@can_compile
+@can_nvcc
 def test_the_schedule_covers_every_tile_once_in_arrival_order(tmp_path):
-    from cuco_tui.toolchain.nvcc import cutlass_flags
-
     src = tmp_path / "schedule_check.cu"
-    src.write_text(SCHEDULE_CHECK.replace("#include <set>", "#include <array>\n#include <set>"))
+    src.write_text(SCHEDULE_CHECK)
     exe = tmp_path / "schedule_check"
     includes = [f"-I{p}" for p in (TOOLCHAIN.runtime_include, TOOLCHAIN.nccl.include, TOOLCHAIN.cublas.include)]
     build = subprocess.run([str(TOOLCHAIN.nvcc), "-std=c++17", "-O1", "-gencode=arch=compute_90a,code=sm_90a",
-                            *includes, *cutlass_flags(TOOLCHAIN), str(src), "-o", str(exe)],
-                           capture_output=True, text=True, timeout=600)
+                            *includes, str(src), "-o", str(exe)], capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.rstrip().endswith("ALL OK"), run.stdout[-3000:]
@@ -400,9 +407,8 @@ def _tool_output(*command: str) -> str:
 @pytest.mark.parametrize("knobs", CONFIG_BUILDS, ids=lambda k: f"{k['tile']}-{k['cluster']}-{k.get('mover', 'ce')}-"
                                                             f"{k.get('tile_order', 'auto')}")
 def test_each_kernel_configuration_compiles(tmp_path, knobs):
-    """The configuration's library (built once into the session's cache, by the first of the two
-    builds of its configuration), a candidate that links it without seeing CUTLASS, and a second
-    candidate of the configuration that reuses it."""
+    """The configuration's library (built once into the session's cache, by the first candidate
+    that links it), and a candidate that links it without seeing CUTLASS."""
     path = tmp_path / "fused.cu"
     source = BOOK.render(FUSED, {**FUSED.default_knobs(), **knobs})
     path.write_text(source)
@@ -423,12 +429,24 @@ def test_each_kernel_configuration_compiles(tmp_path, knobs):
     assert f"[{name}]" in dynamic and str(cache.root.resolve()) in dynamic
     assert f" w {config.entry}" in _tool_output("nm", "-D", str(r.library))
 
+
+@pytest.mark.slow
+@can_compile
+def test_a_second_candidate_of_a_configuration_links_its_library_as_built(tmp_path):
+    """Another candidate of a configuration whose library is built links that library, not rebuilt."""
+    from cuco_tui.toolchain.nvcc import ensure_gemm_library
+
+    cache = BuildCache()  # the session's (conftest)
+    [(config,), _] = configs_named(BOOK.render(FUSED, {**FUSED.default_knobs(), **REUSE}))
+    lib = ensure_gemm_library(config, TOOLCHAIN, cache)  # built by the first candidate of it, or here
+    assert lib.ok, lib.problem
+    built = lib.path.stat()
     other = tmp_path / "other.cu"
-    other.write_text(BOOK.render(FUSED, FUSED.normalized({**FUSED.default_knobs(), **knobs, "chunks": 16,
-                                                          "mover": "sm_store", "mover_blocks": 16})))
+    other.write_text(BOOK.render(FUSED, FUSED.normalized({**FUSED.default_knobs(), **REUSE})))
     second = compile_candidate(other, TOOLCHAIN, cache)
-    assert second.ok and f"-l:{name}" in second.command
-    after = library.stat()
+    assert second.ok, "\n".join(d.render() for d in second.diagnostics)
+    assert f"-l:{lib.path.name}" in second.command
+    after = lib.path.stat()
     assert (after.st_ino, after.st_mtime_ns) == (built.st_ino, built.st_mtime_ns)  # not rebuilt
 
 
