@@ -419,7 +419,7 @@ def test_each_kernel_configuration_compiles(tmp_path, knobs):
     assert "-DNDEBUG" not in r.command and not any(a.startswith(f"-I{TOOLCHAIN.cutlass}") for a in r.command)
     [name] = [a.removeprefix("-l:") for a in r.command if a.startswith(f"-l:libcuco_tile_gemm-{config.tag}-")]
     library = cache.root / name
-    built = library.stat()
+    assert library.is_file()
 
     # The library exports its entry point and none of our C++ (hidden: no clash with a candidate's
     # own copies of the runtime's inline functions); the candidate needs it and finds it by rpath.
