@@ -142,3 +142,24 @@ def wrong(got_bits, want, rtol: float) -> str:
 def failures(results, rtol: float) -> list[str]:
     """What failed of an emulated run's (what, rank, got, want) results."""
     return [f"rank {rank}, {what}: {why}" for what, rank, got, want in results if (why := wrong(got, want, rtol))]
+
+
+def turns(candidates) -> dict[str, int | None]:
+    """name -> 0 or 1 for each (name, strategy, knobs) of `candidates`: the variants of a strategy
+    take turns in the order listed; None for a strategy with one variant alone, which takes both."""
+    by_strategy: dict = {}
+    for name, strategy, _ in candidates:
+        by_strategy.setdefault(strategy, []).append(name)
+    return {name: None if len(names) == 1 else k % 2 for names in by_strategy.values() for k, name in enumerate(names)}
+
+
+def schedules_of(turn: int | None, index: int, schedules):
+    """Of a shape's two (seed, lagging rank) schedules, one with a rank whose streams lag far behind
+    (lagging >= 0) and one without, those a variant of `turn` runs at the shape `index` of its list:
+    the lagging one at every other shape, the other at the rest; both for a variant alone (None).
+    A strategy's variants taking turns meet every schedule of every shape between them, each once
+    (running both proved each strategy's behaviour twice)."""
+    if turn is None:
+        return tuple(schedules)
+    lagging = (turn + index) % 2 == 0
+    return tuple(s for s in schedules if (s[1] >= 0) == lagging)

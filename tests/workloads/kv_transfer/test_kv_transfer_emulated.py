@@ -8,8 +8,9 @@ and a poisoned output copied in stream order before it and its output copied out
 after it (no host wait); a launch after a host wait; a barrier (the harness's, before teardown),
 then teardown. Rank 1's kv is checked against the reference's float64 answer with the workload's
 tolerance, as harness.verify.compare does (no element unwritten or non-finite, every element within
-rtol of |ref| + rms(ref)). Some schedules make one rank's streams lag far behind the other's. Races
-show up as wrong answers, hangs as the watchdog's report, overruns and use after free as crashes."""
+rtol of |ref| + rms(ref)). Some schedules make one rank's streams lag far behind the other's: a
+strategy's variants take turns on each shape's lagging and calm schedules. Races show up as wrong
+answers, hangs as the watchdog's report, overruns and use after free as crashes."""
 
 import subprocess
 
@@ -20,7 +21,7 @@ from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.verify import POISON_BF16
 from cuco_tui.core.reference import reference_module
 from cuco_tui.workload.manifest import load_workload
-from emulator_helpers import candidate_source, compile_emulated, needs_gxx, with_driver
+from emulator_helpers import candidate_source, compile_emulated, needs_gxx, schedules_of, turns, with_driver
 
 W = load_workload("kv_transfer")
 EMU = W.root / "emulator"
@@ -145,6 +146,12 @@ def test_every_template_runs_on_the_cpu():
     assert {s for _, s, _ in CANDIDATES if s} | {"host_sequential"} == {s.name for s in _book().strategies}
 
 
+# A strategy's variants take turns on each shape's two schedules (emulator_helpers.schedules_of).
+TURN = turns(CANDIDATES)
+RUNS = [(name, dims, schedules_of(TURN[name], i, schedules)) for name, _, _ in CANDIDATES
+        for i, (dims, schedules) in enumerate(SHAPES)]
+
+
 def test_the_end_to_end_runs_have_candidates_shapes_and_schedules():
     # A parametrize over an empty list collects no test and passes in silence, and a shape with no
     # schedule runs nothing: the end-to-end test below must have something to run.
@@ -152,9 +159,22 @@ def test_the_end_to_end_runs_have_candidates_shapes_and_schedules():
     assert all(schedules for _, schedules in SHAPES)
 
 
+def test_the_variants_share_out_the_schedules():
+    """Each shape has a lagging schedule and another; each variant meets both, each strategy every
+    schedule of every shape."""
+    for _, schedules in SHAPES:
+        assert sorted(lag >= 0 for _, lag in schedules) == [False, True], schedules
+    strategy = {name: s for name, s, _ in CANDIDATES}
+    for name in strategy:
+        assert {lag >= 0 for n, _, schedules in RUNS if n == name for _, lag in schedules} == {False, True}, name
+    for s in set(strategy.values()):
+        ran = {(str(d), sch) for n, d, schedules in RUNS if strategy[n] == s for sch in schedules}
+        assert ran == {(str(d), sch) for d, schedules in SHAPES for sch in schedules}, s
+
+
 @needs_gxx
-@pytest.mark.parametrize("dims,schedules", SHAPES, ids=_shape_id)
-@pytest.mark.parametrize("name", [c[0] for c in CANDIDATES])
+@pytest.mark.parametrize("name,dims,schedules", RUNS,
+                         ids=[f"{n}-{_shape_id(d)}-{_shape_id(s)}" for n, d, s in RUNS])
 def test_candidate_runs_end_to_end_on_the_cpu(emulated, tmp_path, name, dims, schedules):
     for seed, lagging in schedules:
         for what, got, want in run_candidate(emulated[name], tmp_path / f"s{seed}", dims, seed, lagging):

@@ -27,7 +27,7 @@ from cuco_tui.harness.bf16 import from_bf16_bits
 from cuco_tui.harness.verify import POISON_BF16
 from cuco_tui.core.reference import reference_module
 from cuco_tui.workload.manifest import load_workload
-from emulator_helpers import candidate_source, compile_emulated, needs_gxx, with_driver
+from emulator_helpers import candidate_source, compile_emulated, needs_gxx, schedules_of, turns, with_driver
 
 W = load_workload("moe_dispatch_combine")
 EMU = W.root / "emulator"
@@ -207,26 +207,11 @@ def test_every_template_runs_on_the_cpu():
     assert {s for _, s, _ in CANDIDATES if s} | {"host_sequential"} == {s.name for s in _book().strategies}
 
 
-def _turns():
-    """name -> 0 or 1: the variants of a strategy take turns in the order CANDIDATES lists them;
-    None for a strategy with one variant alone, which takes both turns."""
-    by_strategy = {}
-    for name, strategy, _ in CANDIDATES:
-        by_strategy.setdefault(strategy, []).append(name)
-    return {name: None if len(names) == 1 else k % 2 for names in by_strategy.values() for k, name in enumerate(names)}
-
-
-TURN = _turns()
+TURN = turns(CANDIDATES)
 
 
 def _schedules_of(name, index, schedules):
-    """Of a shape's two schedules (one lagging rank, one not), those `name` runs at the shape
-    `index` of its list: the lagging one at every other shape, the other schedule at the rest,
-    starting from its turn; both for a strategy with one variant."""
-    if TURN[name] is None:
-        return tuple(schedules)
-    lagging = (TURN[name] + index) % 2 == 0
-    return tuple(s for s in schedules if (s[1] >= 0) == lagging)
+    return schedules_of(TURN[name], index, schedules)
 
 
 def _runs(shapes, names):

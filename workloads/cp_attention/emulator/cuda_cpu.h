@@ -32,10 +32,11 @@
 
 struct dim3 {
   unsigned x, y, z;
-  dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+  constexpr dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
 // Per OS thread (each emulated stream runs its kernels on its own thread); threadIdx is the
-// running fiber's, set on every switch.
+// running fiber's, set on every switch. Constant-initialized (dim3's constexpr constructor): read
+// straight from thread storage, not through a per-access initialization check.
 inline thread_local dim3 threadIdx, blockIdx;
 inline thread_local dim3 blockDim, gridDim;
 
@@ -135,6 +136,10 @@ struct EmuFiber {
   std::unique_ptr<unsigned char[]> stack;
   bool done = false;
   dim3 tid;
+  // Parked at a barrier until *parked_on moves on from parked_at (EmuBarrier): the scheduler
+  // passes over it until then instead of resuming it only to see the same generation.
+  const unsigned* parked_on = nullptr;
+  unsigned parked_at = 0;
 };
 
 struct EmuScheduler {
@@ -144,14 +149,17 @@ struct EmuScheduler {
   std::function<void()> body;
 };
 inline thread_local EmuScheduler emu_sched;
+// emu_sched while a CTA runs: a plain pointer in thread storage is read directly, where each use
+// of emu_sched (a vector and a function: constructed on first use) goes through a check first.
+inline thread_local EmuScheduler* emu_running = nullptr;
 constexpr size_t kEmuStack = 256 * 1024;
 
 // Back to the scheduler, which resumes the next fiber (round robin).
-inline void emu_yield() { emu_switch(&emu_sched.fibers[emu_sched.current].sp, emu_sched.main_sp); }
+inline void emu_yield() { emu_switch(&emu_running->fibers[emu_running->current].sp, emu_running->main_sp); }
 
 [[noreturn]] inline void emu_trampoline() {
-  emu_sched.body();
-  emu_sched.fibers[emu_sched.current].done = true;
+  emu_running->body();
+  emu_running->fibers[emu_running->current].done = true;
   emu_yield();
   abort();  // a finished fiber is never resumed
 }
@@ -169,31 +177,40 @@ inline void emu_start(EmuFiber& f) {
   f.done = false;
 }
 
-// Run `threads` fibers of `body` to completion, threadIdx set for each.
+// Run `threads` fibers of `body` to completion, threadIdx set for each. A fiber parked at a
+// barrier whose generation has not moved is passed over: resumed, it would only yield again, so
+// the fibers that run, and their order, are the same.
 inline void emu_run_cta(dim3 block, const std::function<void()>& body) {
+  EmuScheduler& s = emu_sched;
+  emu_running = &s;
   const unsigned threads = block.x * block.y * block.z;
-  if (emu_sched.fibers.size() != threads) {
-    emu_sched.fibers.clear();
-    emu_sched.fibers.resize(threads);
-    for (auto& f : emu_sched.fibers) f.stack.reset(new unsigned char[kEmuStack]);
+  if (s.fibers.size() != threads) {
+    s.fibers.clear();
+    s.fibers.resize(threads);
+    for (auto& f : s.fibers) f.stack.reset(new unsigned char[kEmuStack]);
   }
-  emu_sched.body = body;
+  s.body = body;
   for (unsigned i = 0; i < threads; ++i) {
-    emu_start(emu_sched.fibers[i]);
-    emu_sched.fibers[i].tid = dim3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
+    emu_start(s.fibers[i]);
+    s.fibers[i].tid = dim3(i % block.x, (i / block.x) % block.y, i / (block.x * block.y));
+    s.fibers[i].parked_on = nullptr;
   }
   for (unsigned live = threads; live > 0;) {
     live = 0;
     for (unsigned i = 0; i < threads; ++i) {
-      EmuFiber& f = emu_sched.fibers[i];
+      EmuFiber& f = s.fibers[i];
       if (f.done) continue;
-      emu_sched.current = (int)i;
+      if (f.parked_on != nullptr && *f.parked_on == f.parked_at) {
+        ++live;
+        continue;
+      }
+      s.current = (int)i;
       threadIdx = f.tid;
-      emu_switch(&emu_sched.main_sp, f.sp);
+      emu_switch(&s.main_sp, f.sp);
       if (!f.done) ++live;
     }
   }
-  emu_sched.current = -1;
+  s.current = -1;
 }
 
 // ---------------------------------------------------------------- CTAs, warps, barriers
@@ -210,7 +227,11 @@ struct EmuBarrier {
       ++generation;
       return;
     }
+    EmuFiber& me = emu_running->fibers[emu_running->current];
+    me.parked_on = &generation;
+    me.parked_at = g;
     while (generation == g) emu_yield();
+    me.parked_on = nullptr;
   }
 };
 
