@@ -148,6 +148,10 @@ int cudaMemcpyBatchAsync(void* const* d, const void* const* s, const size_t* n, 
   char b[96]; snprintf(b, sizeof b, "batch %zu %lx %zu %zu %lx", count, (unsigned long)(uintptr_t)d[0], n[0], nattrs,
                        (unsigned long)(uintptr_t)st); (void)s; (void)attrs; (void)idx; say(b); return 0;
 }
+int cudaMemcpy3DBatchAsync(size_t n, void* ops, unsigned long long flags, void* st) {
+  char b[96]; snprintf(b, sizeof b, "batch3d %zu %llu %lx", n, flags, (unsigned long)(uintptr_t)st); (void)ops; say(b);
+  return 0;
+}
 int cudaEventRecord(void* e, void* st) { (void)e; (void)st; say("record"); return 0; }
 int cudaStreamWaitEvent(void* st, void* e, unsigned f) { (void)e; (void)st; (void)f; say("wait"); return 0; }
 int __cudaLaunchKernel(void* k, dim3 g, dim3 b, void** a, size_t sm, void* st) {
@@ -160,6 +164,7 @@ FAKE_CANDIDATE = r"""
 typedef struct { unsigned x, y, z; } dim3;
 int cudaMemcpyAsync(void*, const void*, size_t, int, void*);
 int cudaMemcpyBatchAsync(void* const*, const void* const*, const size_t*, size_t, void*, size_t*, size_t, void*);
+int cudaMemcpy3DBatchAsync(size_t, void*, unsigned long long, void*);
 int cudaEventRecord(void*, void*);
 int cudaStreamWaitEvent(void*, void*, unsigned);
 int __cudaLaunchKernel(void*, dim3, dim3, void**, size_t, void*);
@@ -170,6 +175,7 @@ int run(void* stream) {
   size_t size[1] = {32}, first = 0;
   int rc = cudaMemcpyAsync((void*)0x10, (void*)0x20, 64, 3, stream);
   rc |= cudaMemcpyBatchAsync(dst, src, size, 1, 0, &first, 1, stream);
+  rc |= cudaMemcpy3DBatchAsync(1, (void*)0x70, 0, stream);
   rc |= cudaEventRecord((void*)0x30, stream);
   rc |= cudaStreamWaitEvent(stream, (void*)0x30, 0);
   rc |= __cudaLaunchKernel((void*)0x40, g, b, 0, 96, stream);
@@ -219,17 +225,17 @@ def test_it_holds_the_stream_before_each_call_and_passes_the_call_on(library, tm
         out["start"] = cfg.start_delay_us
         print(json.dumps(out))
     """)
-    calls = ["memcpy 10 20 64 3 abc", "batch 1 50 32 1 abc", "record", "wait", "kernel 7 128 96"]
+    calls = ["memcpy 10 20 64 3 abc", "batch 1 50 32 1 abc", "batch3d 1 0 abc", "record", "wait", "kernel 7 128 96"]
     assert got["on"]["rc"] == 0
     assert got["on"]["log"].split(";")[:-1] == [x for c in calls for x in ("hold abc 1500", c)]
-    assert got["on"]["seconds"] >= 5 * 1.5e-3  # the stand-in runs each host function at once
+    assert got["on"]["seconds"] >= 6 * 1.5e-3  # the stand-in runs each host function at once
     assert got["off"]["log"].split(";")[:-1] == calls
     assert got["capturing"]["log"].split(";")[:-1] == [c.replace("abc", "ca7") for c in calls]
     assert got["error"]["log"].split(";")[:-1] == calls  # the candidate's pending error is left alone
     st = got["stats"]
-    assert st["calls"] == 15 and st["delayed"] == 15 and st["delayed_us"] == 15 * 1500
-    assert st["skipped"] == 10 and st["errors"] == 0
-    assert st["per_class"] == {"copy": 6, "event": 6, "kernel": 3, "nccl": 0, "gemm": 0}
+    assert st["calls"] == 18 and st["delayed"] == 18 and st["delayed_us"] == 18 * 1500
+    assert st["skipped"] == 12 and st["errors"] == 0
+    assert st["per_class"] == {"copy": 9, "event": 6, "kernel": 3, "nccl": 0, "gemm": 0}
     assert got["hold"] is True and got["hold_log"] == "hold abc 2000;" and got["start"] == 3000
 
 

@@ -31,11 +31,11 @@ def read_runtime_calls(r: Reading) -> None:
     on the copy engines (data); a FlagWriter's `.post(stream, &flag, v)` into peer memory is a
     stream-ordered flag write (a signal), never a transfer."""
     tg = r.tile_gemm
-    for copy in COPIES:
+    for copy, (dst, src, _, count) in COPIES.items():
         for call in tg.free_calls(copy):
             args = call.texts
-            if r.where(call.at) == "host" and len(args) >= 2 and (r.touches_peer(args[0]) or r.touches_peer(args[1])):
-                way = "into" if r.touches_peer(args[0]) else "from"
+            if r.where(call.at) == "host" and len(args) == count and (r.touches_peer(args[dst]) or r.touches_peer(args[src])):
+                way = "into" if r.touches_peer(args[dst]) else "from"
                 r.add(f"{call.qualified} {way} peer memory", call.at, "data", "copy_engine")
     for call in tg.member_calls("post", tg.writers):
         if r.where(call.at) == "host" and len(call.args) >= 2 and r.touches_peer(call.texts[1]):

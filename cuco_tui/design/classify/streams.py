@@ -83,8 +83,9 @@ def _stream_arg(name: str, args: list[str]) -> str:
     NCCL calls, of `cudaMemcpy*Async` with one, and of the fused GEMM runtime's copies."""
     if args and (name.startswith("nccl") or (name.endswith("Async") and len(args) >= 5)):
         return args[-1]
-    if name.split("::")[-1] in COPIES and len(args) == 4:
-        return args[-1]
+    copy = COPIES.get(name.split("::")[-1])
+    if copy is not None and len(args) == copy[3]:
+        return args[copy[2]]
     return ""
 
 

@@ -8,7 +8,8 @@ is known here rather than read from a body:
   peers' arrival flags, row chunk by row chunk, and computes (placement fused);
 - chunks: the chunk count given to `make_row_layout(M, N, K, world, rank, chunks, block_m)`;
   a loop bounded by a layout's `.chunks` runs that many times;
-- movers: `ce_copy(dst, src, bytes, stream)` is a host-issued copy on the copy engines;
+- movers: `ce_copy(dst, src, bytes, stream)` and `ce_copy_2d(dst, dpitch, src, spitch, width, rows,
+  stream)` (a K slice of a row chunk) are host-issued copies on the copy engines;
   `push_chunks<...><<<G, ...>>>(plan, src, chunk_vecs, shard_vecs, chunks)` a store kernel
   that writes the shard to every peer of its plan (`plan.dst[...]`) in `chunks` pieces;
 - signals: `<w>.post(stream, &flag, v)` on a `FlagWriter` is a stream-ordered flag write: a
@@ -36,7 +37,9 @@ GEMM_TYPES = ("FusedGemm", "FusedGemmLib")
 _NAMESPACE_WORD = NAMESPACE.split("::")[-1]
 FUSED_KERNEL = "fused_gemm_kernel"
 MOVER_KERNEL = "push_chunks"
-COPIES = ("ce_copy",)  # host copies of the runtime: (dst, src, bytes, stream)
+# Host copies of the runtime on the copy engines, by name: (index of dst, of src, of the stream; arguments).
+COPIES = {"ce_copy": (0, 1, 3, 4),               # (dst, src, bytes, stream)
+          "ce_copy_2d": (0, 2, 6, 7)}            # (dst, dpitch, src, spitch, width, rows, stream)
 _CHUNKS_ARG = 5  # make_row_layout's `chunks_wanted`
 _MEMBER_CHUNKS = re.compile(r"^\s*(.+?)\s*(?:\.|->)\s*chunks\s*$", re.S)
 

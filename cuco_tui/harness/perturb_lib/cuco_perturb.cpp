@@ -88,6 +88,7 @@ CUCO_REAL(cudaMemcpyAsync);
 CUCO_REAL(cudaMemcpy2DAsync);
 CUCO_REAL(cudaMemcpyPeerAsync);
 CUCO_REAL(cudaMemcpyBatchAsync);
+CUCO_REAL(cudaMemcpy3DBatchAsync);
 CUCO_REAL(cudaMemsetAsync);
 CUCO_REAL(cudaEventRecord);
 CUCO_REAL(cudaEventRecordWithFlags);
@@ -117,7 +118,7 @@ CUCO_REAL(cublasLtMatmul);
 #undef CUCO_REAL
 
 Real* const kAll[] = {&real_cudaMemcpyAsync, &real_cudaMemcpy2DAsync, &real_cudaMemcpyPeerAsync,
-                      &real_cudaMemcpyBatchAsync, &real_cudaMemsetAsync, &real_cudaEventRecord, &real_cudaEventRecordWithFlags,
+                      &real_cudaMemcpyBatchAsync, &real_cudaMemcpy3DBatchAsync, &real_cudaMemsetAsync, &real_cudaEventRecord, &real_cudaEventRecordWithFlags,
                       &real_cudaStreamWaitEvent, &real_cudaLaunchKernel, &real___cudaLaunchKernel,
                       &real_cudaLaunchKernelExC, &real_cudaLaunchCooperativeKernel, &real_cudaGraphLaunch,
                       &real_cudaLaunchHostFunc, &real_cudaStreamIsCapturing, &real_cudaPeekAtLastError,
@@ -285,6 +286,14 @@ CUCO_PERTURB_API cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void*
                (void* const*, const void* const*, const size_t*, size_t, cudaMemcpyAttributes*, size_t*, size_t,
                 cudaStream_t),
                (dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, stream));
+}
+
+// Its K-slice copies (ce_copy_2d) are a batch of one 2D copy.
+CUCO_PERTURB_API cudaError_t cudaMemcpy3DBatchAsync(size_t num_ops, cudaMemcpy3DBatchOp* ops, unsigned long long flags,
+                                                    cudaStream_t stream) {
+  before(stream, CUCO_OP_COPY);
+  CUCO_FORWARD(cudaError_t, cudaErrorSymbolNotFound, cudaMemcpy3DBatchAsync,
+               (size_t, cudaMemcpy3DBatchOp*, unsigned long long, cudaStream_t), (num_ops, ops, flags, stream));
 }
 
 CUCO_PERTURB_API cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t stream) {

@@ -6,8 +6,13 @@
 // an SM store kernel).
 //
 // The rows of G: rank p's shard is rows [p*R, (p+1)*R) with R = M / world, cut into chunks of
-// `chunk_rows` rows (the last chunk of a shard may be shorter). flags[p * chunks + c] counts the
-// arrivals of chunk c of rank p: a chunk is ready for launch e once its flag >= e * signals,
+// `chunk_rows` rows (the last chunk of a shard may be shorter). The last chunk of every shard may
+// further be cut along K into `k_slices` column slices of `slice_k` columns (a multiple of the
+// GEMM's 64-column K block), each with its own flag: the tiles of the last rows to land then start
+// on their first K blocks while the rest of those rows are still on the link, and only one slice's
+// share of a tile's work is left after the last byte. flags[(p * chunks + c) * k_slices + s]
+// counts the arrivals of slice s of chunk c of rank p (s = 0 for a chunk that is not cut, which
+// then leaves its other slots unused): a chunk or slice is ready for launch e once its flag >= e * signals,
 // where `signals` is how many writers post per chunk and launch (1 for a copy engine followed by
 // a stream-ordered write; the number of CTAs for a store kernel whose every CTA adds one). Flags
 // only grow, so back-to-back launches need no reset. The rank's own rows are never waited for:
@@ -37,7 +42,9 @@ struct Arrival {
   unsigned long long target;        // a chunk is ready once its flag >= target (epoch * signals)
   int64_t rows_per_rank;            // R = M / world
   int64_t chunk_rows;               // rows per flag
-  int chunks;                       // flags per rank
+  int chunks;                       // row chunks per rank
+  int k_slices;                     // flags per chunk: the last chunk's K slices (1: not cut)
+  int slice_tiles;                  // 64-column K blocks per slice
   int own_rank;                     // this rank: its rows come from X when own_from_x
   int own_from_x;                   // 1: own rows read from X, never waited for
   int site;                         // the caller's source line, for the deadlock report
@@ -73,26 +80,29 @@ __host__ __device__ inline void cluster_tile(const Schedule& s, int t, int& crow
   ccol = within / rows;
 }
 
-// Called by the whole producer warp before it loads the A tiles of rows [row0, row1) of G.
+// Called by the whole producer warp before it loads the A tiles of rows [row0, row1) of G, or
+// (when the last chunks are cut along K) before it loads their K blocks of slice `slice`.
 // Lane 0 waits for every peer chunk those rows touch (the deadlock report sees a long wait
 // through the rank's trace slots, at the caller's site, with the source rank as peer and the
-// chunk as id); the rank's own rows are always ready (read from X, or copied into G before the
+// chunk's flag slot as id); the rank's own rows are always ready (read from X, or copied into G before the
 // kernel in stream order). Then every lane fences the generic proxy against the async proxy, so
 // that the TMA reads that follow are ordered after what the acquire loads saw. `ready` caches
 // the flags (up to 128) this CTA has already found ready: flags only grow within a launch.
-__device__ inline void wait_rows(const Arrival& a, int64_t row0, int64_t row1, uint64_t& ready_lo, uint64_t& ready_hi) {
+__device__ inline void wait_rows(const Arrival& a, int64_t row0, int64_t row1, int slice, uint64_t& ready_lo,
+                                 uint64_t& ready_hi) {
   int waited = 0;
   if ((threadIdx.x & 31) == 0) {
     for (int64_t row = row0; row < row1;) {
       const int p = (int)(row / a.rows_per_rank);
       const int64_t in_shard = row - p * a.rows_per_rank;
       const int c = (int)(in_shard / a.chunk_rows);
-      const int idx = p * a.chunks + c;
+      const int s = c == a.chunks - 1 ? slice : 0;  // only the last chunk is cut along K
+      const int idx = (p * a.chunks + c) * a.k_slices + s;
       // Two scalar words, not an array: a run-time index would put the array in local memory.
       const uint64_t bit = 1ull << (idx & 63);
       const bool cached = idx < 64 ? (ready_lo & bit) != 0 : idx < 128 ? (ready_hi & bit) != 0 : false;
       if (p != a.own_rank && !cached) {
-        wait_geq<unsigned long long>(a.trace, a.site, p, (uint64_t)c, &a.flags[idx], a.target);
+        wait_geq<unsigned long long>(a.trace, a.site, p, (uint64_t)(c * a.k_slices + s), &a.flags[idx], a.target);
         if (idx < 64) ready_lo |= bit;
         else if (idx < 128) ready_hi |= bit;
         waited = 1;
@@ -122,19 +132,27 @@ struct RowLayout {
   int64_t rows_per_rank = 0;
   int64_t chunk_rows = 0;
   int chunks = 0;          // per rank
+  int k_slices = 1;        // K slices of each shard's last chunk (1: not cut)
+  int64_t slice_k = 0;     // columns per slice, a multiple of 64 (the last slice may be shorter)
   bool own_from_x = false;
   Fanout fanout = Fanout::Ring;  // the order the chunks arrive in (arrival_rows)
 
-  int flag_count() const { return world * chunks; }
-  int flag_index(int p, int c) const { return p * chunks + c; }
+  int flag_count() const { return world * chunks * k_slices; }
+  int flag_index(int p, int c, int s = 0) const { return (p * chunks + c) * k_slices + s; }
   int64_t chunk_row0(int p, int c) const { return p * rows_per_rank + c * chunk_rows; }
   int64_t chunk_len(int c) const { return std::min(chunk_rows, rows_per_rank - c * chunk_rows); }
+  // The flags (and copies) chunk c arrives in: k_slices for the last chunk, else one.
+  int slices_of(int c) const { return c == chunks - 1 ? k_slices : 1; }
+  // Columns [slice_col0(s), slice_col0(s) + slice_cols(s)) of slice s of a cut chunk (all of K when not cut).
+  int64_t slice_col0(int c, int s) const { return slices_of(c) == 1 ? 0 : s * slice_k; }
+  int64_t slice_cols(int c, int s) const { return slices_of(c) == 1 ? K : std::min(slice_k, K - s * slice_k); }
 };
 
 // `chunks_wanted` pieces per shard, each a multiple of 64 rows (16-byte rows of K bf16 are
-// always aligned then); fewer when the shard is too short for that many.
+// always aligned then); fewer when the shard is too short for that many. `slices_wanted` K slices
+// of the last chunk, each a multiple of 64 columns; fewer when K is too narrow for that many.
 inline RowLayout make_row_layout(int64_t M, int64_t N, int64_t K, int world, int rank, int chunks_wanted,
-                                 int block_m, Fanout fanout = Fanout::Ring) {
+                                 int block_m, Fanout fanout = Fanout::Ring, int slices_wanted = 1) {
   RowLayout l;
   l.fanout = fanout;
   l.M = M; l.N = N; l.K = K; l.world = world; l.rank = rank;
@@ -143,6 +161,10 @@ inline RowLayout make_row_layout(int64_t M, int64_t N, int64_t K, int world, int
   l.chunk_rows = std::max<int64_t>(64, (per + 63) / 64 * 64);
   l.chunks = (int)((l.rows_per_rank + l.chunk_rows - 1) / l.chunk_rows);
   l.own_from_x = l.rows_per_rank % block_m == 0;
+  const int64_t blocks = (K + 63) / 64;
+  const int64_t per_slice = (blocks + std::max(slices_wanted, 1) - 1) / std::max(slices_wanted, 1);
+  l.slice_k = per_slice * 64;
+  l.k_slices = (int)((blocks + per_slice - 1) / per_slice);
   return l;
 }
 
@@ -265,10 +287,33 @@ inline cudaError_t ce_copy(void* dst, const void* src, size_t bytes, cudaStream_
 #endif
 }
 
+// A copy of `rows` rows of `width` bytes, `dpitch` / `spitch` bytes apart, on the copy engines:
+// a K slice of a row chunk. cudaMemcpy3DBatchAsync takes the same overlap-with-compute hint as
+// ce_copy's batch (a plain cudaMemcpy2DAsync within one GPU may run on the SMs).
+inline cudaError_t ce_copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
+                              cudaStream_t stream) {
+#if CUDART_VERSION >= 12080
+  cudaMemcpy3DBatchOp op = {};
+  op.src.type = cudaMemcpyOperandTypePointer;
+  op.src.op.ptr.ptr = const_cast<void*>(src);
+  op.src.op.ptr.rowLength = spitch;  // in elements of one byte
+  op.dst.type = cudaMemcpyOperandTypePointer;
+  op.dst.op.ptr.ptr = dst;
+  op.dst.op.ptr.rowLength = dpitch;
+  op.extent = make_cudaExtent(width, rows, 1);
+  op.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  op.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+  return cudaMemcpy3DBatchAsync(1, &op, 0, stream);
+#else
+  return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, stream);
+#endif
+}
+
 // A store kernel's plan: step s pushes this rank's shard to one receiver.
 struct PushPlan {
   uint4* dst[kMaxPeers];                   // receiver's G + this rank's shard offset
   unsigned long long* flags[kMaxPeers];    // receiver's flags + flag_index(this rank, 0)
+  int k_slices;                            // RowLayout::k_slices: the flag slots per chunk (0 reads as 1)
   int steps;
   int chunk_major;                         // 1 (Fanout::All): chunk c to every receiver before chunk c+1
 };
@@ -276,7 +321,8 @@ struct PushPlan {
 #ifdef __CUDACC__
 // SM-driven mover: every CTA copies its share of each chunk with 16-byte loads and stores
 // (4 in flight per thread), fences its stores at system scope, and adds one to the chunk's flag
-// at the receiver: the receiver's GEMM waits for gridDim.x additions per chunk and launch.
+// at the receiver: the receiver's GEMM waits for gridDim.x additions per chunk and launch. It
+// moves a chunk whole: a last chunk cut along K gets every slice's flag once the chunk is there.
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) push_chunks(PushPlan plan, const uint4* __restrict__ src,
                                                          int64_t chunk_vecs, int64_t shard_vecs, int chunks) {
@@ -301,7 +347,9 @@ __global__ void __launch_bounds__(kThreads) push_chunks(PushPlan plan, const uin
       __threadfence_system();
       __syncthreads();
       if (threadIdx.x == 0) {
-        atomic_add_release(&plan.flags[s][c], 1ull);
+        const int per_chunk = plan.k_slices > 0 ? plan.k_slices : 1;  // a plan written before k_slices: 0
+        const int slots = c == chunks - 1 ? per_chunk : 1;
+        for (int q = 0; q < slots; ++q) atomic_add_release(&plan.flags[s][c * per_chunk + q], 1ull);
       }
     }
   }

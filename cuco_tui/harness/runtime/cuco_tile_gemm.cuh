@@ -200,17 +200,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fused_gemm_kernel(CUTE_GRID_
         const int n_block = ccol * Cfg::kClusterN + cta_n;
         const int64_t row0 = (int64_t)m_block * Cfg::kBlockM;
         const bool from_x = row0 >= rows_x0 && row0 < rows_x1;
-        auto k_iter = cute::make_coord_iterator(shape<3>(get<0>(inputs_g)));
         if (from_x) {
+          auto k_iter = cute::make_coord_iterator(shape<3>(get<0>(inputs_g)));
           const int m_local = (int)((row0 - rows_x0) / Cfg::kBlockM);
           mainloop.load(p.load_x, pipeline, write, inputs_x, make_coord(m_local, n_block, _, 0), k_iter, k_tiles,
                         thread_idx, rank_in_cluster, shared.tensors.mainloop);
-        } else {
-          if (row0 < p.M) wait_rows(p.arrival, row0, std::min<int64_t>(row0 + Cfg::kBlockM, p.M), ready_lo, ready_hi);
-          mainloop.load(p.load_g, pipeline, write, inputs_g, make_coord(m_block, n_block, _, 0), k_iter, k_tiles,
-                        thread_idx, rank_in_cluster, shared.tensors.mainloop);
+          write.advance(k_tiles);
+          continue;
         }
-        write.advance(k_tiles);
+        // Slice by slice: a slice's K blocks load once its flag says they are here (a chunk that
+        // is not cut along K has one flag: its later slices find it cached).
+        const int64_t row1 = std::min<int64_t>(row0 + Cfg::kBlockM, p.M);
+        for (int k0 = 0, slice = 0; k0 < k_tiles; ++slice) {
+          const bool last = slice == p.arrival.k_slices - 1;
+          const int n = last ? k_tiles - k0 : std::min(p.arrival.slice_tiles, k_tiles - k0);
+          if (row0 < p.M) wait_rows(p.arrival, row0, row1, slice, ready_lo, ready_hi);
+          auto k_iter = cute::make_coord_iterator(k0, shape<3>(get<0>(inputs_g)));
+          mainloop.load(p.load_g, pipeline, write, inputs_g, make_coord(m_block, n_block, _, 0), k_iter, n,
+                        thread_idx, rank_in_cluster, shared.tensors.mainloop);
+          write.advance(n);
+          k0 += n;
+        }
       }
       // No CTA of the cluster may exit while a peer CTA can still multicast into it.
       mainloop.load_tail(pipeline, write);
@@ -262,6 +272,9 @@ class FusedGemm {
     if (l.K % 64 != 0 || l.N % 8 != 0)
       return fail(error, error_len, "K must be a multiple of 64 and N of 8 (TMA alignment): K=%lld N=%lld",
                   (long long)l.K, (long long)l.N);
+    if (l.k_slices < 1 || l.slice_k % Cfg::kBlockK != 0 || (l.k_slices > 1 && (l.slice_k <= 0 || (int64_t)(l.k_slices - 1) * l.slice_k >= l.K)))
+      return fail(error, error_len, "K slices: %d of %lld columns do not cut K=%lld in 64-column blocks", l.k_slices,
+                  (long long)l.slice_k, (long long)l.K);
     cudaError_t e = cudaGetDevice(&device_);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_);
     int l2 = 0;
@@ -304,8 +317,8 @@ class FusedGemm {
       KernelParams& kp = params_[parity];
       kp.M = l.M; kp.N = l.N; kp.K = l.K;
       kp.schedule = sched;
-      kp.arrival = Arrival{s.flags, 0, l.rows_per_rank, l.chunk_rows, l.chunks, l.rank, l.own_from_x ? 1 : 0,
-                           s.site, s.trace};
+      kp.arrival = Arrival{s.flags, 0, l.rows_per_rank, l.chunk_rows, l.chunks, l.k_slices,
+                           (int)(l.slice_k / Cfg::kBlockK), l.rank, l.own_from_x ? 1 : 0, s.site, s.trace};
       kp.load_g = mainloop_params(s.g[parity], s.b, l.M, l);
       kp.load_x = mainloop_params(l.own_from_x ? s.x : s.g[parity], s.b, l.own_from_x ? l.rows_per_rank : l.M, l);
       typename Cfg::Epilogue::Arguments ea{};

@@ -39,7 +39,7 @@ extern "C" {
 // Bump when a struct or function below changes (the library key holds this header's bytes, so a
 // candidate never links a library built from another version through cuco's toolchain; the
 // check in init() covers a library linked by hand).
-#define CUCO_TILE_GEMM_LIB_ABI 1
+#define CUCO_TILE_GEMM_LIB_ABI 2
 
 // tile_gemm::Setup in plain C (enums as ints, the trace as pointer and count). All pointers are
 // device pointers of this rank's GPU; flags may be written by peers (CUDA-IPC memory).
@@ -48,6 +48,8 @@ typedef struct cuco_tile_gemm_setup {
   int32_t world, rank, chunks;
   int64_t M, N, K, rows_per_rank, chunk_rows;
   int32_t own_from_x;  // 1: own rows read from x
+  int32_t k_slices;    // K slices of each shard's last chunk (1: not cut)
+  int64_t slice_k;     // columns per slice
   int32_t fanout;      // tile_gemm::Fanout
   int32_t order;       // tile_gemm::TileOrder
   int32_t reserved_sms;
@@ -114,6 +116,8 @@ inline cuco_tile_gemm_setup setup_to_c(const Setup& s) {
   c.rows_per_rank = l.rows_per_rank;
   c.chunk_rows = l.chunk_rows;
   c.own_from_x = l.own_from_x ? 1 : 0;
+  c.k_slices = l.k_slices;
+  c.slice_k = l.slice_k;
   c.fanout = (int32_t)l.fanout;
   c.order = (int32_t)s.order;
   c.reserved_sms = s.reserved_sms;
@@ -142,6 +146,8 @@ inline Setup setup_from_c(const cuco_tile_gemm_setup& c) {
   l.rows_per_rank = c.rows_per_rank;
   l.chunk_rows = c.chunk_rows;
   l.own_from_x = c.own_from_x != 0;
+  l.k_slices = c.k_slices;
+  l.slice_k = c.slice_k;
   l.fanout = (Fanout)c.fanout;
   s.order = (TileOrder)c.order;
   s.reserved_sms = c.reserved_sms;

@@ -42,8 +42,9 @@ TOOLCHAIN = discover()
 
 def test_every_point_renders_and_passes_l0():
     points = every_point(FUSED)
-    # 5 chunk counts x (copy engine + 3 store-kernel sizes) x 2 tiles x 2 clusters x 3 orders x 2 fanouts
-    assert len(points) == 5 * 4 * 2 * 2 * 3 * 2
+    # 5 chunk counts x (copy engine with 4 K-slice counts + 3 store-kernel sizes) x 2 tiles x 2 clusters x 3 orders
+    # x 2 fanouts
+    assert len(points) == 5 * (4 + 3) * 2 * 2 * 3 * 2
     sources = set()
     for knobs in points:
         src = BOOK.render(FUSED, knobs)
@@ -353,8 +354,43 @@ static int check(int64_t M, int64_t N, int W, int rank, int chunks, int bm, int 
   return 0;
 }
 
+// The flags of a layout whose last chunks are cut along K: a distinct slot per (rank, chunk,
+// slice), the slices of a last chunk tiling [0, K) in 64-column blocks, other chunks whole.
+static int check_slices(int64_t K, int W, int chunks, int wanted) {
+  const tg::RowLayout l = tg::make_row_layout(4096, 512, K, W, 0, chunks, 128, tg::Fanout::Ring, wanted);
+  std::set<int> slots;
+  for (int p = 0; p < W; ++p)
+    for (int c = 0; c < l.chunks; ++c) {
+      if (c < l.chunks - 1 && l.slices_of(c) != 1) { printf("chunk %d cut\n", c); return 1; }
+      int64_t next = 0;
+      for (int s = 0; s < l.slices_of(c); ++s) {
+        const int idx = l.flag_index(p, c, s);
+        if (idx < 0 || idx >= l.flag_count() || !slots.insert(idx).second) { printf("slot %d\n", idx); return 1; }
+        if (l.slice_col0(c, s) != next || l.slice_cols(c, s) <= 0 || l.slice_col0(c, s) % 64 != 0) {
+          printf("slice %d of K=%lld at %lld\n", s, (long long)K, (long long)l.slice_col0(c, s));
+          return 1;
+        }
+        next += l.slice_cols(c, s);
+      }
+      if (next != K) { printf("slices cover %lld of %lld\n", (long long)next, (long long)K); return 1; }
+    }
+  if (l.k_slices > wanted || (l.k_slices > 1 && l.slice_k % 64 != 0)) return 1;
+  return 0;
+}
+
 int main() {
   int bad = 0;
+  for (int64_t K : {64, 512, 4096, 4160, 8192})
+    for (int W : {2, 4, 8})
+      for (int chunks : {1, 2, 4})
+        for (int wanted : {1, 2, 3, 4, 8})
+          bad |= check_slices(K, W, chunks, wanted);
+  for (auto kw : {std::array<int, 2>{8192, 4}, std::array<int, 2>{4160, 4}, std::array<int, 2>{128, 8}}) {
+    const tg::RowLayout l = tg::make_row_layout(4096, 512, kw[0], 2, 0, 2, 128, tg::Fanout::Ring, kw[1]);
+    printf("slices K=%d want %d:", kw[0], kw[1]);
+    for (int s = 0; s < l.k_slices; ++s) printf(" %lld", (long long)l.slice_cols(1, s));
+    printf("\n");
+  }
   const tg::TileOrder orders[] = {tg::TileOrder::Auto, tg::TileOrder::Arrival, tg::TileOrder::Square};
   for (int W : {2, 4, 8})
     for (int64_t M : {1536, 8192, 32768})
@@ -394,6 +430,10 @@ def test_the_schedule_covers_every_tile_once_in_arrival_order(tmp_path):
     # chunk 1 of each, then chunk 2.
     case = next(line for line in run.stdout.splitlines() if line.startswith("case-all "))
     assert case == "case-all order 3 4 5 0 9 6 1 10 7 2 11 8 band 1"
+    # The last chunk's K slices: equal 64-column multiples, the last one shorter where K asks.
+    slices = [line for line in run.stdout.splitlines() if line.startswith("slices ")]
+    assert slices == ["slices K=8192 want 4: 2048 2048 2048 2048", "slices K=4160 want 4: 1088 1088 1088 896",
+                      "slices K=128 want 8: 64 64"]
 
 
 def _tool_output(*command: str) -> str:

@@ -29,9 +29,10 @@ def _fused_tile(k: dict) -> DesignPoint:
     return DesignPoint(
         backend="copy_engine" if ce else "cuda_ipc",
         placement="fused",
-        sync="per_chunk" if k["chunks"] > 1 else "per_peer",
+        sync="per_chunk" if k["chunks"] > 1 or k.get("k_slices", 1) > 1 else "per_peer",
         issuer="host" if ce else "multi_cta",
-        chunk=chunk(k["chunks"]),
+        # one row chunk cut along K is that many pieces; more row chunks keep their count
+        chunk=chunk(k["chunks"] if k["chunks"] > 1 else k.get("k_slices", 1)),
         # fanout=all with the copy engines: a copy stream per peer (W - 1 of them) beside the
         # harness's and the join stream: "4" is the dimension's "4 or more".
         streams="4" if ce and k.get("fanout") == "all" else "2",
@@ -42,6 +43,8 @@ def _fused_tile(k: dict) -> DesignPoint:
 def _fused_tile_normalize(k: dict) -> dict:
     if k.get("mover") == "copy_engine":
         k["mover_blocks"] = 16  # no store kernel: its size changes nothing
+    else:
+        k["k_slices"] = 1  # the store kernel moves a chunk whole: K slices would only add flags
     return k
 
 
@@ -83,10 +86,11 @@ STRATEGIES = [
         template="fused_tile.cu.j2",
         description="one persistent Hopper GEMM (CUTLASS wgmma + TMA, cuco_tile_gemm.cuh) whose tiles run in arrival "
                     "order and wait per row chunk on flags that the mover (copy engines + stream-ordered flag writes, "
-                    "or a store kernel on reserved SMs) posts in peer memory",
+                    "or a store kernel on reserved SMs) posts in peer memory; with k_slices > 1 the copy engines cut "
+                    "each shard's last chunk along K, a flag per slice, so its tiles start before it has all landed",
         knobs={"chunks": (4, 2, 8, 16, 1), "mover": ("copy_engine", "sm_store"), "mover_blocks": (16, 8, 32),
                "tile": ("128x256", "256x128"), "cluster": ("2x1", "1x2"), "tile_order": ("auto", "arrival", "square"),
-               "fanout": ("ring", "all")},
+               "fanout": ("ring", "all"), "k_slices": (1, 2, 4, 8)},
         design=_fused_tile,
         normalize=_fused_tile_normalize,
         # each tile x cluster is a CUTLASS library of its own (a minute of nvcc the first time)

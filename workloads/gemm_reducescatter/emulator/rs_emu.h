@@ -7,9 +7,9 @@
 //    communicator, as emu_runtime.h's all-gather; complete when every rank has joined. bf16 sums
 //    are rounded after every addition, in ring order (the rank after the owner first, the owner
 //    last), as NCCL's ring adds a received bf16 piece to its own and rounds.
-//  - The copy engines' batched copy (cudaMemcpyBatchAsync, the runtime's tg::ce_copy): a copy
-//    on the stream, held by a schedule perturbation like any copy (the rank worker's interposer
-//    holds cudaMemcpyBatchAsync too).
+//  - The copy engines' batched copies (cudaMemcpyBatchAsync and cudaMemcpy3DBatchAsync, the
+//    runtime's tg::ce_copy and tg::ce_copy_2d): a copy on the stream, held by a schedule
+//    perturbation like any copy (the rank worker's interposer holds both too).
 //  - cuStreamWriteValue64 found through cudaGetDriverEntryPointByVersion (the runtime's
 //    tg::FlagWriter): a 64-bit store on the stream, after the stream's earlier operations (the
 //    real write is fenced after them). Not perturbed: the interposer does not stand in front of
@@ -75,6 +75,43 @@ inline cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* sr
     const size_t bytes = sizes[i];
     emu_check_stream(s)->enqueue("memcpy (batched, copy engine)", [dst, src, bytes] { memcpy(dst, src, bytes); });
   }
+  return cudaSuccess;
+}
+
+// The 2D copy of a K slice (tg::ce_copy_2d): pointer operands, one op, rows `rowLength` bytes apart.
+enum cudaMemcpy3DOperandType { cudaMemcpyOperandTypePointer = 1 };
+struct cudaExtent {
+  size_t width, height, depth;
+};
+inline cudaExtent make_cudaExtent(size_t w, size_t h, size_t d) { return cudaExtent{w, h, d}; }
+struct cudaMemcpy3DOperand {
+  cudaMemcpy3DOperandType type;
+  struct {
+    struct {
+      void* ptr;
+      size_t rowLength, layerHeight;
+    } ptr;
+  } op;
+};
+struct cudaMemcpy3DBatchOp {
+  cudaMemcpy3DOperand src, dst;
+  cudaExtent extent;
+  cudaMemcpySrcAccessOrder srcAccessOrder;
+  unsigned int flags;
+};
+
+inline cudaError_t cudaMemcpy3DBatchAsync(size_t n, cudaMemcpy3DBatchOp* ops, unsigned long long flags, cudaStream_t s) {
+  if (n != 1 || flags != 0 || ops[0].extent.depth != 1 || ops[0].srcAccessOrder != cudaMemcpySrcAccessOrderStream ||
+      ops[0].src.type != cudaMemcpyOperandTypePointer || ops[0].dst.type != cudaMemcpyOperandTypePointer)
+    emu_die("cudaMemcpy3DBatchAsync: the emulator takes one 2D pointer-to-pointer copy, stream-ordered");
+  emu_perturb_before(s, CUCO_OP_COPY);
+  const cudaMemcpy3DBatchOp op = ops[0];
+  emu_check_stream(s)->enqueue("memcpy 2D (batched, copy engine)", [op] {
+    const size_t sp = op.src.op.ptr.rowLength ? op.src.op.ptr.rowLength : op.extent.width;
+    const size_t dp = op.dst.op.ptr.rowLength ? op.dst.op.ptr.rowLength : op.extent.width;
+    for (size_t row = 0; row < op.extent.height; ++row)
+      memcpy((char*)op.dst.op.ptr.ptr + row * dp, (const char*)op.src.op.ptr.ptr + row * sp, op.extent.width);
+  });
   return cudaSuccess;
 }
 
