@@ -3,8 +3,8 @@ workload's seed and every strategy template at its default knobs and at each val
 (one knob changed at a time), plus gemm_allgather's hand-written candidates. The GPU tests and
 the benchmarks evaluate one candidate at a time, so without this each waits on nvcc in turn;
 the cache is keyed by source bytes, so a test that renders the same source finds it built.
-The fused GEMM libraries the candidates link (cuco_tile_gemm_lib.h: one CUTLASS build per kernel
-configuration) start first, side by side, and the candidates that link them are queued last, so
+The fused and grouped GEMM libraries the candidates link (cuco_tile_gemm_lib.h,
+cuco_grouped_gemm_lib.h: one CUTLASS build per kernel configuration) start first, side by side, and the candidates that link them are queued last, so
 that no builder waits on a library's lock while other candidates could compile.
 
   CUCO_CACHE_DIR=/tmp/cc/build python3 benchmarks/runs/prebuild.py [--jobs 12] [WORKLOAD ...]
@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cuco_tui.agents.offline import StrategyBook
-from cuco_tui.toolchain import BuildCache, compile_candidate, tile_gemm_lib
+from cuco_tui.toolchain import BuildCache, compile_candidate
 from cuco_tui.toolchain.attention import ensure_library
-from cuco_tui.toolchain.nvcc import ensure_gemm_library
+from cuco_tui.toolchain.nvcc import ensure_gemm_library, gemm_libraries_named
 from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.workload.manifest import list_workloads, load_workload
 
@@ -63,11 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     srcs: dict[str, str] = {f"file/{Path(f).stem}": Path(f).read_text() for f in args.files or []}
     for n in names:
         srcs.update(sources(n))
-    # Identical renders (a knob the template ignores) compile once; those that link a fused GEMM
-    # library go last (their builds wait for it).
+    # Identical renders (a knob the template ignores) compile once; those that link a fused or
+    # grouped GEMM library go last (their builds wait for it).
     unique = {text: label for label, text in srcs.items()}
-    linking = {text for text in unique if tile_gemm_lib.uses_library(text)}
-    configs = sorted({c for text in linking for c in tile_gemm_lib.configs_named(text)[0]})
+    linking = {text for text in unique if gemm_libraries_named(text)[0]}
+    configs = sorted({c for text in linking for c in gemm_libraries_named(text)[0]}, key=lambda c: (c.STEM, c.tag))
     unique = dict(sorted(unique.items(), key=lambda item: item[0] in linking))
     toolchain, cache = discover(), BuildCache()
     tmp = Path(tempfile.mkdtemp(prefix="cuco-prebuild-"))
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         for future in gemm_libraries:
             lib = future.result()
             failed += not lib.ok
-            print(f"{'ok ' if lib.ok else 'FAIL'} {lib.seconds:6.1f} s  fused GEMM library {lib.config.tag} "
+            print(f"{'ok ' if lib.ok else 'FAIL'} {lib.seconds:6.1f} s  {lib.config.LABEL} library {lib.config.tag} "
                   f"{'(cached) ' if lib.cached else ''}{lib.path or lib.problem}", flush=True)
         if attention is not None:
             lib = attention.result()

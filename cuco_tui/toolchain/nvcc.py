@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cuco_tui.source.includes import included
-from cuco_tui.toolchain import tile_gemm_lib
+from cuco_tui.toolchain import grouped_gemm_lib, tile_gemm_lib
 from cuco_tui.toolchain.diagnostics import LEVEL, parse_nvcc_output
 from cuco_tui.toolchain.process import killed, run_tool, unlink_quietly
 from cuco_tui.toolchain.toolchain import Toolchain
@@ -236,34 +236,54 @@ def _relabel(result: BuildResult, source: Path, old: str) -> BuildResult:
 
 
 def gemm_library_flags(toolchain: Toolchain) -> list[str]:
-    """What the fused GEMM libraries are compiled with, before their own additions: a CUTLASS
+    """What the fused and grouped GEMM libraries are compiled with, before their own additions: a CUTLASS
     candidate's flags. Raises ValueError where there is no CUTLASS or the architecture is bad."""
     return nvcc_flags(toolchain) + cutlass_flags(toolchain)
 
 
-def ensure_gemm_library(config: tile_gemm_lib.KernelConfig, toolchain: Toolchain,
+def ensure_gemm_library(config: tile_gemm_lib.LibraryConfig, toolchain: Toolchain,
                         cache: BuildCache | None = None) -> tile_gemm_lib.GemmLibrary:
-    """The fused GEMM library of `config`, built now if `cache` (default: BuildCache()) lacks it: what
-    a candidate that names `config` would link (benchmarks/runs/prebuild.py builds them ahead)."""
+    """The library of `config` (a fused GEMM's KernelConfig or a grouped GEMM's GroupedConfig),
+    built now if `cache` (default: BuildCache()) lacks it: what a candidate that names `config`
+    would link (benchmarks/runs/prebuild.py builds them ahead)."""
     try:
         base = gemm_library_flags(toolchain)
     except ValueError as e:
-        return tile_gemm_lib.GemmLibrary(config, None, f"cannot build the fused GEMM library of {config.name}: {e}")
+        return tile_gemm_lib.GemmLibrary(config, None, f"cannot build the {config.LABEL} library of {config.name}: {e}")
     return tile_gemm_lib.ensure_library(config, toolchain, cache if cache is not None else BuildCache(), base,
                                         CUTLASS_TIMEOUT)
 
 
+def gemm_libraries_named(text: str) -> tuple[tuple[tile_gemm_lib.LibraryConfig, ...], str]:
+    """(the prebuilt GEMM libraries `text` links: the fused GEMM's configurations where it includes
+    cuco_tile_gemm_lib.h, the grouped GEMM's where it includes cuco_grouped_gemm_lib.h; the first
+    configuration it names that has no library, as a sentence, or "")."""
+    configs: list[tile_gemm_lib.LibraryConfig] = []
+    if tile_gemm_lib.uses_library(text):
+        named, unknown = tile_gemm_lib.configs_named(text)
+        if unknown:
+            return (), (f"{unknown[0]} has no fused GEMM library ({tile_gemm_lib.HEADER}): tiles 128x256 or 256x128, "
+                        f"clusters 2x1 or 1x2")
+        configs += named
+    if grouped_gemm_lib.uses_library(text):
+        named, unknown = grouped_gemm_lib.configs_named(text)
+        if unknown:
+            return (), f"{unknown[0]} has no grouped GEMM library ({grouped_gemm_lib.HEADER}): {grouped_gemm_lib.KNOWN}"
+        configs += named
+    return tuple(configs), ""
+
+
 def _link_gemm_libraries(source: Path, text: str, toolchain: Toolchain,
                          cache: BuildCache) -> tuple[list[str], float] | BuildResult:
-    """(the flags that link the prebuilt fused GEMM libraries `text` names, seconds spent building
-    them now), or the failure to report: a configuration without a library, no CUTLASS to build
-    one from, or a library that did not build (one line each)."""
-    configs, unknown = tile_gemm_lib.configs_named(text)
+    """(the flags that link the prebuilt fused and grouped GEMM libraries `text` names, seconds
+    spent building them now), or the failure to report: a configuration without a library, no
+    CUTLASS to build one from, or a library that did not build (one line each)."""
+    configs, unknown = gemm_libraries_named(text)
     if unknown:
-        return _failure(source, f"{unknown[0]} has no fused GEMM library ({tile_gemm_lib.HEADER}): tiles 128x256 or "
-                                f"256x128, clusters 2x1 or 1x2", "toolchain")
+        return _failure(source, unknown, "toolchain")
     if toolchain.cutlass is None:
-        return _failure(source, f"cannot compile: the candidate includes {tile_gemm_lib.HEADER}, whose library is built "
+        header = tile_gemm_lib.HEADER if tile_gemm_lib.uses_library(text) else grouped_gemm_lib.HEADER
+        return _failure(source, f"cannot compile: the candidate includes {header}, whose library is built "
                                 f"from CUTLASS, but {toolchain.cutlass_problem} (run `cuco doctor`)", "toolchain")
     try:
         base = gemm_library_flags(toolchain)
@@ -283,8 +303,9 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
     cached build. Never raises for a bad candidate or toolchain: problems come back as error
     Diagnostics (codes: nvcc, ptxas, link, host-compiler, toolchain, timeout, killed, source). A
     candidate that includes CUTLASS gets cutlass_flags() and at least CUTLASS_TIMEOUT seconds; one
-    that includes cuco_tile_gemm_lib.h is linked against the fused GEMM libraries it names, built
-    first where the cache lacks them (tile_gemm_lib.py)."""
+    that includes cuco_tile_gemm_lib.h or cuco_grouped_gemm_lib.h is linked against the fused or
+    grouped GEMM libraries it names, built first where the cache lacks them (tile_gemm_lib.py,
+    grouped_gemm_lib.py)."""
     source = Path(source).absolute()
     if not toolchain.can_compile:
         problems = "; ".join(toolchain.problems) or "the CUDA toolchain is incomplete"
@@ -309,7 +330,7 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
         return _failure(source, str(e), "toolchain")
     cache = cache if cache is not None else BuildCache()
     libraries_seconds = 0.0
-    if tile_gemm_lib.uses_library(text):
+    if tile_gemm_lib.uses_library(text) or grouped_gemm_lib.uses_library(text):
         linked = _link_gemm_libraries(source, text, toolchain, cache)
         if isinstance(linked, BuildResult):
             return linked

@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from cuco_tui.source.includes import included
 from cuco_tui.source.lexer import SourceText
@@ -44,9 +44,33 @@ _CONFIG = re.compile(r"\bKernelConfig\b[^;{}()]*?[{(]\s*(\d+)\s*,\s*(\d+)\s*,\s*
 _ERROR_LINE = re.compile(r"\berror\b", re.I)
 
 
+class LibraryConfig(Protocol):
+    """One library's kernel configuration, and which prebuilt library it is of: the fused GEMM's
+    KernelConfig here, the grouped GEMM's (grouped_gemm_lib.py). The build, its cache key, its lock
+    and its messages below take all they need from it."""
+
+    LABEL: ClassVar[str]  # in messages: "the <LABEL> library of <name>"
+    STEM: ClassVar[str]  # file names: lib<STEM>-<tag>-<key>.so, <STEM>-<tag>.lock
+    SOURCE: ClassVar[Path]
+    SALT: ClassVar[bytes]  # of the key: a library's format version
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tag(self) -> str: ...
+
+    def defines(self) -> list[str]: ...
+
+
 @dataclass(frozen=True, order=True)
 class KernelConfig:
     """A CTA tile block_m x block_n and a cluster cluster_m x cluster_n (tile_gemm::KernelConfig)."""
+
+    LABEL: ClassVar[str] = "fused GEMM"
+    STEM: ClassVar[str] = "cuco_tile_gemm"
+    SOURCE: ClassVar[Path] = SOURCE
+    SALT: ClassVar[bytes] = b"cuco-tile-gemm-lib-v1\0"
 
     block_m: int
     block_n: int
@@ -102,7 +126,7 @@ def configs_named(source: str) -> tuple[tuple[KernelConfig, ...], list[str]]:
 class GemmLibrary:
     """The built library of one configuration, or why there is none (one line)."""
 
-    config: KernelConfig
+    config: LibraryConfig
     path: Path | None
     problem: str = ""
     log: str = ""  # nvcc's output of a failed build (its tail)
@@ -115,7 +139,7 @@ class GemmLibrary:
         return self.path is not None
 
 
-def build_flags(config: KernelConfig, base: list[str]) -> list[str]:
+def build_flags(config: LibraryConfig, base: list[str]) -> list[str]:
     """The library's nvcc flags, its soname aside: a CUTLASS candidate's (`base`: architecture,
     includes, the shared CUDA runtime) with every symbol hidden but the entry point (none of the
     runtime's inline functions clashes with a candidate's own copies) and the configuration's
@@ -123,13 +147,13 @@ def build_flags(config: KernelConfig, base: list[str]) -> list[str]:
     return [*base, "-Xcompiler", "-fvisibility=hidden,-fvisibility-inlines-hidden", *config.defines()]
 
 
-def library_path(config: KernelConfig, toolchain: Toolchain, cache: BuildCache, base: list[str]) -> Path:
+def library_path(config: LibraryConfig, toolchain: Toolchain, cache: BuildCache, base: list[str]) -> Path:
     """Where the library of `config` built by this toolchain lives in `cache` (built or not)."""
-    h = hashlib.sha256(b"cuco-tile-gemm-lib-v1\0")
-    for path in [SOURCE, *toolchain.runtime_headers()]:
+    h = hashlib.sha256(config.SALT)
+    for path in [config.SOURCE, *toolchain.runtime_headers()]:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     h.update(f"{toolchain.cutlass_fingerprint()}|{toolchain.nvcc_version}|{' '.join(build_flags(config, base))}".encode())
-    return cache.root / f"libcuco_tile_gemm-{config.tag}-{h.hexdigest()[:24]}.so"
+    return cache.root / f"lib{config.STEM}-{config.tag}-{h.hexdigest()[:24]}.so"
 
 
 def _first_error(log: str) -> str:
@@ -139,18 +163,18 @@ def _first_error(log: str) -> str:
     return line if len(line) <= 400 else line[:397] + "..."
 
 
-def ensure_library(config: KernelConfig, toolchain: Toolchain, cache: BuildCache, base: list[str],
+def ensure_library(config: LibraryConfig, toolchain: Toolchain, cache: BuildCache, base: list[str],
                    timeout: float) -> GemmLibrary:
     """The library of `config`, built now if the cache lacks it. Never raises: a failed build comes
     back in `problem`. Concurrent callers of one configuration (evaluations, a build pool, other
     processes) wait on its file lock, and one of them builds."""
     if toolchain.nvcc is None:
-        return GemmLibrary(config, None, "nvcc was not found: the fused GEMM library is compiled with it")
+        return GemmLibrary(config, None, f"nvcc was not found: the {config.LABEL} library is compiled with it")
     path = library_path(config, toolchain, cache, base)
     record = path.with_suffix(".json")
     try:
         cache.root.mkdir(parents=True, exist_ok=True)
-        with open(cache.root / f"cuco_tile_gemm-{config.tag}.lock", "w") as lock:
+        with open(cache.root / f"{config.STEM}-{config.tag}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             recorded = _recorded(record)
             if path.is_file():
@@ -161,21 +185,21 @@ def ensure_library(config: KernelConfig, toolchain: Toolchain, cache: BuildCache
                 return GemmLibrary(config, None, str(recorded["failed"]), str(recorded.get("log", "")), cached=True)
             return _build(config, toolchain, cache, base, timeout, path, record)
     except OSError as exc:
-        return GemmLibrary(config, None, f"cannot build the fused GEMM library of {config.name} in {cache.root}: "
+        return GemmLibrary(config, None, f"cannot build the {config.LABEL} library of {config.name} in {cache.root}: "
                                          f"{exc.strerror or exc}")
 
 
-def _build(config: KernelConfig, toolchain: Toolchain, cache: BuildCache, base: list[str], timeout: float,
+def _build(config: LibraryConfig, toolchain: Toolchain, cache: BuildCache, base: list[str], timeout: float,
            path: Path, record: Path) -> GemmLibrary:
-    tmp = cache.temp_library(f"tile-gemm-{config.tag}")
+    tmp = cache.temp_library(f"{config.STEM}-{config.tag}")
     flags = build_flags(config, base) + ["-Xlinker", f"-soname={path.name}"]  # what a candidate records as needed
-    command = [str(toolchain.nvcc), *flags, str(SOURCE), "-o", str(tmp)]
+    command = [str(toolchain.nvcc), *flags, str(config.SOURCE), "-o", str(tmp)]
     started = time.monotonic()
     try:
-        rc, log = run_tool(command, SOURCE.parent, timeout)
+        rc, log = run_tool(command, config.SOURCE.parent, timeout)
     except OSError as exc:
         unlink_quietly(tmp)
-        return GemmLibrary(config, None, f"cannot run nvcc ({toolchain.nvcc}) for the fused GEMM library of "
+        return GemmLibrary(config, None, f"cannot run nvcc ({toolchain.nvcc}) for the {config.LABEL} library of "
                                          f"{config.name}: {exc.strerror or exc}")
     seconds = time.monotonic() - started
     recorded = command[:-1] + [str(path)]
@@ -185,23 +209,23 @@ def _build(config: KernelConfig, toolchain: Toolchain, cache: BuildCache, base: 
     unlink_quietly(tmp)
     tail = "\n".join(log.strip().splitlines()[-40:])
     if rc is None:
-        return GemmLibrary(config, None, f"building the fused GEMM library of {config.name} did not finish within "
+        return GemmLibrary(config, None, f"building the {config.LABEL} library of {config.name} did not finish within "
                                          f"{timeout:.0f} s and was stopped", tail, seconds, timed_out=True)
     if killed(rc, log):
-        problem = f"building the fused GEMM library of {config.name} was killed after {seconds:.0f} s"
+        problem = f"building the {config.LABEL} library of {config.name} was killed after {seconds:.0f} s"
     else:
-        problem = (f"building the fused GEMM library of {config.name} failed after {seconds:.0f} s "
+        problem = (f"building the {config.LABEL} library of {config.name} failed after {seconds:.0f} s "
                    f"(nvcc exit {rc}): {_first_error(log)}")
     record_failure(record, rc, log, {"failed": problem, "log": tail, "command": recorded})
     return GemmLibrary(config, None, problem, tail, seconds)
 
 
-def ensure_libraries(configs: tuple[KernelConfig, ...], toolchain: Toolchain, cache: BuildCache, base: list[str],
+def ensure_libraries(configs: tuple[LibraryConfig, ...], toolchain: Toolchain, cache: BuildCache, base: list[str],
                      timeout: float) -> list[GemmLibrary]:
     """ensure_library for each configuration, side by side (each is one long nvcc, mostly on one core)."""
     if len(configs) <= 1:
         return [ensure_library(c, toolchain, cache, base, timeout) for c in configs]
-    with ThreadPoolExecutor(len(configs), thread_name_prefix="cuco-tile-gemm-lib") as pool:
+    with ThreadPoolExecutor(len(configs), thread_name_prefix="cuco-gemm-lib") as pool:
         return list(pool.map(lambda c: ensure_library(c, toolchain, cache, base, timeout), configs))
 
 

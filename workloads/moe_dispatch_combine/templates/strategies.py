@@ -20,6 +20,13 @@ def _peer_transport(k: dict, sync: str, pieces: str, streams: str = "2") -> Desi
     )
 
 
+# How the expert phase runs its grouped GEMMs: cuBLAS (grouped_gemm.cuh.j2: one grouped call or one
+# GEMM per expert, sizes planned on the host), or CUTLASS's ptr-array grouped GEMM prebuilt per
+# machine (cutlass_grouped.cuh.j2, cuco_grouped_gemm_lib.h: one persistent launch per projection,
+# sizes filled on the device from the counts) with 1x1 or 2x1 clusters of 128x128 tiles.
+GEMMS = ("cublas", "cutlass_grouped", "cutlass_grouped_2x1")
+
+
 def _ipc_dispatch_normalize(k: dict) -> dict:
     if k.get("mover") == "copy_engine":
         k["mover_blocks"] = 16  # the copy engines need no store kernel: its size changes nothing
@@ -70,9 +77,10 @@ STRATEGIES = [
                     "receive slot over CUDA-IPC (the copy engines or a store kernel) with a counter per (peer, group); "
                     "each group computed once all its rows have landed, every expert in one GEMM pair over its rows "
                     "from all ranks (its weights read once), its results pushed back while the next group computes "
-                    "(on the copy stream, or on a results stream of their own)",
+                    "(on the copy stream, or on a results stream of their own); the GEMMs cuBLAS's or one CUTLASS ptr-array "
+                    "grouped launch per projection and group, sizes filled on the device",
         knobs={"mover": ("copy_engine", "ipc"), "groups": (4, 2, 8, 16), "mover_blocks": (16, 64),
-               "results": ("shared", "separate")},
+               "results": ("shared", "separate"), "gemm": GEMMS},
         design=lambda k: _peer_transport(k, "per_chunk", chunk(k["groups"]), "3" if k["results"] == "separate" else "2"),
         normalize=_ipc_dispatch_normalize,
     ),
@@ -81,10 +89,12 @@ STRATEGIES = [
         template="arrival_pipeline.cu.j2",
         description="Comet's token-arrival order over CUDA-IPC: own rows computed first, then every peer's rows "
                     "chunk by chunk as they land (chunks of about equal rows cut on 128-row tiles, a counter per "
-                    "(peer, chunk), pushed chunk-major by the copy engines or a store kernel), each chunk one cuBLAS "
-                    "grouped GEMM per projection over the experts it holds, its results pushed back on a results "
-                    "stream while the next chunk computes",
-        knobs={"mover": ("copy_engine", "ipc"), "chunks": (4, 1, 2, 8), "mover_blocks": (16, 32, 64)},
+                    "(peer, chunk), pushed chunk-major by the copy engines or a store kernel), each chunk one grouped "
+                    "GEMM per projection over the experts it holds (cuBLAS's, or one CUTLASS ptr-array grouped "
+                    "launch whose sizes are filled on the device), its results pushed back on a results stream "
+                    "while the next chunk computes",
+        knobs={"mover": ("copy_engine", "ipc"), "chunks": (4, 1, 2, 8), "mover_blocks": (16, 32, 64),
+               "gemm": GEMMS},
         design=lambda k: _peer_transport(k, "per_chunk" if k["chunks"] > 1 else "per_peer", chunk(k["chunks"]), "3"),
         normalize=_ipc_dispatch_normalize,
     ),
