@@ -106,11 +106,12 @@ def compile_emulated(sources: dict[str, str], root: Path, includes: tuple[Path, 
 
 
 def candidate_source(seed: Path, book, strategy: str | None, knobs: dict) -> str:
-    """The seed (strategy None), or the strategy rendered at its normalized knobs."""
+    """The seed (strategy None), or the strategy rendered at its normalized knobs (a knob the
+    test does not name at its default: a knob added later keeps the test's candidate)."""
     if strategy is None:
         return seed.read_text()
     s = book.get(strategy)
-    return book.render(s, s.normalized(knobs))
+    return book.render(s, s.normalized({**s.default_knobs(), **knobs}))
 
 
 def with_driver(src: str, driver: str) -> str:
