@@ -268,6 +268,10 @@ class OfflineAgent:
         return any(not (o := self.by_knob.get((s.name, knob, repr(v)))) or not (o.tries or o.unmeasured)
                    for v in s.knobs[knob])
 
+    def _tried(self, s: Strategy, knob: str, value: Any) -> bool:
+        o = self.by_knob.get((s.name, knob, repr(value)))
+        return bool(o and (o.tries or o.unmeasured))
+
     def _value_score(self, s: Strategy, knob: str, value: Any) -> float:
         o = self.by_knob.get((s.name, knob, repr(value)))
         if not o or not o.tries:
@@ -290,7 +294,10 @@ class OfflineAgent:
         for knob in ranked:
             values = [v for v in s.knobs[knob] if v != knobs.get(knob)]
             weights = [self._value_score(s, knob, v) for v in values]
-            order = sorted(zip(values, weights), key=lambda vw: -vw[1] * self.rng.uniform(0.8, 1.2))
+            # A value never tried goes before every tried one, whatever the noise: with flat
+            # measurements the noise alone would otherwise re-try a value while another is unseen.
+            order = sorted(zip(values, weights),
+                           key=lambda vw: (self._tried(s, knob, vw[0]), -vw[1] * self.rng.uniform(0.8, 1.2)))
             for value, _ in order:
                 new = {**s.default_knobs(), **knobs, knob: value}
                 if self._valid(s, new) and point_key(s.name, s.normalized(new)) not in self.proposed:
