@@ -87,7 +87,8 @@ def report(baseline: dict[str, Any], results: dict[str, dict[str, Any]], balance
             row.append(f"{ms:.3f} {t['speedup']:.2f}x " + (f"{ms / bound:.2f}" if bound else "-"))
         ratio = best / bound if best is not None and bound else None
         row.append(f"{ratio:.2f}" if ratio is not None else "-")
-        row.append(f"<= {TARGET[causal]:.2f}: " + ("met" if ratio is not None and ratio <= TARGET[causal] else "not met"))
+        met = ratio is not None and ratio <= TARGET[causal]
+        row.append(f"<= {TARGET[causal]:.2f}: " + ("met" if met else "not met"))
         lines.append("| " + " | ".join(row) + " |")
     for n in names:
         if results[n]["status"] != "measured":
@@ -136,7 +137,8 @@ def main() -> int:
     attn_rows = json.loads(args.attention_lib.read_text()) if args.attention_lib and args.attention_lib.exists() else []
     balanced = balanced_ms(attn_rows, len(gpus))
     if not balanced:
-        print(f"no balanced bound at W={len(gpus)} in {args.attention_lib}: the causal shapes get none", file=sys.stderr)
+        print(f"no balanced bound at W={len(gpus)} in {args.attention_lib}: the causal shapes get none",
+              file=sys.stderr)
 
     base = measure_baseline(w, EvalOptions(gpus=gpus))
     print(f"baseline measured in {base.seconds:.1f} s", file=sys.stderr)

@@ -156,7 +156,8 @@ def test_candidate_runs_end_to_end_on_the_cpu(emulated, tmp_path, name, world, d
 def test_a_merge_that_drops_a_source_fails_the_check(emulated, tmp_path, causal):
     dims = _dims(512, 4, 2, 64, causal)
     outs, want = _run_candidate(emulated["balance-overlap-drops-a-source"], tmp_path / "run", dims, 2, 31)
-    failing = [rank for rank, (got_a, _, _) in enumerate(outs) if not _passes(got_a, want["A"][rank]["o"], W.rtol, W.floor)]
+    failing = [rank for rank, (got_a, _, _) in enumerate(outs)
+               if not _passes(got_a, want["A"][rank]["o"], W.rtol, W.floor)]
     # Causal at W=2, rank 0's two halves are one piece each (its first half sees only its own keys,
     # its second half, computed by rank 1, only rank 0's): nothing merged, nothing dropped.
     assert failing == ([1] if causal else [0, 1])
