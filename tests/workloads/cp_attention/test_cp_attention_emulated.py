@@ -6,7 +6,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from cp_common import REF, SEED, _book, _check, _dims, _f64, _inputs, _sequential
+from cp_common import REF, SEED, W, _book, _check, _dims, _f64, _inputs, _passes, _sequential
 from emulator_helpers import compile_emulated, needs_gxx
 from cp_emulator import _candidate_source
 
@@ -25,13 +25,30 @@ E2E = [  # (name, strategy, knobs)
     ("overlap", "attn_overlap", {"comm_priority": "high"}),
     ("balance-remote", "attn_balance", {"first": "remote", "comm_priority": "high"}),
     ("balance-local", "attn_balance", {"first": "local", "comm_priority": "same"}),
+    ("balance-overlap", "balance_overlap", {"order": "remote_first", "exchange_first": "queries",
+                                            "kv_pieces": "per_source", "comm_priority": "high"}),
+    ("balance-overlap-grouped", "balance_overlap", {"order": "local_first", "exchange_first": "kv",
+                                                    "kv_pieces": "grouped", "comm_priority": "same"}),
     ("host_flash", "host_flash", {}),
-    ("ring", "ring", {"comm_priority": "high"}),  # stream priorities mean nothing to the emulator
-    ("pull-ipc-1", "ipc_pull", {"mover": "ipc", "chunks": 1, "mover_blocks": 16, "comm_priority": "high"}),
-    ("pull-ipc-4", "ipc_pull", {"mover": "ipc", "chunks": 4, "mover_blocks": 32, "comm_priority": "same"}),
-    ("pull-ce-2", "ipc_pull", {"mover": "copy_engine", "chunks": 2, "mover_blocks": 16, "comm_priority": "high"}),
-    ("pull-ce-1", "ipc_pull", {"mover": "copy_engine", "chunks": 1, "mover_blocks": 16, "comm_priority": "same"}),
+    ("ring", "ring", {"attention": "cudnn", "comm_priority": "high"}),  # priorities mean nothing to the emulator
+    ("pull-ipc-1", "ipc_pull", {"mover": "ipc", "chunks": 1, "mover_blocks": 16, "comm_priority": "high",
+                                "attention": "blockwise"}),
+    ("pull-ipc-4", "ipc_pull", {"mover": "ipc", "chunks": 4, "mover_blocks": 32, "comm_priority": "same",
+                                "attention": "cudnn"}),
+    ("pull-ce-2", "ipc_pull", {"mover": "copy_engine", "chunks": 2, "mover_blocks": 16, "comm_priority": "high",
+                               "attention": "blockwise"}),
+    ("pull-ce-1", "ipc_pull", {"mover": "copy_engine", "chunks": 1, "mover_blocks": 16, "comm_priority": "same",
+                               "attention": "cudnn"}),
 ]
+# The candidates that deal the causal work out evenly: with the harness attention, every rank's
+# calls attend to the same number of (query, key) pairs; the others' last rank does the most.
+BALANCED = {"balance-remote", "balance-local", "balance-overlap", "balance-overlap-grouped"}
+BLOCKWISE = {"sequential", "host_flash", "pull-ipc-1", "pull-ce-2"}  # no harness attention: no pairs counted
+
+# balance_overlap with its merge broken: the last piece of every half-chunk (a source's keys) left
+# out of the log-sum-exp merge. The checks must catch it.
+DROPPED = "merge(ctx, result_of(c, b), blk.part, blk.lse, blk.n, blk.rows"
+MUTANTS = {"balance-overlap-drops-a-source": ("balance-overlap", DROPPED, DROPPED.replace("blk.n,", "blk.n - 1,"))}
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +66,9 @@ def emulated(tmp_path_factory):
         else:
             s = book.get(strategy)
             sources[name] = _candidate_source(book.render(s, s.normalized(knobs)))
+    for name, (of, old, new) in MUTANTS.items():
+        assert sources[of].count(old) == 1, name
+        sources[name] = sources[of].replace(old, new)
     return compile_emulated(sources, root)
 
 
@@ -71,6 +91,13 @@ def _run_candidate(binary, folder, dims, world, seed, launches=2):
         outs.append(tuple(_f64(np.fromfile(folder / f"r{rank}-o{tag}.bin", dtype=np.uint16).reshape(sl, H, D))
                           for tag in ("A", "B", "A1")))
     return outs, {tag: REF.expected(inputs, dims, world) for tag, inputs in sets.items()}
+
+
+def _pairs(folder, world):
+    """Each rank's (query, key) pairs through the harness attention over the run's three launches,
+    or None for a candidate that does not call it."""
+    files = [folder / f"r{rank}-pairs.txt" for rank in range(world)]
+    return [int(f.read_text()) for f in files] if all(f.exists() for f in files) else None
 
 
 E2E_SHAPES = [  # (world, dims, schedule seeds)
@@ -115,3 +142,22 @@ def test_candidate_runs_end_to_end_on_the_cpu(emulated, tmp_path, name, world, d
         _check(got_a1, want["A"][rank]["o"], f"{name} rank {rank}, the launch before the back-to-back one")
         _check(got_b, want["B"][rank]["o"], f"{name} rank {rank}, inputs replaced between launches back to back")
         _check(got_a, want["A"][rank]["o"], f"{name} rank {rank}, fresh inputs, poisoned output")
+    pairs = _pairs(tmp_path / f"s{seed}", world)
+    assert (pairs is None) == (name in BLOCKWISE), name
+    if pairs is not None:  # the work: every visible pair once a launch, spread evenly where it should be
+        S, causal = dims["S"], dims["CAUSAL"]
+        visible = (S * (S + 1) // 2 if causal else S * S) * dims["H"]
+        assert sum(pairs) == 3 * visible, (name, pairs)
+        assert (len(set(pairs)) == 1) == (not causal or name in BALANCED), (name, pairs)
+
+
+@needs_gxx
+@pytest.mark.parametrize("causal", [1, 0])
+def test_a_merge_that_drops_a_source_fails_the_check(emulated, tmp_path, causal):
+    dims = _dims(512, 4, 2, 64, causal)
+    outs, want = _run_candidate(emulated["balance-overlap-drops-a-source"], tmp_path / "run", dims, 2, 31)
+    failing = [rank for rank, (got_a, _, _) in enumerate(outs)
+               if not _passes(got_a, want["A"][rank]["o"], W.rtol, W.floor)]
+    # Causal at W=2, rank 0's two halves are one piece each (its first half sees only its own keys,
+    # its second half, computed by rank 1, only rank 0's): nothing merged, nothing dropped.
+    assert failing == ([1] if causal else [0, 1])

@@ -118,3 +118,24 @@ def test_template_is_verified_on_two_gpus(tmp_path, name, knobs):
     r = evaluate(path, W, VERIFY_ONLY)
     assert r.status == Status.VERIFIED, _explain(r)
     assert all(v.ok for v in r.verifications)
+
+
+BALANCE_OVERLAP = [knobs for name, knobs in VARIANTS if name == "balance_overlap"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("knobs", BALANCE_OVERLAP, ids=lambda v: "-".join(map(str, v.values())))
+def test_balance_overlap_is_verified_at_four_ranks(tmp_path, knobs):
+    """At W=4 the mirror pairs are (0, 3) and (1, 2), rank 0's mirror half sees every chunk and
+    the K/V exchange skips the chunks no reader needs; with fewer than 4 GPUs the ranks share one
+    (verified, not timed)."""
+    gpus = _gpus()
+    if gpus < 1:
+        pytest.skip("needs a GPU")
+    book = _book()
+    s = book.get("balance_overlap")
+    path = tmp_path / "balance_overlap.cu"
+    path.write_text(book.render(s, s.normalized(knobs)))
+    r = evaluate(path, W, EvalOptions(world=4, bench=False, share_gpu=gpus < 4))
+    assert r.status == Status.VERIFIED, _explain(r)
+    assert len(r.verifications) >= 2 * len(W.verify_shapes) and all(v.ok for v in r.verifications)

@@ -38,7 +38,7 @@ def test_every_strategy_renders_every_knob_setting_through_l0():
 
     book = _book()
     assert {s.name for s in book.strategies} == {"host_sequential", "host_attn", "host_flash", "ring", "attn_overlap",
-                                                 "attn_balance", "ipc_pull"}
+                                                 "attn_balance", "balance_overlap", "ipc_pull"}
     assert book.render(book.get("host_attn"), {}) == SEED
     rendered = set()
     for s in book.strategies:

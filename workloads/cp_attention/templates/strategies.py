@@ -1,6 +1,8 @@
 """Strategy templates of cp_attention for the offline agent: each covers a region of the design
-space; its knobs pick the point. Loaded by cuco_tui.agents.offline. The flash templates share the
-blockwise attention kernel of flash_attention.cuh.j2 (included, not a strategy of its own)."""
+space; its knobs pick the point. Loaded by cuco_tui.agents.offline. Templates that cut attention by
+the keys' source run each piece through the harness attention (cuDNN) with stats and merge them by
+log-sum-exp (lse_merge.cuh.j2, included); host_flash, and ring and ipc_pull with
+attention=blockwise, run the templates' own blockwise kernel (flash_attention.cuh.j2) instead."""
 
 from cuco_tui.agents.offline.strategy import Strategy, chunk, comm_sms
 from cuco_tui.design.space import DesignPoint
@@ -23,6 +25,12 @@ def _ipc_pull_normalize(k: dict) -> dict:
     if k.get("mover") == "copy_engine":
         k["mover_blocks"] = 16  # the copy engines need no load kernel: its size changes nothing
     return k
+
+
+def _balance_overlap(k: dict) -> DesignPoint:
+    # per_source: one NCCL group per ring step, an event per source rank, a call per landed chunk;
+    # grouped: one group and one event for every chunk the rank needs.
+    return DesignPoint("nccl_host", "interleaved", "per_peer", "host", "shard", "2", "0")
 
 
 STRATEGIES = [
@@ -54,9 +62,10 @@ STRATEGIES = [
         name="ring",
         template="ring.cu.j2",
         description="ring attention: K/V blocks passed around the ring by NCCL send/recv on a communication "
-                    "stream, double-buffered, while the blockwise kernel attends to the block already held and "
-                    "merges it with online-softmax statistics; causal ranks skip the blocks after them",
-        knobs={"comm_priority": ("high", "same")},
+                    "stream, double-buffered, while the block already held is attended to: one harness attention "
+                    "call (cuDNN) with stats per block and a log-sum-exp merge at the end, or the templates' "
+                    "blockwise kernel merging by online-softmax statistics; causal ranks skip the blocks after them",
+        knobs={"attention": ("cudnn", "blockwise"), "comm_priority": ("high", "same")},
         design=lambda k: DesignPoint("nccl_host", "interleaved", "per_peer", "host", "shard", "2", "0"),
     ),
     Strategy(
@@ -80,14 +89,27 @@ STRATEGIES = [
         design=lambda k: DesignPoint("nccl_host", "before", "per_peer", "host", "shard", "2", "0"),
     ),
     Strategy(
+        name="balance_overlap",
+        template="balance_overlap.cu.j2",
+        description="causal load balance with overlap: rank r computes its own first half-chunk and its mirror's "
+                    "(rank W-1-r) second half (equal work at every world size, one peer to trade queries and "
+                    "outputs with); attention cut by the source rank of the keys, one harness attention call with "
+                    "stats per piece (the own chunk's at once, each peer's as its K/V lands from NCCL send/recv on a "
+                    "communication stream, or all at once), merged by log-sum-exp in one kernel per half-chunk",
+        knobs={"order": ("remote_first", "local_first"), "exchange_first": ("queries", "kv"),
+               "kv_pieces": ("per_source", "grouped"), "comm_priority": ("high", "same")},
+        design=_balance_overlap,
+    ),
+    Strategy(
         name="ipc_pull",
         template="ipc_pull.cu.j2",
         description="no NCCL in the iteration: each rank publishes its K/V in CUDA-IPC memory with a flag per "
                     "reader, the readers pull the blocks they need in chunks (a load kernel or the copy engines) "
-                    "on a second stream while the blockwise kernel attends to the own block, then to each chunk "
-                    "as it lands; causal ranks pull only the blocks before them",
+                    "on a second stream while the own block is attended to, then each chunk as it lands (a "
+                    "harness attention call with stats per piece and a log-sum-exp merge at the end, or the "
+                    "templates' blockwise kernel); causal ranks pull only the blocks before them",
         knobs={"mover": ("ipc", "copy_engine"), "chunks": (1, 2, 4), "mover_blocks": (16, 8, 32),
-               "comm_priority": ("high", "same")},
+               "comm_priority": ("high", "same"), "attention": ("cudnn", "blockwise")},
         design=_ipc_pull,
         normalize=_ipc_pull_normalize,
         fast_path=True,

@@ -6,6 +6,7 @@
 #pragma once
 #include "../emu_runtime.h"
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,19 @@ struct cuco_attn {
 };
 
 inline thread_local std::string emu_attn_error;
+
+// The (query row, key) pairs each device's calls attend to, every head counted: a rank's share of
+// the attention work, which the driver writes out so that a test can check a load balance.
+#define CUCO_EMU_ATTN_PAIRS 1
+inline std::atomic<long long> emu_attn_pairs[64];
+
+inline long long emu_attn_pairs_of(const cuco_attn_desc& d) {
+  long long pairs = 0;
+  const long long shift = d.mask == CUCO_ATTN_CAUSAL_BOTTOM_RIGHT ? d.rows_kv - d.rows_q : 0;
+  for (long long i = 0; i < d.rows_q; ++i)
+    pairs += d.mask == CUCO_ATTN_NO_MASK ? d.rows_kv : std::min<long long>(i + shift, d.rows_kv - 1) + 1;
+  return pairs * d.heads_q;
+}
 
 inline int cuco_attn_create(cuco_attn** plan, const cuco_attn_desc* desc) {
   if (!plan || !desc) {
@@ -96,6 +110,7 @@ inline int cuco_attn_run(cuco_attn* plan, const void* q, const void* k, const vo
   }
   const cuco_attn_desc d = plan->d;
   float* st = d.stats ? stats : nullptr;
+  emu_attn_pairs[plan->device % 64] += emu_attn_pairs_of(d);
   emu_check_stream(stream)->enqueue("cuco_attn_run", [=] {
     emu_attention(d, (const uint16_t*)q, (const uint16_t*)k, (const uint16_t*)v, (uint16_t*)o, st);
   });
