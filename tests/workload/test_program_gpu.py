@@ -5,7 +5,9 @@ generated seed is verified against the program itself, which the rank workers ru
 torch.distributed with NCCL beside the harness's own group (adapter.py): with both ranks sharing
 one GPU (correctness only) and with a GPU per rank (verified, then timed against the program at
 the bench shapes). For the all-gather + linear program, gemm_allgather's templates at their
-defaults verify too, with the program's bias kernel after them."""
+defaults verify too, with the program's bias kernel after them; for the gather patterns of
+ParallelKernelBench's GEMM problems (all-gather along K → matmul, matmul → all-gather along dim 1,
+matmul → all-reduce with a fixed K per rank), the seed's overlapping variants."""
 
 from __future__ import annotations
 
@@ -22,7 +24,12 @@ pytestmark = pytest.mark.gpu
 pytest.importorskip("torch")
 
 PROGRAMS = Path(__file__).parent / "programs"
-MAPPED = ["ag_linear", "matmul_rs_residual", "linear_ar"]
+MAPPED = ["ag_linear", "matmul_rs_residual", "linear_ar", "ag_k_cat", "ag_k_transposed", "mm_allgather_cols",
+          "matmul_ar_fixed_k"]
+# The seed's overlapping variants (its knobs changed): program -> knob values.
+OVERLAP = [("ag_k_cat", {"kPerPeer": 1}), ("ag_k_transposed", {"kPerPeer": 1}),
+           ("ag_k_transposed", {"kPerPeer": 1, "kNcclMaxCtas": 16}), ("mm_allgather_cols", {"kChunks": 4}),
+           ("mm_allgather_cols", {"kChunks": 8, "kNcclMaxCtas": 8}), ("matmul_ar_fixed_k", {"kChunks": 4})]
 
 
 @pytest.fixture(scope="module")
@@ -76,5 +83,19 @@ def test_gemm_allgathers_templates_verify_with_the_programs_bias_on_two_gpus(imp
     s = book.get(strategy)
     path = tmp_path / f"{strategy}.cu"
     path.write_text(book.render(s, s.default_knobs()))
+    r = evaluate(path, w, EvalOptions(gpus=[0, 1], world=2, bench=False))
+    assert r.status == Status.VERIFIED and r.level == Level.VERIFY, _explain(r)
+
+
+@pytest.mark.parametrize("name,knobs", OVERLAP, ids=[f"{n}-{'-'.join(f'{k}{v}' for k, v in kn.items())}"
+                                                     for n, kn in OVERLAP])
+def test_the_seeds_overlapping_variants_verify_on_two_gpus(imported, tmp_path, name, knobs):
+    if inventory().count < 2:
+        pytest.skip("needs 2 GPUs")
+    from cuco_tui.source.knobs import with_knobs
+
+    w = imported(name)
+    path = tmp_path / "variant.cu"
+    path.write_text(with_knobs(w.seed.read_text(), knobs))
     r = evaluate(path, w, EvalOptions(gpus=[0, 1], world=2, bench=False))
     assert r.status == Status.VERIFIED and r.level == Level.VERIFY, _explain(r)

@@ -20,8 +20,8 @@ SKELETON = Path(__file__).resolve().parent / "skeleton"
 SHIPPED_AG = REPO_WORKLOADS / "gemm_allgather" / "templates"
 HOST_DESIGN = ("// cuco-design: backend=nccl_host placement=before sync=global issuer=host chunk=full streams=1 "
                "comm_sms=0")
-PATTERN_DIMS = ("M", "K", "N")
-PATTERN_SPLITS = {"allgather_matmul": ("M", "N"), "matmul_reducescatter": ("K", "M"), "matmul_allreduce": ("K",)}
+PATTERN_SPLITS = {"allgather_matmul": ("M", "N"), "matmul_reducescatter": ("K", "M"), "matmul_allreduce": ("K",),
+                  "allgather_k_matmul": ("K",), "matmul_allgather": ("N",)}
 
 
 @dataclass
@@ -63,7 +63,8 @@ class ImportPlan:
     @property
     def dims(self) -> list[str]:
         own = list(self.convention["dims"])
-        return own + [d for d in PATTERN_DIMS if self.layout.pattern and d not in own]
+        pattern = next(iter(self.layout.derived.values()), {})  # M, K, N (or M, KR, N)
+        return own + [d for d in pattern if d not in own]
 
     def shape_dims(self, shape: str) -> dict[str, int]:
         dims = dict(self.convention["shapes"][shape])
@@ -146,6 +147,17 @@ FAST = {
                         "all-reduces them (2 (W-1)/W x M x N x 2 bytes to each rank){epi}. Overlap the all-reduce of "
                         "one block of rows with the GEMM of the next (kChunks), cap NCCL's SMs so the GEMM keeps its "
                         "own (kNcclMaxCtas){fold}.",
+    "allgather_k_matmul": "The program gathers every rank's K/W columns of x (M x K/W x 2 bytes from each peer), "
+                          "rebuilds x [M, K] with a concatenation, then runs one GEMM (2 x M x K x N FLOPs, the same "
+                          "on every rank). The seed skips the rebuild: each rank gathers its slice transposed, so "
+                          "the gathered buffer is x^T and one GEMM reads it as it lands (kPerPeer = 0). Overlap the "
+                          "exchange with the GEMM: multiply the own K block at once and each peer's K block as it "
+                          "arrives, summed in fp32 (kPerPeer = 1); cap NCCL's SMs (kNcclMaxCtas).",
+    "matmul_allgather": "The program multiplies x [M, K] by its N/W columns of the weight (2 x M x K x N/W FLOPs), "
+                        "then all-gathers the outputs ((W-1) x M x N/W x 2 bytes to each rank) and concatenates "
+                        "them along dim 1. Overlap the gather of one block of rows with the GEMM of the next "
+                        "(kChunks); the interleave into [M, N] rides on the communication stream; cap NCCL's SMs "
+                        "(kNcclMaxCtas).",
 }
 
 
@@ -169,6 +181,12 @@ def _strategy(plan: ImportPlan) -> str:
                    f"EVOLVE block. " if plan.templates else "")
                 + (plan.templates_why + " " if plan.templates_why else "")
                 + "workloads/gemm_allgather/design/ holds what was measured there.")
+    if pattern == "allgather_k_matmul":
+        return ("The seed gathers the ranks' slices transposed (x^T blocks: the gathered buffer is A^T) and runs one "
+                "cuBLAS GEMM over the whole K (kPerPeer = 0), or exchanges the slices peer by peer with NCCL "
+                "send/recv on a second stream while the own K block's GEMM runs, each peer's K block's GEMM "
+                "(beta = 1, fp32) as its slice lands (kPerPeer = 1). Knobs: kPerPeer (0 1), kNcclMaxCtas "
+                "(0 8 16 32: NCCL's SMs, 0 = NCCL's choice).")
     return ("The seed runs the GEMM and the collective in kChunks row blocks on two streams; at kChunks = 1 it is "
             "the program. Knobs: kChunks (1 2 4 8), kNcclMaxCtas (0 8 16 32: NCCL's SMs, 0 = NCCL's choice).")
 
@@ -185,7 +203,7 @@ def render(plan: ImportPlan) -> dict[str, str]:
     words = _role_words(plan)
     pattern = plan.layout.pattern
     epilogue = bool(words["bias"] or words["residual"])
-    derived = ", ".join(d for d in PATTERN_DIMS if pattern and d not in plan.convention["dims"])
+    derived = ", ".join(d for d in plan.dims if d not in plan.convention["dims"])
     names = plan.program_names
     common = {
         "name": plan.name, "title": plan.title, "source": plan.source, "world": plan.world,
@@ -200,8 +218,11 @@ def render(plan: ImportPlan) -> dict[str, str]:
     if pattern == "allgather_matmul":
         seed = env.get_template("seed_allgather_matmul.cu.j2").render(
             **common, pattern_block=_pattern_block(plan), epilogue_kernel=kernel)
+    elif pattern in ("allgather_k_matmul", "matmul_allgather"):
+        seed = env.get_template(f"seed_{pattern}.cu.j2").render(**common)
     elif pattern:
-        seed = env.get_template("seed_matmul_collective.cu.j2").render(**common, epilogue_kernel=kernel)
+        seed = env.get_template("seed_matmul_collective.cu.j2").render(
+            **common, epilogue_kernel=kernel, per_rank_k="KR" in plan.dims)
     else:
         seed = env.get_template("seed_unmapped.cu.j2").render(**common)
     files = {

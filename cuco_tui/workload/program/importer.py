@@ -29,6 +29,8 @@ from cuco_tui.workload.program.patterns import recognize, summary
 from cuco_tui.workload.program.record import RECORD
 from cuco_tui.workload.scaffold import valid_name
 
+SEED_KNOBS = {"allgather_k_matmul": "kPerPeer (gather then one GEMM, or per-peer K blocks as they land), "
+                                    "kNcclMaxCtas"}
 TOLERANCE = {  # dtype -> (rtol, rtol when the program sums over ranks)
     "bfloat16": (0.02, 0.04), "float16": (0.01, 0.02), "float32": (0.001, 0.001)}
 
@@ -239,7 +241,7 @@ def _plan_manifest(plan: ImportPlan) -> None:
     """split_dims and [divisible]: the program's split dims and the pattern's, each a multiple of the
     world size; for all-gather → matmul, the templates offered and what they need."""
     splits = list(plan.split_dims)
-    splits += [d for d in PATTERN_SPLITS.get(plan.layout.pattern, ()) if d not in splits]
+    splits += [d for d in PATTERN_SPLITS.get(plan.layout.pattern, ()) if d not in splits and d in plan.dims]
     plan.manifest_splits = splits
     plan.divisible = {d: 1 for d in splits}
     plan.templates, plan.templates_why = [], ""
@@ -256,7 +258,9 @@ def _pattern_lines(plan: ImportPlan) -> list[str]:
             what = ("seed = gemm_allgather's host-driven seed (NCCL + cuBLAS)" + (
                 f"; templates: {'all of gemm_allgather' if plan.templates == ['all'] else ', '.join(plan.templates)}"
                 if plan.templates else "") if m.pattern == "allgather_matmul" else
-                "seed = host-driven NCCL + cuBLAS with knobs kChunks, kNcclMaxCtas")
+                f"seed = host-driven NCCL + cuBLAS with knobs {SEED_KNOBS.get(m.pattern, 'kChunks, kNcclMaxCtas')}")
+            if "KR" in plan.dims:
+                what += "; K per rank (KR) fixed by the program: the total K grows with the world size"
             moved = [b for b in plan.layout.inputs if b.layout == "transposed"]
             if moved:
                 what += f"; the program's {plan.program_names[moved[0].index]} is given to candidates transposed (b)"

@@ -6,7 +6,9 @@ solution give them. With a mapped pattern they take the names the pattern's seed
 (`x`, `b`, `bias`, `residual`, `y`) and the layout they read: a weight the program holds as
 nn.Linear does ([N/W, K]) is given to the candidate transposed ([K, N/W]), and the program is
 handed a transposed view of it (`to_program`), so both compute on the same numbers. The pattern's
-dims (M, K, N: totals, as its templates read them) are derived from the program's shapes.
+dims (M, K, N: totals, as its templates read them) are derived from the program's shapes; where a
+program fixes each rank's K of a K-split product, so that the total grows with W, the per-rank KR
+takes K's place.
 No torch at import: `to_program` runs only in the processes that hold the tensors."""
 
 from __future__ import annotations
@@ -88,15 +90,39 @@ def pattern_dims(pattern: str, roles: dict[str, Any], rank: dict[str, Any], worl
     """M, K, N (totals) of a pattern at one shape, from one rank's program shapes."""
     x = rank["inputs"][roles["x"]][0]
     b = rank["inputs"][roles["b"]][0]
-    k_local = x[-1]
-    rows = _numel(x) // k_local
-    n_local = b[0] if roles["b_layout"] == "transposed" else b[1]
+    k_x = x[-1]
+    rows = _numel(x) // k_x
+    n_b = b[0] if roles["b_layout"] == "transposed" else b[1]
     k_b = b[1] if roles["b_layout"] == "transposed" else b[0]
-    if k_b != k_local:
-        raise ValueError(f"the weight's K ({k_b}) is not the rows' K ({k_local})")
+    # the K each rank's x holds against the weight's: a K-gather's weight holds all W slices
+    if k_b != (k_x * world if pattern == "allgather_k_matmul" else k_x):
+        raise ValueError(f"the weight's K ({k_b}) is not the rows' K ({k_x})")
     if pattern == "allgather_matmul":
-        return {"M": rows * world, "K": k_local, "N": n_local * world}
-    return {"M": rows, "K": k_local * world, "N": n_local}
+        return {"M": rows * world, "K": k_x, "N": n_b * world}
+    if pattern == "allgather_k_matmul":
+        return {"M": rows, "K": k_b, "N": n_b}
+    if pattern == "matmul_allgather":
+        return {"M": rows, "K": k_x, "N": n_b * world}
+    return {"M": rows, "K": k_x * world, "N": n_b}
+
+
+# The patterns whose K is split across the ranks: a program may fix each rank's K/W instead of the
+# total K (ParallelKernelBench's gemm + all-reduce), so that K grows with W; their seed then reads
+# the per-rank K, KR, which is the same at every world size.
+PER_RANK_K = ("matmul_allreduce", "matmul_reducescatter")
+
+
+def _at_every_world(pattern: str, shape: str,
+                    by_world: dict[int, dict[str, int]]) -> tuple[dict[str, int] | None, str]:
+    """The pattern's dims at a shape, the same at every world size, or (None, why not)."""
+    first = next(iter(by_world.values()))
+    if all(d == first for d in by_world.values()):
+        return first, ""
+    per_rank = {w: {"M": d["M"], "KR": d["K"] // w, "N": d["N"]} for w, d in by_world.items()}
+    one = next(iter(per_rank.values()))
+    if pattern in PER_RANK_K and all(d == one for d in per_rank.values()):
+        return one, ""
+    return None, f"the pattern's M, K, N at {shape} change with the world size"
 
 
 def pattern_layout(pattern: str, roles: dict[str, Any], sizes: dict[int, dict[str, Any]],
@@ -108,7 +134,8 @@ def pattern_layout(pattern: str, roles: dict[str, Any], sizes: dict[int, dict[st
     idle = [i for i in range(n_inputs) if i not in played]
     if idle:
         return None, f"input {idle[0]} plays no part in the pattern (the seed would not read it)"
-    derived: dict[str, dict[str, int]] = {}
+    by_shape: dict[str, dict[int, dict[str, int]]] = {}
+    program: dict[str, dict[str, int]] = {}
     for world, entry in sizes.items():
         for s in entry["shapes"]:
             ranks = s["ranks"]
@@ -119,15 +146,23 @@ def pattern_layout(pattern: str, roles: dict[str, Any], sizes: dict[int, dict[st
                     return None, "the pattern's seed and templates are bf16; the program's buffers are not all " \
                                  "bfloat16"
             try:
-                dims = pattern_dims(pattern, roles, ranks[0], int(world))
+                by_shape.setdefault(s["shape"], {})[int(world)] = pattern_dims(pattern, roles, ranks[0], int(world))
             except ValueError as exc:
                 return None, f"{exc} at {s['shape']}"
-            if derived.setdefault(s["shape"], dims) != dims:
-                return None, f"the pattern's M, K, N at {s['shape']} change with the world size"
-            clash = [d for d in dims if d in program_dims and s["dims"][d] != dims[d]]
-            if clash:
-                return None, (f"the program's dim {clash[0]} ({s['dims'][clash[0]]} at {s['shape']}) is not the "
-                              f"pattern's {clash[0]} ({dims[clash[0]]}), which its templates read by that name")
+            program[s["shape"]] = s["dims"]
+    derived: dict[str, dict[str, int]] = {}
+    for shape, by_world in by_shape.items():
+        dims, why = _at_every_world(pattern, shape, by_world)
+        if dims is None:
+            return None, why
+        derived[shape] = dims
+    if len({tuple(d) for d in derived.values()}) > 1:  # K at some shapes, KR at others
+        return None, "the pattern's K changes with the world size at some shapes and not at others"
+    for shape, dims in derived.items():
+        clash = [d for d in dims if d in program_dims and program[shape][d] != dims[d]]
+        if clash:
+            return None, (f"the program's dim {clash[0]} ({program[shape][clash[0]]} at {shape}) is not the "
+                          f"pattern's {clash[0]} ({dims[clash[0]]}), which its templates read by that name")
     inputs = tuple(BufferMap(ROLE_NAMES[role], i, "bf16", roles["b_layout"] if role == "b" else "as_is", role)
                    for i, role in sorted(played.items()))
     outputs = (BufferMap("y", int(roles["output"]), "bf16", "as_is", "output"),)
