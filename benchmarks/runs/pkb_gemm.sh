@@ -7,7 +7,7 @@
 # cascade (verified against the program on the GPUs, timed against it at the bench shape), then a short
 # offline search from that seed (its `cuco show` in $OUT/show_ID.txt: the best speedup over the program).
 # The clone is not in git: copy it into .whl/ here first and carry .whl (3.4 MB):
-#   rsync -a --exclude .git /tmp/pkb/ .whl/pkb/
+#   mkdir -p .whl/pkb && cp -r /tmp/pkb/. .whl/pkb/ && rm -rf .whl/pkb/.git
 #   W=2 bash benchmarks/runs/pkb_gemm.sh     # about 6 minutes on 2 x H100 (estimated)
 #   W=4 bash benchmarks/runs/pkb_gemm.sh     # about 7 minutes on 4 x H100 (estimated)
 # PROBLEMS="12 14" picks problems; GEN (default 6) the search's generations, SEARCH_S its limit.
