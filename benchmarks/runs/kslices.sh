@@ -22,6 +22,11 @@ TAIL=40 step profile-w4 90 python3 -m cuco_tui.cli eval /tmp/v/prof4.cu --worklo
   --profile wide-k-narrow-n --shapes wide-k-narrow-n
 TAIL=40 step profile-w2 60 python3 -m cuco_tui.cli eval /tmp/v/prof2.cu --workload gemm_allgather --gpus 0,1 \
   --profile long-seq --shapes long-seq
+# Ranks sharing one GPU (the CI-like check): a K slice's 2D copy within one GPU must stay on the
+# copy engines, or a rank's own persistent GEMM would starve it.
+K="fused_tile[4_copy_engine_16_128x256_2x1_auto_ring_"
+step shared-kslices 200 python3 benchmarks/shared_gpu_check.py gemm_allgather --out "$OUT/shared" --worlds 2,4 \
+  --sweep --only "${K}2],${K}4],${K}8]"
 for s in w4 w2; do
   t=$(grep -o 'trace: [^ ]*' "$OUT/profile-$s.txt" | head -1 | cut -d' ' -f2)
   [ -n "$t" ] && [ -f "$t" ] && cp "$t" "$OUT/profile-$s.trace.json"
