@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a 4-GPU host (nvidia-h100-x4), issue 31: fused_tile with the last chunk cut along K
 # (k_slices) against the same knobs uncut, at W=2 (GPUs 0,1) and W=4 (GPUs 0-3), each against the
-# reference with the bound of the call's own baseline (benchmarks/runs/fused_sweep.sh), then two
+# reference with the bound of the call's own baseline (benchmarks/runs/fused_sweep.sh), then three
 # profiles (CUPTI, per-copy and per-kernel intervals of every rank): the best uncut W=4 variant on
 # wide-k-narrow-n (where 0.2-0.3 ms a launch were unaccounted for, ninth session) and the W=2
 # k_slices=4 variant on long-seq (is the tail after the last copy down to a slice's work?), and
