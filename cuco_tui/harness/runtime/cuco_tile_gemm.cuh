@@ -272,7 +272,10 @@ class FusedGemm {
     if (l.K % 64 != 0 || l.N % 8 != 0)
       return fail(error, error_len, "K must be a multiple of 64 and N of 8 (TMA alignment): K=%lld N=%lld",
                   (long long)l.K, (long long)l.N);
-    if (l.k_slices < 1 || l.slice_k % Cfg::kBlockK != 0 || (l.k_slices > 1 && (l.slice_k <= 0 || (int64_t)(l.k_slices - 1) * l.slice_k >= l.K)))
+    // K slices (the last chunk cut along K): whole K blocks, every slice non-empty, together all of K.
+    const bool slices_cut_k = l.k_slices == 1 || (l.slice_k > 0 && (int64_t)(l.k_slices - 1) * l.slice_k < l.K &&
+                                                  (int64_t)l.k_slices * l.slice_k >= l.K);
+    if (l.k_slices < 1 || l.slice_k % Cfg::kBlockK != 0 || !slices_cut_k)
       return fail(error, error_len, "K slices: %d of %lld columns do not cut K=%lld in 64-column blocks", l.k_slices,
                   (long long)l.slice_k, (long long)l.K);
     cudaError_t e = cudaGetDevice(&device_);
