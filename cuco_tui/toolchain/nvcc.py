@@ -241,7 +241,7 @@ def gemm_library_flags(toolchain: Toolchain) -> list[str]:
     return nvcc_flags(toolchain) + cutlass_flags(toolchain)
 
 
-def ensure_gemm_library(config: tile_gemm_lib.LibraryConfig, toolchain: Toolchain,
+def ensure_gemm_library(config: tile_gemm_lib.TiledConfig, toolchain: Toolchain,
                         cache: BuildCache | None = None) -> tile_gemm_lib.GemmLibrary:
     """The library of `config` (a fused GEMM's KernelConfig or a grouped GEMM's GroupedConfig),
     built now if `cache` (default: BuildCache()) lacks it: what a candidate that names `config`
@@ -254,11 +254,11 @@ def ensure_gemm_library(config: tile_gemm_lib.LibraryConfig, toolchain: Toolchai
                                         CUTLASS_TIMEOUT)
 
 
-def gemm_libraries_named(text: str) -> tuple[tuple[tile_gemm_lib.LibraryConfig, ...], str]:
+def gemm_libraries_named(text: str) -> tuple[tuple[tile_gemm_lib.TiledConfig, ...], str]:
     """(the prebuilt GEMM libraries `text` links: the fused GEMM's configurations where it includes
     cuco_tile_gemm_lib.h, the grouped GEMM's where it includes cuco_grouped_gemm_lib.h; the first
     configuration it names that has no library, as a sentence, or "")."""
-    configs: list[tile_gemm_lib.LibraryConfig] = []
+    configs: list[tile_gemm_lib.TiledConfig] = []
     if tile_gemm_lib.uses_library(text):
         named, unknown = tile_gemm_lib.configs_named(text)
         if unknown:

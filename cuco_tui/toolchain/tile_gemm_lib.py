@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 from cuco_tui.source.includes import included
 from cuco_tui.source.lexer import SourceText
@@ -39,38 +39,22 @@ if TYPE_CHECKING:
 
 SOURCE = Path(__file__).resolve().parent.parent / "harness" / "tile_gemm_lib" / "cuco_tile_gemm_lib.cu"
 HEADER = "cuco_tile_gemm_lib.h"
-# `tg::KernelConfig{128, 256, 2, 1}`, `constexpr tg::KernelConfig kConfig{...}` or `= KernelConfig(...)`.
-_CONFIG = re.compile(r"\bKernelConfig\b[^;{}()]*?[{(]\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*[})]")
 _ERROR_LINE = re.compile(r"\berror\b", re.I)
 
 
-class LibraryConfig(Protocol):
-    """One library's kernel configuration, and which prebuilt library it is of: the fused GEMM's
-    KernelConfig here, the grouped GEMM's (grouped_gemm_lib.py). The build, its cache key, its lock
-    and its messages below take all they need from it."""
+@dataclass(frozen=True, order=True)
+class TiledConfig:
+    """One prebuilt library's kernel configuration: a CTA tile block_m x block_n (x 64 along K) and a
+    cluster cluster_m x cluster_n. A subclass says which library (the fused GEMM's KernelConfig
+    here, the grouped GEMM's in grouped_gemm_lib.py); the build, its cache key, its lock and its
+    messages below take all they need from it."""
 
     LABEL: ClassVar[str]  # in messages: "the <LABEL> library of <name>"
-    STEM: ClassVar[str]  # file names: lib<STEM>-<tag>-<key>.so, <STEM>-<tag>.lock
+    STEM: ClassVar[str]  # file names lib<STEM>-<tag>-<key>.so, <STEM>-<tag>.lock; entry <STEM>_<BMxBN>_<CMxCN>
     SOURCE: ClassVar[Path]
     SALT: ClassVar[bytes]  # of the key: a library's format version
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def tag(self) -> str: ...
-
-    def defines(self) -> list[str]: ...
-
-
-@dataclass(frozen=True, order=True)
-class KernelConfig:
-    """A CTA tile block_m x block_n and a cluster cluster_m x cluster_n (tile_gemm::KernelConfig)."""
-
-    LABEL: ClassVar[str] = "fused GEMM"
-    STEM: ClassVar[str] = "cuco_tile_gemm"
-    SOURCE: ClassVar[Path] = SOURCE
-    SALT: ClassVar[bytes] = b"cuco-tile-gemm-lib-v1\0"
+    MACRO: ClassVar[str]  # the library source's -D prefix (CUCO_TG: -DCUCO_TG_BLOCK_M=...)
+    WRITTEN: ClassVar[str]  # how a candidate names the type (tg::KernelConfig)
 
     block_m: int
     block_n: int
@@ -87,13 +71,45 @@ class KernelConfig:
 
     @property
     def entry(self) -> str:
-        """The library's one exported function, as cuco_tile_gemm_lib.h declares it."""
-        return f"cuco_tile_gemm_{self.block_m}x{self.block_n}_{self.cluster_m}x{self.cluster_n}"
+        """The library's one exported function, as its header declares it."""
+        return f"{self.STEM}_{self.block_m}x{self.block_n}_{self.cluster_m}x{self.cluster_n}"
 
     def defines(self) -> list[str]:
-        return [f"-DCUCO_TG_BLOCK_M={self.block_m}", f"-DCUCO_TG_BLOCK_N={self.block_n}",
-                f"-DCUCO_TG_CLUSTER_M={self.cluster_m}", f"-DCUCO_TG_CLUSTER_N={self.cluster_n}",
-                f"-DCUCO_TG_ENTRY={self.entry}"]
+        m = self.MACRO
+        return [f"-D{m}_BLOCK_M={self.block_m}", f"-D{m}_BLOCK_N={self.block_n}",
+                f"-D{m}_CLUSTER_M={self.cluster_m}", f"-D{m}_CLUSTER_N={self.cluster_n}", f"-D{m}_ENTRY={self.entry}"]
+
+
+def named_configs(source: str, kind: type[TiledConfig], known: tuple[TiledConfig, ...]
+                  ) -> tuple[tuple[TiledConfig, ...], list[str]]:
+    """(the configurations of `kind` to link, the ones written that have no library, as written). Those
+    written as `<Type>{BM, BN, CM, CN}` (or with parentheses) with literal numbers, outside comments;
+    every known configuration when the source writes none so (it computes one: any may be asked for
+    at run time)."""
+    word = kind.WRITTEN.split("::")[-1]
+    pattern = re.compile(rf"\b{word}\b[^;{{}}()]*?[{{(]\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*[}})]")
+    named, unknown = [], []
+    for m in pattern.finditer(SourceText(source).code):
+        config = kind(*(int(g) for g in m.groups()))
+        if config in known:
+            named.append(config)
+        else:
+            unknown.append(f"{kind.WRITTEN}{{{', '.join(m.groups())}}}")
+    if not named and not unknown:
+        return known, []
+    return tuple(sorted(set(named))), list(dict.fromkeys(unknown))
+
+
+@dataclass(frozen=True, order=True)
+class KernelConfig(TiledConfig):
+    """The fused GEMM's (tile_gemm::KernelConfig)."""
+
+    LABEL: ClassVar[str] = "fused GEMM"
+    STEM: ClassVar[str] = "cuco_tile_gemm"
+    SOURCE: ClassVar[Path] = SOURCE
+    SALT: ClassVar[bytes] = b"cuco-tile-gemm-lib-v1\0"
+    MACRO: ClassVar[str] = "CUCO_TG"
+    WRITTEN: ClassVar[str] = "tg::KernelConfig"
 
 
 # The configurations a library exists for (cuco_tile_gemm_lib.h declares their entry points).
@@ -106,27 +122,15 @@ def uses_library(source: str) -> bool:
 
 
 def configs_named(source: str) -> tuple[tuple[KernelConfig, ...], list[str]]:
-    """(the configurations to link, the ones written that have no library, as written). Those written
-    as `KernelConfig{BM, BN, CM, CN}` with literal numbers, outside comments; every configuration
-    when the source writes none so (it computes one: any may be asked for at run time)."""
-    code = SourceText(source).code
-    named, unknown = [], []
-    for m in _CONFIG.finditer(code):
-        config = KernelConfig(*(int(g) for g in m.groups()))
-        if config in CONFIGS:
-            named.append(config)
-        else:
-            unknown.append(f"tg::KernelConfig{{{', '.join(m.groups())}}}")
-    if not named and not unknown:
-        return CONFIGS, []
-    return tuple(sorted(set(named))), list(dict.fromkeys(unknown))
+    """named_configs of the fused GEMM (`tg::KernelConfig{BM, BN, CM, CN}`)."""
+    return named_configs(source, KernelConfig, CONFIGS)
 
 
 @dataclass(frozen=True)
 class GemmLibrary:
     """The built library of one configuration, or why there is none (one line)."""
 
-    config: LibraryConfig
+    config: TiledConfig
     path: Path | None
     problem: str = ""
     log: str = ""  # nvcc's output of a failed build (its tail)
@@ -139,7 +143,7 @@ class GemmLibrary:
         return self.path is not None
 
 
-def build_flags(config: LibraryConfig, base: list[str]) -> list[str]:
+def build_flags(config: TiledConfig, base: list[str]) -> list[str]:
     """The library's nvcc flags, its soname aside: a CUTLASS candidate's (`base`: architecture,
     includes, the shared CUDA runtime) with every symbol hidden but the entry point (none of the
     runtime's inline functions clashes with a candidate's own copies) and the configuration's
@@ -147,7 +151,7 @@ def build_flags(config: LibraryConfig, base: list[str]) -> list[str]:
     return [*base, "-Xcompiler", "-fvisibility=hidden,-fvisibility-inlines-hidden", *config.defines()]
 
 
-def library_path(config: LibraryConfig, toolchain: Toolchain, cache: BuildCache, base: list[str]) -> Path:
+def library_path(config: TiledConfig, toolchain: Toolchain, cache: BuildCache, base: list[str]) -> Path:
     """Where the library of `config` built by this toolchain lives in `cache` (built or not)."""
     h = hashlib.sha256(config.SALT)
     for path in [config.SOURCE, *toolchain.runtime_headers()]:
@@ -163,7 +167,7 @@ def _first_error(log: str) -> str:
     return line if len(line) <= 400 else line[:397] + "..."
 
 
-def ensure_library(config: LibraryConfig, toolchain: Toolchain, cache: BuildCache, base: list[str],
+def ensure_library(config: TiledConfig, toolchain: Toolchain, cache: BuildCache, base: list[str],
                    timeout: float) -> GemmLibrary:
     """The library of `config`, built now if the cache lacks it. Never raises: a failed build comes
     back in `problem`. Concurrent callers of one configuration (evaluations, a build pool, other
@@ -189,7 +193,7 @@ def ensure_library(config: LibraryConfig, toolchain: Toolchain, cache: BuildCach
                                          f"{exc.strerror or exc}")
 
 
-def _build(config: LibraryConfig, toolchain: Toolchain, cache: BuildCache, base: list[str], timeout: float,
+def _build(config: TiledConfig, toolchain: Toolchain, cache: BuildCache, base: list[str], timeout: float,
            path: Path, record: Path) -> GemmLibrary:
     tmp = cache.temp_library(f"{config.STEM}-{config.tag}")
     flags = build_flags(config, base) + ["-Xlinker", f"-soname={path.name}"]  # what a candidate records as needed
@@ -220,7 +224,7 @@ def _build(config: LibraryConfig, toolchain: Toolchain, cache: BuildCache, base:
     return GemmLibrary(config, None, problem, tail, seconds)
 
 
-def ensure_libraries(configs: tuple[LibraryConfig, ...], toolchain: Toolchain, cache: BuildCache, base: list[str],
+def ensure_libraries(configs: tuple[TiledConfig, ...], toolchain: Toolchain, cache: BuildCache, base: list[str],
                      timeout: float) -> list[GemmLibrary]:
     """ensure_library for each configuration, side by side (each is one long nvcc, mostly on one core)."""
     if len(configs) <= 1:
