@@ -264,13 +264,12 @@ class OfflineAgent:
         means = [o.mean for v in s.knobs[knob] if (o := self.by_knob.get((s.name, knob, repr(v)))) and o.mean is not None]
         return (max(means) - min(means)) if len(means) > 1 else 0.0
 
-    def _untried(self, s: Strategy, knob: str) -> bool:
-        return any(not (o := self.by_knob.get((s.name, knob, repr(v)))) or not (o.tries or o.unmeasured)
-                   for v in s.knobs[knob])
-
     def _tried(self, s: Strategy, knob: str, value: Any) -> bool:
         o = self.by_knob.get((s.name, knob, repr(value)))
         return bool(o and (o.tries or o.unmeasured))
+
+    def _untried(self, s: Strategy, knob: str) -> bool:
+        return not all(self._tried(s, knob, v) for v in s.knobs[knob])
 
     def _value_score(self, s: Strategy, knob: str, value: Any) -> float:
         o = self.by_knob.get((s.name, knob, repr(value)))
