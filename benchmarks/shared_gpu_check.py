@@ -80,7 +80,7 @@ def summary(r: CascadeResult, seconds: float, alone: bool, events: list[RankEven
     labels = [v.shape for v in r.verifications]
     rounds = rounds_of_events(events or [])
     return {
-        "status": r.status.value, "level": int(r.level), "ok": r.status == Status.MEASURED, "reason": r.reason,
+        "status": r.status.value, "level": int(r.level), "ok": r.status in (Status.MEASURED, Status.VERIFIED), "reason": r.reason,
         "checks": len(labels), "back_to_back_checks": sum("back to back" in s for s in labels),
         "worst_rel_error": max((v.max_rel_error for v in r.verifications), default=None),
         "errors": [d.render() for d in r.diagnostics if d.severity == "error"][:5],

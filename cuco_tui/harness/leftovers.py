@@ -27,6 +27,11 @@ FAILED_A_CHECK = "the candidate failed a check"
 # cudaLimit values a candidate may set and that outlive it: stack size, printf FIFO, malloc heap,
 # L2 fetch granularity, persisting-L2 size (cuda_runtime_api.h's cudaLimit).
 LIMITS = (0, 1, 2, 5, 6)
+LIMIT_NAMES = ("stack size", "printf FIFO", "malloc heap", "L2 fetch granularity", "persisting-L2 size")
+# The runtime itself raises the per-thread stack when it loads a kernel that needs more (cuBLAS's,
+# NCCL's: seen on every H200 evaluation of the seed) and never lowers it; a larger stack changes no
+# later result, and the memory it takes counts in the free-memory check. Only a smaller one is named.
+GROWS_BY_ITSELF = frozenset({0})
 
 
 # Threads a candidate's libraries start and leave idle (the driver's, NCCL's) cost nothing to the
@@ -131,7 +136,9 @@ def left_behind(before: ProcessState, after: ProcessState, slack_bytes: int = ME
     lost = before.free_bytes - after.free_bytes
     if lost > slack_bytes:
         found.append(f"{lost / (1 << 20):.0f} MiB of GPU memory less free than before the group's first candidate")
-    if after.limits != before.limits:
-        found.append("a device limit changed (stack, printf FIFO, malloc heap, L2 fetch granularity or "
-                     "persisting-L2 size)")
+    pairs = enumerate(zip(LIMIT_NAMES, before.limits, after.limits))
+    changed = [f"{name} {was} -> {now}" for i, (name, was, now) in pairs
+               if was != now and not (i in GROWS_BY_ITSELF and was is not None and now is not None and now > was)]
+    if changed:
+        found.append(f"a device limit changed ({', '.join(changed)})")
     return "; ".join(found)

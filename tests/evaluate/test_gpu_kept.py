@@ -45,6 +45,11 @@ def plans_before(events) -> set[int]:
     return {e.plans for e in events if isinstance(e, Joined)}
 
 
+def why_left(events) -> list[str]:
+    """The workers' own reasons for leaving, for a failure's message."""
+    return [e.reason for e in events if isinstance(e, Leaving)]
+
+
 def test_the_seed_three_times_in_the_same_workers_measures_the_same(kept):
     runs = [evaluated(W.seed, kept) for _ in range(3)]
     for r, _ in runs:
@@ -53,7 +58,7 @@ def test_the_seed_three_times_in_the_same_workers_measures_the_same(kept):
     # The reference timed in a process that ran two candidates before is the reference timed fresh.
     first, last = runs[0][0].timings[0].reference, runs[2][0].timings[0].reference
     assert abs(last.median / first.median - 1) < 0.10, (first, last)  # two medians of 30 differ ~2.5 %
-    assert [plans_before(events) for _, events in runs] == [{0}, {1}, {2}]
+    assert [plans_before(events) for _, events in runs] == [{0}, {1}, {2}], [why_left(e) for _, e in runs]
     assert len({e.pid for _, events in runs for e in events if isinstance(e, Joined)}) == 2
     assert all(sum(isinstance(e, Idle) for e in events) == 2 for _, events in runs)
 
@@ -74,9 +79,10 @@ def test_a_candidate_that_leaks_gpu_memory_ends_the_workers_after_its_results(ke
 
 def test_a_wrong_answer_or_a_fault_ends_the_workers(kept):
     verify_only = EvalOptions(gpus=[0, 1], world=2, bench=False)
-    evaluated(W.seed, kept)
+    first, events = evaluated(W.seed, kept)
+    assert not why_left(events), why_left(events)
     for fault, status in (("wrong_values", Status.INCORRECT), ("illegal_address", Status.RUNTIME_ERROR)):
         failed, events = evaluated(W.root / "faults" / f"{fault}.cu", kept, verify_only)
-        assert failed.status == status and plans_before(events) == {1}, failed.reason
+        assert failed.status == status and plans_before(events) == {1}, (failed.reason, why_left(events))
         after, events = evaluated(W.seed, kept)
         assert after.status == Status.MEASURED and plans_before(events) == {0}, after.reason

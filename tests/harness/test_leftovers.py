@@ -21,7 +21,15 @@ def test_a_leaked_buffer_a_running_thread_and_a_changed_limit_are_named():
                          limits=(1024, 1 << 20, 8 << 20, 64, 30 << 20))
     found = left_behind(BEFORE, after)
     assert "1 thread(s) started since the group's first candidate still running (spinner)" in found
-    assert "1000 MiB of GPU memory" in found and "device limit changed" in found
+    assert "1000 MiB of GPU memory" in found
+    assert "a device limit changed (persisting-L2 size 0 -> 31457280)" in found
+
+
+def test_a_stack_the_runtime_grew_for_a_kernel_is_no_leftover_and_a_smaller_one_is():
+    grown = ProcessState(free_bytes=BEFORE.free_bytes, threads=BEFORE.threads, limits=(4096,) + BEFORE.limits[1:])
+    assert left_behind(BEFORE, grown) == ""
+    shrunk = ProcessState(free_bytes=BEFORE.free_bytes, threads=BEFORE.threads, limits=(512,) + BEFORE.limits[1:])
+    assert left_behind(BEFORE, shrunk) == "a device limit changed (stack size 1024 -> 512)"
 
 
 def test_too_many_idle_threads_are_named():
