@@ -21,6 +21,7 @@ from cuco_tui.core.errors import UsageError
 from cuco_tui.core.result import CascadeResult, Level, Status
 from cuco_tui.core.workload import DEFAULT_WORKLOAD, Workload
 from cuco_tui.evaluate.sanitizer import TOOLS
+from cuco_tui.harness.plan import ALIGNS
 from cuco_tui.evaluate.static_checks import source_too_large
 from cuco_tui.workload.manifest import list_workloads, load_workload
 
@@ -57,7 +58,8 @@ def evaluate_file(args: argparse.Namespace, from_session: SessionCandidate | Non
     profile = profile_shape(workload, args, shapes)
     options = EvalOptions(
         gpus=gpu_list(args.gpus), world=args.world, bench=not args.no_bench, shapes=shapes,
-        share_gpu=share_gpu_asked(args), sanitize=args.sanitize, profile=profile, **perturb_options(args),
+        share_gpu=share_gpu_asked(args), sanitize=args.sanitize, profile=profile, align=args.align,
+        **perturb_options(args),
     )
     err = stderr_console()
     if inside is not None and not args.json:  # said once nothing refuses: a refusal stays one line
@@ -118,7 +120,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
     workload = workload_named(args.workload)
     check_group(workload, args)
-    options = EvalOptions(gpus=gpu_list(args.gpus), world=args.world)
+    options = EvalOptions(gpus=gpu_list(args.gpus), world=args.world, align=args.align)
     try:
         base = measure_baseline(workload, options)
     except BaselineError as exc:
@@ -225,6 +227,7 @@ def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
                         "source line, thread and block; launches run 10-100x slower, nothing is timed")
     add_perturb_arguments(e)
     add_profile_arguments(e)
+    add_align_argument(e)
     e.set_defaults(fn=cmd_eval)
 
     b = sub.add_parser("baseline", help="measure the workload's reference and its ceilings")
@@ -233,7 +236,15 @@ def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--world", type=int, help="number of ranks when --gpus is not given (one of the workload's "
                                              "world sizes; default: the largest this machine's GPUs hold)")
     b.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    add_align_argument(b)
     b.set_defaults(fn=cmd_baseline)
+
+
+def add_align_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--align", choices=ALIGNS, default="device",
+                   help="how the ranks start each timed repetition together: device (default: an all-reduce and a "
+                        "fixed pause on the GPUs, so no rank's time holds another's host launch latency) or host "
+                        "(a host barrier alone, as figures before 2026-11-27 were timed)")
 
 
 def add_selftest_parsers(sub: argparse._SubParsersAction) -> None:

@@ -80,6 +80,7 @@ class EvalOptions:
     # back to back with CUPTI recording; the result's `profile` holds the summary and the trace's path.
     profile: str | None = None
     profile_launches: int = profiling.DEFAULT_LAUNCHES
+    align: str = "device"  # how ranks start a timed repetition together (harness/plan.py ALIGNS)
 
 
 ProgressFn = Callable[[Progress], None]
@@ -152,7 +153,7 @@ def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mo
         library=str(library) if library else None, shapes=tuple(shapes), rtol=workload.rtol, floor=workload.floor,
         warmup=workload.warmup, repetitions=workload.repetitions, nonce=secrets.randbelow(1 << 30), limits=limits,
         trace_slots=TRACE_SLOTS if options.trace else 0, trace_ab=bool(options.trace_ab and options.trace),
-        shared_gpu=options.share_gpu,
+        shared_gpu=options.share_gpu, align=options.align,
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-PLAN_VERSION = 2  # 2: `profile`
+PLAN_VERSION = 3  # 2: `profile`; 3: `align`
 
 # The seeds of the fresh inputs (RunPlan.seed): the checks of a shape are 0, 1, ...; the back-to-back
 # launches and the perturbed rounds draw theirs from their own ranges, unlike any check's.
@@ -25,6 +25,12 @@ BACK_TO_BACK_CHECK = 8
 PERTURBED_CHECK = 500
 
 TRACE_SLOTS = 4096  # wait-trace slots per rank (0: tracing off, to measure what it costs)
+
+# How the ranks start each timed repetition together (harness/timing.py). "device": after the host
+# barrier, an all-reduce and a fixed pause on each rank's stream, so every rank's start event fires
+# within the all-reduce's own skew and no rank's time holds another's host launch latency. "host":
+# the host barrier alone, as every figure before 2026-11-27 was timed (to compare with them).
+ALIGNS = ("device", "host")
 
 
 class PlanError(ValueError):
@@ -100,6 +106,7 @@ class RunPlan:
     perturb: PerturbPlan | None = None
     sanitize: str | None = None  # the compute-sanitizer tool the ranks run under (CuPy's pool off)
     profile: ProfilePlan | None = None
+    align: str = "device"  # one of ALIGNS
     gpus: tuple[int, ...] = ()  # one per rank; set by the launcher
     rundir: str = ""  # the run folder; set by the launcher
 

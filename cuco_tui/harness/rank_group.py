@@ -20,6 +20,20 @@ from cuco_tui.harness.watchdog import TraceMemory, Watchdog
 
 CLOSE_LIMIT_S = 30.0  # closing the harness's NCCL group after the results (normally well under 1 s)
 
+# The pause after the aligning all-reduce: longer than a host takes to enqueue a candidate's launch
+# (tens of µs), so that the launch is queued when the pause ends; it is outside the timed events.
+SETTLE_US = 300
+# One thread reading the global nanosecond timer: the same pause on every rank, whatever its clocks.
+SETTLE_KERNEL = r"""
+extern "C" __global__ void cuco_settle(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+"""
+
 
 class RankGroup:
     """One rank's device, communicator and stream, with the memory every step uses: the wait
@@ -36,6 +50,7 @@ class RankGroup:
         self.log = log
         self.watchdog = watchdog
         self.device = plan.gpus[rank]
+        self._settle: Any = None  # the pause kernel of align_on_device, compiled at its first use
 
     def join(self) -> None:
         self.watchdog.phase = "setup"
@@ -90,6 +105,17 @@ class RankGroup:
         while not event.done:
             time.sleep(0.0001)
         self.watchdog.disarm()
+
+    def align_on_device(self, settle_us: int = SETTLE_US) -> None:
+        """Line the ranks' streams up without the host: an all-reduce (it ends within a few µs on
+        every rank), then a pause of `settle_us` on the GPU, during which this rank's host enqueues
+        what is timed next. A host barrier alone releases the ranks' hosts up to a poll interval
+        and a launch latency apart, and a candidate that waits for a peer's data counts the gap."""
+        self.comm.allReduce(self.flag.data.ptr, self.flag.data.ptr, 1, self.nccl.NCCL_FLOAT32, self.nccl.NCCL_SUM,
+                            self.stream.ptr)
+        if self._settle is None:
+            self._settle = self.cupy.RawKernel(SETTLE_KERNEL, "cuco_settle")
+        self._settle((1,), (1,), (self.cupy.uint64(settle_us * 1000),), stream=self.stream)
 
     def barrier(self, limit: float = 30.0) -> None:
         self.comm.allReduce(self.flag.data.ptr, self.flag.data.ptr, 1, self.nccl.NCCL_FLOAT32, self.nccl.NCCL_SUM,

@@ -1,5 +1,6 @@
 """Timing in a rank: before each repetition the L2 is flushed and the ranks are aligned (an
-all-reduce and a host wait); CUDA events bracket only the timed call. Also the step limits that
+all-reduce and a host wait, then, unless the plan says "host", an all-reduce and a fixed pause on
+the GPU: RankGroup.align_on_device); CUDA events bracket only the timed call. Also the step limits that
 follow from the reference's time, the trace on/off comparison and the copy-engine ceiling."""
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ class Timing:
         cp = g.cupy
         with g.stream:
             g.scratch.fill(0)  # evict the inputs from L2: each repetition reads from HBM
-        g.barrier()
+        g.barrier()  # no rank's host runs ahead into the next repetition
+        if self.plan.align != "host":
+            g.align_on_device()
         start, end = cp.cuda.Event(), cp.cuda.Event()
         start.record(g.stream)
         fn()

@@ -21,7 +21,8 @@ W = load_workload("gemm_allgather")
 
 
 def _full_plan() -> RunPlan:
-    plan = make_plan(W, W.root / "c.so", EvalOptions(trace_ab=True, first_launch_timeout_s=12.5), "evaluate")
+    plan = make_plan(W, W.root / "c.so", EvalOptions(trace_ab=True, first_launch_timeout_s=12.5, align="host"),
+                     "evaluate")
     plan = replace(plan, preload=("/lib/libcuco_attn.so",), notes=("no cuDNN",),
                    perturb=PerturbPlan("/lib/libcuco_perturb.so", seed=41, rounds=4, unit_us=2000),
                    profile=ProfilePlan("long-seq", launches=3))
@@ -38,6 +39,7 @@ def test_a_plan_reads_back_exactly_from_its_file():
     baseline = make_plan(W, None, EvalOptions(), "baseline").placed([3], "/runs/y")
     assert RunPlan.from_json(json.loads(json.dumps(baseline.to_json()))) == baseline
     assert json.loads(text)["version"] == PLAN_VERSION
+    assert back.align == "host" and baseline.align == "device"  # the ranks line up on the GPUs unless asked
 
 
 def test_a_plan_of_another_version_is_refused_in_one_sentence(tmp_path):
@@ -69,3 +71,10 @@ def test_every_check_of_a_run_gets_inputs_of_its_own():
     assert len(seeds) == len(set(seeds))
     first = plan.shapes[0]
     assert plan.seed(first, 1) == plan.nonce * 1000 + first.index * 10 + 1  # the formula recorded runs used
+
+
+def test_an_alignment_the_harness_does_not_know_is_refused_on_the_command_line():
+    r = subprocess.run([sys.executable, "-m", "cuco_tui.cli", "baseline", "--align", "sideways"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert "argument --align: invalid choice: 'sideways' (choose from 'device', 'host')" in r.stderr.splitlines()[-1]
