@@ -180,7 +180,8 @@ def add_pacing_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-workers", dest="keep_workers", action=argparse.BooleanOptionalAction, default=None,
                         help="keep each GPU group's rank workers (CUDA context, NCCL group) from one evaluation to "
                              "the next instead of starting them for each; a failed run or a candidate that leaves "
-                             "memory, threads or device limits behind ends them (default: off)")
+                             "memory, threads or device limits behind ends them (default: on; --no-keep-workers "
+                             "starts them for each evaluation)")
 
 
 def check_pacing_options(args: argparse.Namespace) -> None:

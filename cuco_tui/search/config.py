@@ -52,9 +52,10 @@ class SearchConfig:
     lookahead: bool = True
     # Kept rank workers (harness/kept.py): each GPU group's workers, their CUDA context and NCCL
     # group stay up from one evaluation to the next (2.5 s of an 8.5 s evaluation on 2 x H100
-    # went to starting them), unless a run fails or a candidate leaves something behind. Off until
-    # measured on GPUs: each evaluation then starts its workers afresh.
-    keep_workers: bool = False
+    # went to starting them), unless a run fails or a candidate leaves something behind. On since
+    # measured on 2 x H200 (2026-11-27: 1.60 s an evaluation of the seed kept, 4.69 s fresh); off,
+    # each evaluation starts its workers afresh.
+    keep_workers: bool = True
     # A plateau (search/plateau.py): after this many generations in which the best measured speedup
     # did not rise beyond noise (core/noise.py) and by more than `plateau_margin` (a fraction), the
     # search warns, then diversifies (every island explores again and the islands exchange their

@@ -24,7 +24,7 @@ from cuco_tui.search.config import SearchConfig
 from pilot_helpers import wait_until
 
 
-def fake_evaluate(path, workload, options, progress=None):
+def fake_evaluate(path, workload, options, progress=None, kept=None):
     """Measured at once; the speedup is a fixed function of the source."""
     source = Path(path).read_text()
     speedup = 0.8 + (zlib.crc32(source.encode()) % 100) / 100

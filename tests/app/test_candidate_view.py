@@ -89,7 +89,7 @@ class ById:
         self.fail = set(fail)
         self.calls: list[str] = []
 
-    def __call__(self, path, workload, options, progress=None):
+    def __call__(self, path, workload, options, progress=None, kept=None):
         cid = Path(path).stem
         self.calls.append(cid)
         base = dict(candidate=str(path), workload=workload.name, world=2, gpus=list(options.gpus or ()))

@@ -187,7 +187,7 @@ async def test_s_opens_the_dashboard_from_the_evaluate_screen(tmp_path):
 async def test_evaluations_in_flight_show_stage_and_gpu_group(tmp_path):
     gate = threading.Event()
 
-    def slow(path, workload, options, progress=None):
+    def slow(path, workload, options, progress=None, kept=None):
         if Path(path).stem != "c0000":  # the seed goes through at once
             progress(Progress(Level.BENCHMARK, "bench square-8k"))
             assert gate.wait(BACKSTOP_S)

@@ -263,7 +263,7 @@ async def test_the_palette_goes_to_a_candidate_and_browses(tmp_path):
 
 
 class Flat:
-    def __call__(self, path, workload, options, progress=None):
+    def __call__(self, path, workload, options, progress=None, kept=None):
         return CascadeResult(candidate=str(path), workload=workload.name, status=Status.MEASURED,
                              level=Level.BENCHMARK, timings=[timing(1.2)], world=2, reason="measured")
 

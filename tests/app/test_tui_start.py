@@ -204,7 +204,7 @@ async def test_q_while_evaluating_stops_commits_what_runs_then_quits(tmp_path):
 
     release = threading.Event()
 
-    def slow_evaluate(path, workload, options, progress=None):
+    def slow_evaluate(path, workload, options, progress=None, kept=None):
         from cuco_tui.evaluate.cascade import Progress
         from cuco_tui.core.result import Level
 

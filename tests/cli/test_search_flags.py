@@ -23,11 +23,11 @@ def test_the_lookahead_is_on_unless_turned_off():
     assert SearchConfig(workload="gemm_allgather", **overrides_of()).lookahead is True
 
 
-def test_keep_workers_is_off_unless_asked_and_can_be_turned_off_on_resume():
+def test_keep_workers_is_on_unless_turned_off_also_on_resume():
     assert "keep_workers" not in overrides_of()
     assert overrides_of("--keep-workers")["keep_workers"] is True
     assert overrides_of("--no-keep-workers")["keep_workers"] is False
-    assert SearchConfig(workload="gemm_allgather").keep_workers is False
+    assert SearchConfig(workload="gemm_allgather").keep_workers is True
 
 
 def test_keep_workers_with_slurm_is_refused_before_anything_starts(tmp_path):

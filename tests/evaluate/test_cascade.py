@@ -261,7 +261,7 @@ def test_the_cli_hints_at_share_gpu_where_gpus_are_too_few(monkeypatch, tmp_path
     monkeypatch.setattr(cascade, "inventory", lambda: one)
     seen = []
 
-    def evaluate(path, workload, options, progress=None):  # the cascade's answer on this machine
+    def evaluate(path, workload, options, progress=None, kept=None):  # the cascade's answer on this machine
         seen.append(options)
         gpus, why = cascade.choose_gpus(workload, options)
         return CascadeResult(candidate=str(path), workload=workload.name, status=Status.RUNTIME_ERROR,
@@ -484,7 +484,7 @@ def test_perturbation_options_reach_the_evaluation(monkeypatch, capsys):
 
     seen = []
 
-    def fake_evaluate(path, workload, options, progress=None):
+    def fake_evaluate(path, workload, options, progress=None, kept=None):
         seen.append(options)
         return CascadeResult(str(path), workload.name, Status.NO_GPU, Level.COMPILE, "no_gpu: none; compiled only")
 

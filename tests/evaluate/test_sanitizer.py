@@ -250,7 +250,7 @@ def test_a_candidate_that_failed_on_the_gpu_is_pointed_at_the_tool(monkeypatch, 
     answers = iter([(Status.INCORRECT, Level.VERIFY), (Status.RUNTIME_ERROR, Level.VERIFY),
                     (Status.COMPILE_ERROR, Level.COMPILE), (Status.INCORRECT, Level.VERIFY)])
 
-    def evaluate(path, workload, options, progress=None):
+    def evaluate(path, workload, options, progress=None, kept=None):
         status, level = next(answers)
         return CascadeResult(str(path), workload.name, status, level, "wrong output at verify #1")
 

@@ -119,7 +119,7 @@ class L0ThenModel:
         self.case, self.agent, self.measured = case, agent, measured
         self.calls = 0
 
-    def __call__(self, path, workload, options, progress=None) -> CascadeResult:
+    def __call__(self, path, workload, options, progress=None, kept=None) -> CascadeResult:
         self.calls += 1
         say = progress or (lambda p: None)
         path = Path(path)

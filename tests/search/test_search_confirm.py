@@ -29,7 +29,7 @@ class InterferenceEvaluator:
         self.active: dict[int, dict] = {}
         self.runs: list[dict] = []  # {"cid", "n", "gpus", "start", "end", "beside"}
 
-    def __call__(self, path, workload, options, progress=None):
+    def __call__(self, path, workload, options, progress=None, kept=None):
         source = Path(path).read_text()
         m = re.search(r"cuco_variant = (\d+)", source)
         n = int(m.group(1)) if m else 0

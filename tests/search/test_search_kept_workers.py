@@ -47,8 +47,8 @@ def test_each_gpu_group_keeps_one_set_of_workers_and_the_search_ends_them(tmp_pa
     assert evaluator.procs and all(p.poll() is not None for p in evaluator.procs)  # ended with the search
 
 
-def test_without_the_flag_every_evaluation_starts_its_own_workers(tmp_path):
+def test_turned_off_every_evaluation_starts_its_own_workers(tmp_path):
     evaluator = KeptRecorder(tmp_path)
-    engine, _, _ = make(tmp_path, evaluator=evaluator, groups=2, generations=1)
+    engine, _, _ = make(tmp_path, evaluator=evaluator, groups=2, generations=1, keep_workers=False)
     engine.run()
     assert evaluator.given and all(kept is None for _, kept in evaluator.given) and not evaluator.procs

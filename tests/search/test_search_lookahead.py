@@ -38,7 +38,7 @@ class WaitingEvaluator(FakeEvaluator):
         self.overlapped: bool | None = None
         self.speedups = speedups or {}
 
-    def __call__(self, path, workload, options, progress=None):
+    def __call__(self, path, workload, options, progress=None, kept=None):
         n = int(m.group(1)) if (m := re.search(r"cuco_variant = (\d+)", Path(path).read_text())) else 0
         if n == self.hold:
             self.overlapped = self.gate.wait(60) if self.wait else self.gate.is_set()

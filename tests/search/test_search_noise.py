@@ -54,7 +54,7 @@ class Recorded:
     def __init__(self, results: list[dict]) -> None:
         self.results = results
 
-    def __call__(self, path, workload, options, progress=None):
+    def __call__(self, path, workload, options, progress=None, kept=None):
         m = re.search(r"cuco_variant = (\d+)", Path(path).read_text())
         n = int(m.group(1)) if m else 0
         result = CascadeResult.from_dict(self.results[n % len(self.results)])

@@ -125,7 +125,7 @@ class Flat:
     def __init__(self, speedup: float = 1.2) -> None:
         self.speedup = speedup
 
-    def __call__(self, path, workload, options, progress=None):
+    def __call__(self, path, workload, options, progress=None, kept=None):
         return CascadeResult(candidate=str(path), workload=workload.name, status=Status.MEASURED,
                              level=Level.BENCHMARK, timings=[timing(self.speedup)], world=2, reason="measured")
 
