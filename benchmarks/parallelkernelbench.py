@@ -1,6 +1,7 @@
 """ParallelKernelBench's reference problems imported as PyTorch programs (issue 33, item 6).
 
     python3 benchmarks/parallelkernelbench.py /tmp/pkb [--problems 1-20,33] [--worlds 2,4]
+    python3 benchmarks/parallelkernelbench.py /tmp/pkb --table-only --gpu-results OUT [--world 2] [--device TEXT]
 
 ParallelKernelBench (github.com/togethercomputer/ParallelKernelBench, "PKB") holds each problem as
 reference/<id>_<name>.py with a `solution(*inputs)` run on every rank under torch.distributed; its
@@ -23,8 +24,10 @@ Given a local clone (kept outside this repository: nothing of it is copied here)
    world size (a process group each, killed whole at the timeout), and records per problem: imported
    or the one-line refusal, the CPU check (float64 under gloo), the pattern the importer names;
 4. keeps every result in SCRATCH/results.json (runs of subsets add to it) and writes the table of
-   every problem of the clone to docs/parallelkernelbench.md (pkb_table.py; the GPU columns: not run
-   here).
+   every problem of the clone to docs/parallelkernelbench.md (pkb_table.py). Its GPU columns come
+   from the folder of a device call of benchmarks/runs/pkb_gemm.sh, read with `--gpu-results DIR`
+   (pkb_gpu.py) and kept in results.json too; `--table-only` writes the table from what is kept, and
+   refuses to overwrite a table that shows results the kept ones lack.
 
 An import or check that ends in a Python traceback is a bug of cuco-tui: the table says "crash" and
 the script exits 1."""
@@ -45,8 +48,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-from pkb_table import render_table  # noqa: E402  (the table's words)
+sys.path[:0] = [str(REPO / "benchmarks"), str(REPO)]  # this checkout's cuco_tui, whatever is installed
+from pkb_gpu import read_run, store_gpu  # noqa: E402  (the GPU columns, from a device call's folder)
+from pkb_table import lost_from, render_table  # noqa: E402  (the table's words)
 
 SCRATCH = Path("/tmp/cuco-pkb")
 TABLE = REPO / "docs" / "parallelkernelbench.md"
@@ -358,9 +362,28 @@ def load_results(path: Path) -> dict[str, Any]:
 
 def save_result(path: Path, results: dict[str, Any], result: Result) -> None:
     results["problems"][str(result.id)] = asdict(result)
+    save_results(path, results)
+
+
+def save_results(path: Path, results: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(results, indent=1, ensure_ascii=False))
     os.replace(tmp, path)
+
+
+def pkb_commit(pkb: Path) -> str:
+    """The clone's commit: its own git's HEAD, else the COMMIT file that a copy without .git
+    carries (benchmarks/runs/pkb_gemm.sh), else "". A copy without .git inside another repository
+    (.whl/pkb in a checkout) must not give that repository's commit."""
+    def git(*cmd: str) -> str:
+        done = subprocess.run(["git", "-C", str(pkb), *cmd], capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    top = git("rev-parse", "--show-toplevel")
+    if top and Path(top).resolve() == Path(pkb).resolve():
+        return git("rev-parse", "HEAD")
+    stamp = Path(pkb) / "COMMIT"
+    return stamp.read_text().strip() if stamp.is_file() else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,6 +397,12 @@ def main(argv: list[str] | None = None) -> int:
                                                                     f"{TIMEOUT:g})")
     p.add_argument("--table", type=Path, default=TABLE, help="the Markdown table to write (default docs/...)")
     p.add_argument("--table-only", action="store_true", help="write the table from the results kept, run nothing")
+    p.add_argument("--gpu-results", type=Path, metavar="DIR",
+                   help="the GPU columns: the $OUT folder of a device call of benchmarks/runs/pkb_gemm.sh\n"
+                        "(seed_ID.txt, show_ID.txt, ...), kept with the results (calls add up)")
+    p.add_argument("--world", type=int, help="that call's world size (default: what its folder says)")
+    p.add_argument("--device", default="", help="that call's machine and date, as the table names it (default: what\n"
+                                                "its run.txt or its cuco show says)")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill takes the imports' processes with it
     problems = discover(args.pkb)
@@ -383,12 +412,32 @@ def main(argv: list[str] | None = None) -> int:
     scratch = args.scratch.resolve()
     if scratch == REPO or REPO in scratch.parents:
         raise SystemExit(f"--scratch {scratch}: keep it outside the repository (it imports PKB's code)")
-    (scratch / "adapters").mkdir(parents=True, exist_ok=True)
     store = scratch / "results.json"
     results = load_results(store)
-    commit = subprocess.run(["git", "-C", str(args.pkb), "rev-parse", "HEAD"], capture_output=True, text=True,
-                            check=False)
-    results["pkb_commit"] = commit.stdout.strip() or "unknown"
+    # Nothing is written until the flags, the GPU folder and the table's results are found good.
+    if (args.world is not None or args.device) and args.gpu_results is None:
+        raise SystemExit("--world and --device go with --gpu-results (the folder of a device call of "
+                         "benchmarks/runs/pkb_gemm.sh)")
+    on_gpu = []
+    if args.gpu_results is not None:
+        if args.world is not None and args.world not in worlds:
+            raise SystemExit(f"--world {args.world} is not among --worlds {args.worlds}: the table has no column "
+                             f"for it")
+        try:
+            on_gpu = read_run(args.gpu_results, args.world, args.device)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
+        if on_gpu and on_gpu[0].world not in worlds:
+            raise SystemExit(f"{args.gpu_results} is a call at W={on_gpu[0].world}, not among --worlds {args.worlds}")
+    lost = lost_from(args.table, results, {q.id for q in chosen}, {p.id for p in on_gpu})
+    if lost:
+        raise SystemExit(f"{args.table} shows {lost} that {store} lacks: writing it would lose them (give the "
+                         f"--scratch that holds them, or another --table)")
+    (scratch / "adapters").mkdir(parents=True, exist_ok=True)
+    results["pkb_commit"] = pkb_commit(args.pkb) or results.get("pkb_commit") or "unknown"
+    if on_gpu:
+        store_gpu(results, on_gpu)
+        save_results(store, results)
     info = introspect(args.pkb, chosen, scratch, timeout=60.0 * len(chosen) + 120) if chosen else {}
     crashed = 0
     for q in chosen:
@@ -416,7 +465,9 @@ def main(argv: list[str] | None = None) -> int:
                        + ([f"--timeout {args.timeout:g}"] if args.timeout != TIMEOUT else []))
     args.table.write_text(render_table(problems, results, worlds, command, datetime.date.today().isoformat(),
                                        str(args.pkb), SHAPES))
-    print(f"wrote {args.table} ({len(results['problems'])} of {len(problems)} problems run; results in {store})")
+    gpu = f"; GPU results of {len(on_gpu)} problems at W={on_gpu[0].world} from {args.gpu_results}" if on_gpu \
+        else ""
+    print(f"wrote {args.table} ({len(results['problems'])} of {len(problems)} problems run{gpu}; results in {store})")
     return 1 if crashed else 0
 
 

@@ -5,7 +5,15 @@ one line. Pure Python over the results' JSON."""
 
 from __future__ import annotations
 
+import re
+import sys
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pkb_gpu import GpuProblem, gpu_cells, load_gpu  # noqa: E402  (the GPU columns' cells)
+
+from cuco_tui.core.noise import within_noise  # noqa: E402
 
 GPU_CELL = "not run (needs a GPU host)"
 
@@ -49,6 +57,35 @@ def reason(line: str) -> str:
     return next((group for words, group in REASONS if words in line), "other")
 
 
+def shown_in(table: Path) -> tuple[set[int], set[int]]:
+    """The problems a table written here shows as run on the CPU (its imported cell is not 'not
+    run') and on a GPU (its 'reference verified on GPU' cell says yes or no)."""
+    cpu: set[int] = set()
+    gpu: set[int] = set()
+    for line in (table.read_text(errors="replace").splitlines() if table.is_file() else []):
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) > 5 and cells[0].isdigit():
+            if cells[2] != "not run":
+                cpu.add(int(cells[0]))
+            if cells[5].startswith(("yes", "no ")):
+                gpu.add(int(cells[0]))
+    return cpu, gpu
+
+
+def lost_from(table: Path, results: dict[str, Any], running: set[int], on_gpu: set[int]) -> str:
+    """What writing `table` from `results` (with the problems `running` now and those read `on_gpu`)
+    would drop that it shows; "" when nothing."""
+    cpu, gpu = shown_in(table)
+    lost_cpu = cpu - {int(i) for i in results["problems"]} - running
+    lost_gpu = gpu - set(load_gpu(results)) - on_gpu
+
+    def ids(xs: set[int]) -> str:
+        return ", ".join(map(str, sorted(xs)[:10])) + (" ..." if len(xs) > 10 else "")
+
+    return "; ".join(f"{len(xs)} problem(s) run {where} ({ids(xs)})" for xs, where in
+                     ((lost_cpu, "on the CPU"), (lost_gpu, "on a GPU")) if xs)
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -63,7 +100,15 @@ def render_table(problems: list[Any], results: dict[str, Any], worlds: list[int]
     head = (["#", "problem", "imported " + ", ".join(f"W={w}" for w in ws), "CPU check", "pattern",
              "reference verified on GPU"]
             + [f"best speedup W={w} over {what}" for w in ws for what in ("the program", "the pattern's reference")])
-    gpu = f" {GPU_CELL} |" * (1 + 2 * len(ws))
+    on_gpu = load_gpu(results)
+    ints = [int(w) for w in ws]
+
+    def gpu(pid: int) -> str:
+        if not on_gpu:
+            return f" {GPU_CELL} |" * (1 + 2 * len(ws))
+        cells = gpu_cells(on_gpu[pid], ints) if pid in on_gpu else ["not run"] * (1 + 2 * len(ws))
+        return "".join(f" {_cell(c)} |" for c in cells)
+
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     refusals: dict[str, set[int]] = {}
     failed_checks: dict[str, set[int]] = {}
@@ -74,7 +119,7 @@ def render_table(problems: list[Any], results: dict[str, Any], worlds: list[int]
     for q in problems:
         r = done.get(str(q.id))
         if r is None:
-            rows.append(f"| {q.id} | {q.stem} | not run | - | - |{gpu}")
+            rows.append(f"| {q.id} | {q.stem} | not run | - | - |{gpu(q.id)}")
             continue
         outs = [(w, r["worlds"][w]) for w in ws if w in r["worlds"]]
         imp = ", ".join("yes" if o["imported"] == "yes" else o["imported"].split(":")[0] for _, o in outs)
@@ -96,7 +141,7 @@ def render_table(problems: list[Any], results: dict[str, Any], worlds: list[int]
         for pat in pats:
             if pat != "none":
                 patterns.setdefault(pat, []).append(str(q.id))
-        rows.append(f"| {q.id} | {q.stem} | {imp} | {chk} | {_cell('; '.join(pats) or '-')} |{gpu}")
+        rows.append(f"| {q.id} | {q.stem} | {imp} | {chk} | {_cell('; '.join(pats) or '-')} |{gpu(q.id)}")
     ran = sum(1 for q in problems if str(q.id) in done)
     minutes = sum(o.get("seconds", 0) for r in done.values() for o in r["worlds"].values()) / 60
 
@@ -130,8 +175,82 @@ def render_table(problems: list[Any], results: dict[str, Any], worlds: list[int]
         f"`cuco workload check --no-compile` (it probes the reference at the folder's smallest world size either "
         f"way). The adapters, folders and results stay in the scratch folder.", "",
         "## What it means", "", *("\n\n".join(meaning).split("\n")), "",
-        "The GPU columns (the reference verified against float64 on the GPU, the best offline speedup over the "
-        "program and over the recognized pattern's reference) need a GPU host and were not run.", "",
+        *("\n\n".join(gpu_text(on_gpu, ints, shapes["bench"])).split("\n") if on_gpu else [(
+            "The GPU columns (the reference verified against float64 on the GPU, the best offline speedup over the "
+            "program and over the recognized pattern's reference) need a GPU host and were not run.")]), "",
         *rows, "",
         "## Every refusal and failed check, in one line", "",
         *(lines or ["None."]), ""])
+
+
+def _ids(ps: list[GpuProblem]) -> str:
+    return ", ".join(str(p.id) for p in sorted(ps, key=lambda p: p.id))
+
+
+def _span(values: list[float], spec: str) -> str:
+    lo, hi = f"{min(values):{spec}}", f"{max(values):{spec}}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def gpu_text(gpu: dict[int, dict[int, GpuProblem]], worlds: list[int], bench: dict[str, int]) -> list[str]:
+    """The paragraphs that say where the GPU columns come from, what they mean and what they show."""
+    by_world: dict[int, list[GpuProblem]] = {}
+    for entries in gpu.values():
+        for w, p in entries.items():
+            by_world.setdefault(w, []).append(p)
+    where = []
+    for w in sorted(set(worlds) | set(by_world)):
+        devices: dict[str, list[GpuProblem]] = {}
+        for p in by_world.get(w, []):
+            devices.setdefault(p.device, []).append(p)
+        where.append(f"W={w}: " + ("; ".join(f"{d}, problems {_ids(ps)}" for d, ps in devices.items())
+                                   if devices else "not run"))
+    shape = ", ".join(f"{k}={v}" for k, v in bench.items())
+    out = [(
+        "The GPU columns come from device calls of `benchmarks/runs/pkb_gemm.sh` (each problem imported on the GPU "
+        "host, its generated seed evaluated against the program with `cuco eval`, then a short offline search from "
+        "the seed and `cuco show` of it), read back from the call's folder with `--gpu-results OUT --world W` (the "
+        "results add up in the scratch folder's results.json): " + "; ".join(where) + "."), (
+        "*Reference verified on GPU*: the program ran under torch.distributed (NCCL) on the GPUs as the reference, "
+        "and the seed (NCCL + cuBLAS, the recognized pattern's host-driven version at full strength) matched it in "
+        "every check of `cuco eval` (the verify shapes, back to back, under perturbed schedules, the bench shape). "
+        f"*Best speedup over the program*: the program's time over the best candidate's at PKB's bench shape "
+        f"({shape}), ± half the band of noise; the best is the search's, which replaces the seed only when faster "
+        "beyond noise; where the search did not finish, the seed's own speedup from its evaluation, marked so. "
+        "*Best speedup over the pattern's reference*: the seed is the pattern's reference, so this is the best "
+        "candidate's speedup over the program divided by the seed's, each timed against the program in its own run "
+        "of the same search; ± the two spreads combined; 1.00x where the best is the seed itself; \"within noise\" "
+        "where the two bands overlap (core/noise.py's test, the one `cuco show`'s ties use).")]
+    ps = [p for w in sorted(by_world) for p in by_world[w]]
+    figures = [f.value for p in ps for f in (p.seed.speedup, p.search.best_speedup) if f is not None]
+    times = [t for p in ps for t in (p.search.shapes or p.seed.shapes)]
+    if figures and times:
+        words = (f"At PKB's bench shape the program takes {_span([t.program_ms for t in times], '.2f')} ms a call "
+                 f"and the best candidate {_span([t.candidate_ms for t in times], '.2f')} ms; the speedups over the "
+                 f"program read {_span(figures, '.1f')}x.")
+        if max(t.program_ms for t in times) < 1.0:
+            words += (" At this size the program's time is mostly its own Python and torch.distributed launch "
+                      "overhead per call, not its GEMM or its collective, and so is the seed's speedup over it: "
+                      "these figures do not measure fusion.")
+        out.append(words)
+    done = [p for p in ps if p.search.state == "done" and p.search.seed_speedup() is not None]
+    if done:
+        beyond = [p for p in done if p.search.beats_seed()]
+        sizes = "/".join(map(str, sorted({p.search.searched for p in done})))
+        stopped = [p for p in done if p.search.detail]
+        words = (f"Of the {len(done)} searches with a result ({sizes} candidates each"
+                 + (f"; {_ids(stopped)} stopped at the step's time limit" if stopped else "") + "), "
+                 + (f"{len(beyond)} found a candidate faster than the seed beyond noise ({_ids(beyond)})" if beyond
+                    else "none found a candidate faster than the seed beyond noise")
+                 + f"; the best is the seed itself in {sum(p.search.best_is_seed() for p in done)}.")
+        rest = [p for p in ps if p not in done]
+        if rest:
+            words += f" No search result: {_ids(rest)} (the cells say why)."
+        out.append(words)
+    twice = [(p, p.seed.speedup, p.search.seed_speedup()) for p in done if p.seed.speedup is not None]
+    if twice:
+        agree = sum(within_noise(a.band(), b.band()) for _, a, b in twice if b is not None)
+        out.append("The seed was timed twice per problem, in its evaluation and as the search's first candidate: "
+                   f"{agree} of {len(twice)} pairs are within noise of each other ("
+                   + "; ".join(f"{p.id}: {a.label()} and {b.label()}" for p, a, b in twice if b is not None) + ").")
+    return out
