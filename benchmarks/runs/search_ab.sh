@@ -3,7 +3,7 @@
 # same search seed, each with its own copy of a prebuilt cache (the fused GEMM libraries built
 # once per machine): A on GPUs 0,1 with A_FLAGS, B on GPUs 2,3 with B_FLAGS, SEARCH_S seconds each,
 # stopped as Ctrl-C stops them. benchmarks/search_throughput.py reports evaluations per minute.
-#   R=$OUT; OUT=/tmp/o A=keep A_FLAGS=--keep-workers B=fresh B_FLAGS= bash benchmarks/runs/search_ab.sh; tar czf $R/t.tgz -C /tmp/o .
+#   R=$OUT; OUT=/tmp/o A=keep A_FLAGS= B=fresh B_FLAGS=--no-keep-workers bash benchmarks/runs/search_ab.sh; tar czf $R/t.tgz -C /tmp/o .
 set -u
 source "$(dirname "$0")/common.sh"
 nvidia-smi -L; nproc
