@@ -69,6 +69,20 @@ def test_each_candidate_sits_beside_the_balanced_bound_or_the_attention_alone():
     assert "ring_cudnn: deadlock: why" in table
 
 
+def test_where_the_exchange_alone_takes_longer_than_the_work_it_is_the_bound():
+    """A perfect overlap cannot beat the all-gather itself (mha-16k-d64-causal at W=4 on H200: the
+    balanced work 0.199 ms, the all-gather alone 0.247)."""
+    bench = _bench()
+    base = {"shapes": [_shape("mha-16k-d64-causal", 1, 0.476, 0.353, 0.247), _shape("mha-16k-d64", 0, 0.9, 0.2, 0.3)]}
+    results = {"balance_overlap": _result("measured", [("mha-16k-d64-causal", 0.26, 1.83), ("mha-16k-d64", 0.32, 2.8)])}
+    table = bench.report(base, results, {"mha-16k-d64-causal": 0.199})
+    causal = _cells(table, "mha-16k-d64-causal")
+    assert causal[4] == "0.247 (all-gather)" and causal[5] == "0.260 1.83x 1.05"
+    assert causal[6:] == ["1.05", "<= 1.10: met"]
+    plain = _cells(table, "mha-16k-d64")
+    assert plain[4] == "0.300 (all-gather)" and plain[6:] == ["1.07", "<= 1.05: not met"]
+
+
 def test_the_candidates_it_measures_render_and_pass_the_static_checks(tmp_path):
     bench = _bench()
     paths = bench.render(tmp_path, bench.SETS["all"])
