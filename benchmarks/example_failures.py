@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     workload = load_workload(WORKLOAD)
     config = SearchConfig(workload=WORKLOAD, generations=args.generations, islands=1, proposals_per_generation=2,
                           world=2, gpus=(args.gpu,), fast_path=False, measure_bounds=False, review_mode="auto",
-                          plateau_warn=0, plateau_diversify=0, plateau_stop=0, seed=1, max_concurrent_builds=4)
+                          plateau_warn=0, plateau_diversify=0, plateau_stop=0, seed=1, max_concurrent_builds=4,
+                          keep_workers=False)  # ranks sharing one GPU: never kept
     agent = ScriptedAgent(make_agent("offline", workload, world=2, gpus=(args.gpu,), seed=1))
     repo = create_session(workload, config, args.session or args.out / "session")
     engine = SearchEngine(workload, agent, repo, config, evaluate_fn=shared(args.gpu),

@@ -51,6 +51,10 @@ def evaluate_file(args: argparse.Namespace, from_session: SessionCandidate | Non
     if args.sanitize and (args.perturb_seed is not None or args.perturb_rounds is not None or args.shapes):
         raise UsageError("--sanitize verifies under compute-sanitizer without perturbed schedules or timing: "
                          "drop --perturb-seed, --perturb-rounds and --shapes")
+    if args.align is not None and (args.no_bench or args.share_gpu or args.sanitize):
+        raise UsageError("--align says how timed repetitions start, and " + (
+            "--no-bench" if args.no_bench else "--share-gpu" if args.share_gpu else "--sanitize") +
+            " times nothing: drop --align")
     if args.shapes and args.no_bench:
         raise UsageError("--shapes names the bench shapes to time, and --no-bench times none: drop one of them")
     shapes = bench_shapes(workload, args.shapes)
@@ -58,7 +62,7 @@ def evaluate_file(args: argparse.Namespace, from_session: SessionCandidate | Non
     profile = profile_shape(workload, args, shapes)
     options = EvalOptions(
         gpus=gpu_list(args.gpus), world=args.world, bench=not args.no_bench, shapes=shapes,
-        share_gpu=share_gpu_asked(args), sanitize=args.sanitize, profile=profile, align=args.align,
+        share_gpu=share_gpu_asked(args), sanitize=args.sanitize, profile=profile, align=args.align or "device",
         **perturb_options(args),
     )
     err = stderr_console()
@@ -120,7 +124,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
     workload = workload_named(args.workload)
     check_group(workload, args)
-    options = EvalOptions(gpus=gpu_list(args.gpus), world=args.world, align=args.align)
+    options = EvalOptions(gpus=gpu_list(args.gpus), world=args.world, align=args.align or "device")
     try:
         base = measure_baseline(workload, options)
     except BaselineError as exc:
@@ -241,7 +245,7 @@ def add_eval_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def add_align_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--align", choices=ALIGNS, default="device",
+    p.add_argument("--align", choices=ALIGNS, default=None,
                    help="how the ranks start each timed repetition together: device (default: an all-reduce and a "
                         "fixed pause on the GPUs, so no rank's time holds another's host launch latency) or host "
                         "(a host barrier alone, as figures before 2026-11-27 were timed)")

@@ -36,7 +36,7 @@ from cuco_tui.harness.deadlock import describe_hang
 from cuco_tui.harness.gpus import inventory, is_shared
 from cuco_tui.harness.kept import KeptWorkers
 from cuco_tui.harness.launcher import GroupRun, RankOutcome, run_group
-from cuco_tui.harness.plan import TRACE_SLOTS, Limits, RunPlan, ShapePlan
+from cuco_tui.harness.plan import SETTLE_US, TRACE_SLOTS, Limits, RunPlan, ShapePlan
 from cuco_tui.harness.leftovers import FAILED_A_CHECK
 from cuco_tui.harness.rank_events import (Aborted, CloseWarning, Done, Failed, Leaving, RankEvent, ReferenceWarning,
                                           ShapeStarted, Timed, TimedOut, Verified)
@@ -349,6 +349,23 @@ def reference_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
             for m in reference_messages(outcomes)]
 
 
+def late_start_notes(outcomes: list[RankOutcome]) -> list[Diagnostic]:
+    """Bench shapes where some repetitions started before a rank's host had enqueued what was
+    timed (the alignment pause ran out first): those hold that host's launch time, as a host
+    barrier alone would have. Worth knowing for a host-heavy candidate or reference."""
+    notes = []
+    for o in outcomes:
+        for e in o.of(Timed):
+            if e.late_candidate or e.late_reference:
+                notes.append(Diagnostic(
+                    level=int(Level.BENCHMARK), severity="note", code="timing", rank=o.rank,
+                    message=f"{e.shape}, rank {o.rank}: {e.late_candidate} of {len(e.candidate_ms)} candidate and "
+                            f"{e.late_reference} of {len(e.reference_ms)} reference repetitions started before the "
+                            f"host had enqueued them (the {SETTLE_US} µs alignment pause ran out): those times hold "
+                            "host launch latency"))
+    return notes
+
+
 def close_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
     """A rank that reported every result and then could not close the harness's NCCL group:
     the harness's trouble, not the candidate's, and no reason to drop its results."""
@@ -379,7 +396,8 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
     for o in outcomes:
         if o.stderr_tail.strip():
             logs[f"rank{o.rank}.stderr"] = o.stderr_tail
-    diags = list(base.pop("diagnostics", [])) + reference_warnings(outcomes) + close_warnings(outcomes)
+    diags = (list(base.pop("diagnostics", [])) + reference_warnings(outcomes) + close_warnings(outcomes)
+             + late_start_notes(outcomes))
     facts = RunFacts(str(base.get("candidate", "")), workload.name, tuple(base.get("gpus", ())))
     reading = reading_of(levels_for(EvalOptions()) if levels is None else levels, outcomes, facts)
     diags += reading.notes

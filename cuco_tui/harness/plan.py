@@ -31,6 +31,10 @@ TRACE_SLOTS = 4096  # wait-trace slots per rank (0: tracing off, to measure what
 # within the all-reduce's own skew and no rank's time holds another's host launch latency. "host":
 # the host barrier alone, as every figure before 2026-11-27 was timed (to compare with them).
 ALIGNS = ("device", "host")
+# The pause after the aligning all-reduce: longer than a host takes to enqueue a candidate's launch
+# (tens of µs), so that the launch is queued when the pause ends; it is outside the timed events.
+# A repetition where it ran out first is counted (Timed.late_candidate, late_reference).
+SETTLE_US = 300
 
 
 class PlanError(ValueError):

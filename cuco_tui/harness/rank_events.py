@@ -128,6 +128,11 @@ class Timed(RankEvent):
     dims: dict[str, int]
     candidate_ms: tuple[float, ...]
     reference_ms: tuple[float, ...]
+    # Repetitions whose start came before this rank's host had enqueued the timed call (the
+    # alignment pause ran out first: the time holds some host launch latency, as with a host
+    # barrier alone). Always 0 under --align host, where it is not looked at.
+    late_candidate: int = 0
+    late_reference: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

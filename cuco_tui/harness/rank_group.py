@@ -14,16 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from cuco_tui.harness import abi
-from cuco_tui.harness.plan import RunPlan
+from cuco_tui.harness.plan import SETTLE_US, RunPlan
 from cuco_tui.harness.rank_events import CloseWarning, EventLog, Joined
 from cuco_tui.harness.watchdog import TraceMemory, Watchdog
 
 CLOSE_LIMIT_S = 30.0  # closing the harness's NCCL group after the results (normally well under 1 s)
 
-# The pause after the aligning all-reduce: longer than a host takes to enqueue a candidate's launch
-# (tens of µs), so that the launch is queued when the pause ends; it is outside the timed events.
-SETTLE_US = 300
 # One thread reading the global nanosecond timer: the same pause on every rank, whatever its clocks.
+SETTLE_NAME = "cuco_settle"
 SETTLE_KERNEL = r"""
 extern "C" __global__ void cuco_settle(unsigned long long ns) {
   unsigned long long t0, t;
@@ -50,7 +48,7 @@ class RankGroup:
         self.log = log
         self.watchdog = watchdog
         self.device = plan.gpus[rank]
-        self._settle: Any = None  # the pause kernel of align_on_device, compiled at its first use
+        self._settle: Any = None  # the pause kernel of align_on_device, compiled when joining
 
     def join(self) -> None:
         self.watchdog.phase = "setup"
@@ -77,6 +75,10 @@ class RankGroup:
         self.watchdog.device = self.device
         l2 = self.cupy.cuda.runtime.getDeviceProperties(self.device)["l2CacheSize"]
         self.scratch = self.cupy.empty(max(4 * l2, 1 << 20), dtype=self.cupy.uint8)  # to flush L2
+        # Compiled here, not at its first use: that would fall between an aligning all-reduce and
+        # a timed start, and take each rank a different time.
+        self._settle = self.cupy.RawKernel(SETTLE_KERNEL, SETTLE_NAME)
+        self._settle.compile()
         self.wait_stream("first collective", 60.0)
         self.barrier(60.0)
         self.watchdog.disarm()
@@ -113,8 +115,6 @@ class RankGroup:
         and a launch latency apart, and a candidate that waits for a peer's data counts the gap."""
         self.comm.allReduce(self.flag.data.ptr, self.flag.data.ptr, 1, self.nccl.NCCL_FLOAT32, self.nccl.NCCL_SUM,
                             self.stream.ptr)
-        if self._settle is None:
-            self._settle = self.cupy.RawKernel(SETTLE_KERNEL, "cuco_settle")
         self._settle((1,), (1,), (self.cupy.uint64(settle_us * 1000),), stream=self.stream)
 
     def barrier(self, limit: float = 30.0) -> None:

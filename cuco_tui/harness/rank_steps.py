@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from cuco_tui.core.profile import Activity
+from cuco_tui.core.profile import KERNEL, Activity
 from cuco_tui.core.reference import RankReference
 from cuco_tui.harness import abi
 from cuco_tui.harness.perturb import PerturbError, PerturbLibrary
 from cuco_tui.harness.plan import PERTURBED_CHECK, PerturbPlan, ProfilePlan, RunPlan, ShapePlan
 from cuco_tui.harness.profile_capture import ActivityRecorder, CaptureUnavailable
 from cuco_tui.harness.rank_checks import RankChecks
+from cuco_tui.harness.rank_group import SETTLE_NAME
 from cuco_tui.harness.rank_events import EventLog, PerturbEnded, PerturbStarted, PerturbWarning, ProfileCaptured
 
 
@@ -168,6 +169,8 @@ class ProfiledLaunches(RankStep):
         # recorded: what started before this moment (the host's clock, which CUPTI stamps with)
         # is theirs, not the candidate's, and is left out.
         since = recorder.now_ns()
+        if g.plan.align != "host":  # the launches start as the timed ones do; what precedes the pause's end is the harness's
+            g.align_on_device()
         try:
             for _ in range(spec.launches):
                 run.launch()
@@ -178,7 +181,7 @@ class ProfiledLaunches(RankStep):
         if problem:
             g.log.emit(ProfileCaptured(shape=spec.shape, launches=spec.launches, problem=problem))
             return
-        activities = [a for a in activities if a.start_ns >= since]
+        activities = candidates_own(activities, since)
         name = f"profile-rank{g.rank}.json"
         (self.rundir / name).write_text(json.dumps({
             "shape": spec.shape, "launches": spec.launches, "dropped": recorder.dropped,
@@ -208,3 +211,11 @@ def rank_steps(plan: RunPlan, log: EventLog) -> list[RankStep]:
     if plan.profile is not None and plan.library:
         steps.append(ProfiledLaunches(plan.profile, Path(plan.rundir)))
     return steps
+
+
+def candidates_own(activities: list[Activity], since: int) -> list[Activity]:
+    """The activities of the profiled launches: those that started after `since` (the host's
+    clock at the barrier) and after the aligning pause kernel's end, when there was one (the
+    all-reduce before it is the harness's, not the candidate's)."""
+    cut = max([since] + [a.end_ns for a in activities if a.kind == KERNEL and SETTLE_NAME in a.name])
+    return [a for a in activities if a.start_ns >= cut]

@@ -18,6 +18,7 @@ class Timing:
         self.group = group
         self.plan = group.plan
         self.ref_median: float | None = None  # of the last bench shape's warm reference runs, in ms
+        self.late: dict[str, int] = {}  # what was timed -> repetitions that started before it was enqueued
 
     def limit(self, shape: ShapePlan) -> float:
         """The time limit of a candidate launch after the first."""
@@ -61,6 +62,8 @@ class Timing:
         start.record(g.stream)
         fn()
         end.record(g.stream)
+        if self.plan.align != "host" and start.done:  # the pause ended before the host had enqueued all of fn
+            self.late[what] = self.late.get(what, 0) + 1
         g.wait_stream(what, limit)
         return cp.cuda.get_elapsed_time(start, end)
 

@@ -260,10 +260,12 @@ class Rank:
             run_reference = lambda: reference.run(inputs, expected)  # noqa: E731
             warm = timing.time(run_reference, "the reference", 120.0, repetitions=3)
             timing.ref_median = sorted(warm)[1]
+            timing.late.clear()
             ref_times, cand_times = timing.time_pair(run_reference, launch, timing.limit(shape))
             candidate.check_cuda("after timing")
             self.log.emit(Timed(shape=shape.name, dims=dims, candidate_ms=tuple(cand_times),
-                                reference_ms=tuple(ref_times)))
+                                reference_ms=tuple(ref_times), late_candidate=timing.late.get("candidate launch", 0),
+                                late_reference=timing.late.get("the reference", 0)))
             if self.plan.trace_ab and g.trace is not None and g.trace.slots:
                 timing.time_trace_ab(shape, ctx, launch)
             measured = VerifiedShape(shape, launch, reference, inputs, outputs, expected, dtypes)

@@ -49,6 +49,9 @@ def test_export_does_not_overwrite_a_readme_of_yours(tmp_path, capsys):
     (["--shapes", "square-8k,nope"], ["'nope'", "square-8k"]),
     (["--shapes", "square-8k", "--no-bench"], ["--no-bench"]),
     (["--gpus", "0,1,2"], ["3 GPUs", "2, 4, 8"]),
+    (["--align", "host", "--no-bench"], ["--align", "--no-bench times nothing"]),
+    (["--align", "device", "--share-gpu", "--gpus", "0"], ["--align", "--share-gpu times nothing"]),
+    (["--align", "host", "--sanitize", "memcheck"], ["--align", "--sanitize times nothing"]),
 ])
 def test_eval_refuses_a_world_or_shape_the_workload_lacks_before_compiling(capsys, monkeypatch, tmp_path, flags,
                                                                            words):

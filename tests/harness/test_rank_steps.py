@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from cuco_tui.harness.plan import PerturbPlan, ProfilePlan, RunPlan
 from cuco_tui.harness.rank_events import EventLog, PerturbWarning, read_events
-from cuco_tui.harness.rank_steps import ProfiledLaunches, UnderSanitizer, rank_steps
+from cuco_tui.core.profile import KERNEL, MEMCPY, Activity
+from cuco_tui.harness.rank_steps import ProfiledLaunches, UnderSanitizer, candidates_own, rank_steps
 
 PLAN = RunPlan(mode="evaluate", workload="w", reference="reference.py", library="candidate.so", shapes=(), rtol=0.02,
                floor=0.0, warmup=1, repetitions=1, nonce=1)
@@ -33,3 +34,13 @@ def test_an_interposer_that_cannot_be_loaded_is_a_warning_and_no_rounds(tmp_path
     assert isinstance(warning, PerturbWarning) and warning.rank == 1
     assert "cannot load the schedule perturber" in warning.message
     assert warning.message.endswith("; verified without schedule perturbation")
+
+
+def test_a_profile_keeps_the_launches_and_leaves_out_the_harness_alignment_before_them():
+    barrier = Activity(KERNEL, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 90, 120, 0, 7)
+    align = Activity(KERNEL, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 130, 150, 0, 7)
+    pause = Activity(KERNEL, "cuco_settle", 150, 450, 0, 7)
+    gemm = Activity(KERNEL, "fused_gemm_kernel", 455, 900, 0, 7)
+    copy = Activity(MEMCPY, "memcpy ptop 1->0", 460, 640, 1, 9, copy_kind="ptop", bytes=1 << 26)
+    assert candidates_own([barrier, align, pause, gemm, copy], since=125) == [gemm, copy]
+    assert candidates_own([barrier, gemm, copy], since=125) == [gemm, copy]  # aligned by the host alone
