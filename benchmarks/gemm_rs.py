@@ -1,7 +1,7 @@
 """Benchmark gemm_reducescatter on a GPU group, everything in one run: the reference and its
-ceilings (GEMM alone, reduce-scatter alone, copy-engine peer bandwidth, the bounds), then the seed
-and every strategy template at its default knobs (one file per distinct source) through the full
-cascade, beside PyTorch's async-TP of the same call (`--yardstick`, the JSON of
+ceilings (GEMM alone, reduce-scatter alone, copy-engine peer bandwidth, the bounds), then the seed,
+every strategy template at its default knobs (one file per distinct source) and the knob points of
+POINTS through the full cascade, beside PyTorch's async-TP of the same call (`--yardstick`, the JSON of
 benchmarks/yardstick_gemm_rs.py). Writes JSON and a Markdown table: per shape, each candidate's
 median, its speedup over the reference timed in its own run, and its time over the bound
 max(GEMM, bytes / peer bandwidth) of this run's baseline.
@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 WORKLOAD = "gemm_reducescatter"
+# Knob points timed beside the defaults: ce_push where the 2026-11-26 searches ended (chunks 2, 256
+# summing blocks), and ce_fold at 8 chunks, its smallest last chunk (the fold left after the last
+# byte lands) for the shapes the reduce-scatter dominates.
+POINTS = (("ce_push", {"chunks": 2, "reduce_blocks": 256}), ("ce_fold", {"chunks": 8}))
 
 
 def _bound(shape: dict[str, Any]) -> float:
@@ -76,8 +80,31 @@ def read_yardstick(path: Path | None) -> list[dict[str, Any]]:
     return list(json.loads(path.read_text()).get("shapes", []))
 
 
-def main() -> int:
+def default_candidates(w, folder: Path) -> list[Path]:
+    """The seed, then each strategy at its defaults (`NAME.cu`) and the POINTS
+    (`NAME-VALUE-...cu`, the knobs in the strategy's order), rendered into `folder`; one file per
+    distinct source."""
     from cuco_tui.agents.offline.strategy import StrategyBook
+
+    book = StrategyBook.load(w.root, w.seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    cands, seen = [w.seed], {w.seed.read_text()}
+    named = [(s.name, s, s.default_knobs()) for s in book.strategies]
+    for name, knobs in POINTS:
+        s = book.get(name)
+        full = s.normalized({**s.default_knobs(), **knobs})
+        named.append((name + "".join(f"-{full[k]}" for k in s.knobs), s, full))
+    for label, s, knobs in named:
+        text = book.render(s, knobs)
+        if text not in seen:  # host_sequential renders the seed
+            seen.add(text)
+            path = folder / f"{label}.cu"
+            path.write_text(text)
+            cands.append(path)
+    return cands
+
+
+def main() -> int:
     from cuco_tui.evaluate.baseline import measure_baseline
     from cuco_tui.evaluate.cascade import EvalOptions, evaluate
     from cuco_tui.harness.gpus import parse_gpu_list
@@ -97,20 +124,7 @@ def main() -> int:
 
     base = measure_baseline(w, options)
     print(f"baseline measured in {base.seconds:.1f} s", file=sys.stderr)
-    cands = list(args.candidates)
-    if not cands:
-        cands = [w.seed]
-        book = StrategyBook.load(w.root, w.seed)
-        seen = {w.seed.read_text()}
-        rendered = args.out / "rendered"
-        rendered.mkdir(exist_ok=True)
-        for s in book.strategies:
-            text = book.render(s, s.default_knobs())
-            if text not in seen:  # host_sequential renders the seed
-                seen.add(text)
-                path = rendered / f"{s.name}.cu"
-                path.write_text(text)
-                cands.append(path)
+    cands = list(args.candidates) or default_candidates(w, args.out / "rendered")
     results = {}
     for cand in cands:
         t0 = time.monotonic()

@@ -13,7 +13,8 @@ from pathlib import Path
 from cuco_tui.cli.sessions import open_named, record_of, shown_as
 from cuco_tui.core.errors import UsageError
 from cuco_tui.source.includes import included
-from cuco_tui.toolchain.nvcc import cuda_arch, cutlass_flags, nvcc_flags, runtime_defines, uses_cutlass
+from cuco_tui.toolchain.nvcc import (cublas_lt_flags, cuda_arch, cutlass_flags, nvcc_flags, runtime_defines,
+                                     uses_cutlass)
 from cuco_tui.toolchain.toolchain import RUNTIME_INCLUDE, Library, Toolchain, discover
 
 README = "README.md"
@@ -30,7 +31,8 @@ GENERIC = Toolchain(
 )
 WHERE = [
     "`NCCL_HOME` holds include/nccl.h and lib/libnccl.so.2 (pip's nvidia-nccl-cu13: site-packages/nvidia/nccl)",
-    "`CUBLAS_HOME` holds include/cublas_v2.h and lib/libcublas.so.13 (pip's nvidia-cublas: site-packages/nvidia/cu13)",
+    "`CUBLAS_HOME` holds include/cublas_v2.h and lib/libcublas.so.13, lib/libcublasLt.so.13 (pip's nvidia-cublas: "
+    "site-packages/nvidia/cu13)",
     "`CUDA_HOME` is the CUDA 13 toolkit (lib64/libcudart.so.13)",
 ]
 CUTLASS_WHERE = "`CUTLASS_HOME` is a CUTLASS checkout (pip's nvidia-cutlass: site-packages/cutlass_library/source)"
@@ -55,7 +57,7 @@ def build_line(toolchain: Toolchain, source: str, kernel: str, quote: bool) -> s
     """The nvcc command L1 runs for `source`, built in the export folder as `<kernel stem>.so`, over
     indented lines ending in ` \\`; `quote`: the paths are a machine's own (shell-quoted), else
     names such as $NCCL_HOME."""
-    flags = nvcc_flags(toolchain) + runtime_defines(source)
+    flags = nvcc_flags(toolchain) + runtime_defines(source) + cublas_lt_flags(toolchain, source)
     if uses_cutlass(source):
         flags += cutlass_flags(toolchain)
     words = [str(toolchain.nvcc), *flags, kernel, "-o", f"{Path(kernel).stem}.so"]

@@ -115,6 +115,40 @@ def nvcc_flags(toolchain: Toolchain) -> list[str]:
     return flags
 
 
+# cuBLASLt: a candidate that includes cublasLt.h or calls a cublasLt function links libcublasLt
+# from cuBLAS's own folder (its soname is cuBLAS's with "Lt": the same release; libcublas itself
+# depends on it, so wherever cuBLAS is installed whole it is there). A shared library may leave
+# symbols undefined at link time, so without the flag such a candidate would build and rest on
+# libcublas happening to load it.
+_CUBLAS_LT_CALL = re.compile(r"\bcublasLt\w*\s*\(")
+
+
+def uses_cublas_lt(source: str) -> bool:
+    """Whether a candidate includes cublasLt.h or calls cuBLASLt."""
+    return "cublasLt.h" in included(source) or _CUBLAS_LT_CALL.search(source) is not None
+
+
+def cublas_lt_soname(toolchain: Toolchain) -> str:
+    """libcublasLt.so.13 for cuBLAS's libcublas.so.13."""
+    return toolchain.cublas.soname.replace("libcublas", "libcublasLt", 1)
+
+
+def cublas_lt_flags(toolchain: Toolchain, source: str) -> list[str]:
+    """The flag that links cuBLASLt for a candidate that uses it (its folder, cuBLAS's, is already
+    on nvcc_flags' -L and rpath); [] for the others."""
+    return [f"-l:{cublas_lt_soname(toolchain)}"] if uses_cublas_lt(source) else []
+
+
+def cublas_lt_problem(toolchain: Toolchain) -> str:
+    """Why a cuBLASLt candidate cannot be linked here, in one line; "" when it can."""
+    lt = cublas_lt_soname(toolchain)
+    lib = toolchain.cublas.lib
+    if lib is not None and (lib / lt).exists():
+        return ""
+    return (f"cannot compile: the candidate calls cuBLASLt, but {lt} is not beside {toolchain.cublas.soname} in "
+            f"{lib} (reinstall nvidia-cublas or set CUCO_CUBLAS_HOME; run `cuco doctor`)")
+
+
 def uses_cutlass(source: str) -> bool:
     """Whether a candidate includes CUTLASS or CuTe headers, or the runtime's CUTLASS GEMM."""
     return any(h.startswith(_CUTLASS_HEADERS) for h in included(source))
@@ -318,6 +352,10 @@ def compile_candidate(source: Path, toolchain: Toolchain, cache: BuildCache | No
     text = data.decode("utf-8", errors="replace")
     try:
         flags = nvcc_flags(toolchain) + runtime_defines(text)
+        if uses_cublas_lt(text):
+            if problem := cublas_lt_problem(toolchain):
+                return _failure(source, problem, "toolchain")
+            flags += cublas_lt_flags(toolchain, text)
         if uses_cutlass(text):
             if toolchain.cutlass is None:
                 return _failure(source, f"cannot compile: the candidate includes CUTLASS, but {toolchain.cutlass_problem} "

@@ -93,3 +93,12 @@ def test_errors_of_a_bundle_name_the_bundle_as_given(capsys, monkeypatch):
         err = capsys.readouterr().err.strip()
         assert err == f"cuco: no candidate 'c9999' in session {given}", err
     assert not Path("/nonexistent/never").exists()
+
+
+def test_the_build_line_links_cublaslt_for_a_candidate_that_calls_it():
+    from cuco_tui.cli.export import GENERIC, build_line
+
+    seed = (REPO / "workloads" / "gemm_reducescatter" / "seed.cu").read_text()
+    assert "cublasLt" not in build_line(GENERIC, seed, "k.cu", quote=False)
+    lt = seed.replace("#include <cublas_v2.h>", "#include <cublasLt.h>\n#include <cublas_v2.h>", 1)
+    assert "-l:libcublasLt.so.13" in build_line(GENERIC, lt, "k.cu", quote=False)

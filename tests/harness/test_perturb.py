@@ -152,6 +152,7 @@ int cudaMemcpy3DBatchAsync(size_t n, void* ops, unsigned long long flags, void* 
   char b[96]; snprintf(b, sizeof b, "batch3d %zu %llu %lx", n, flags, (unsigned long)(uintptr_t)st); (void)ops; say(b);
   return 0;
 }
+void fake_say(const char* s) { say(s); }
 int cudaEventRecord(void* e, void* st) { (void)e; (void)st; say("record"); return 0; }
 int cudaStreamWaitEvent(void* st, void* e, unsigned f) { (void)e; (void)st; (void)f; say("wait"); return 0; }
 int __cudaLaunchKernel(void* k, dim3 g, dim3 b, void** a, size_t sm, void* st) {
@@ -237,6 +238,73 @@ def test_it_holds_the_stream_before_each_call_and_passes_the_call_on(library, tm
     assert st["skipped"] == 12 and st["errors"] == 0
     assert st["per_class"] == {"copy": 9, "event": 6, "kernel": 3, "nccl": 0, "gemm": 0}
     assert got["hold"] is True and got["hold_log"] == "hold abc 2000;" and got["start"] == 3000
+
+
+# cuBLASLt's matmul (ce_fold's fold of gemm_reducescatter): a stand-in libcublasLt.so.13 with the
+# real one's symbol version, logging into the stand-in runtime's log, and a candidate calling it.
+FAKE_CUBLASLT = r"""
+#include <stdio.h>
+#include <stdint.h>
+void fake_say(const char*);
+int cublasLtMatmul(void* h, void* desc, const void* alpha, const void* a, void* ad, const void* b, void* bd,
+                   const void* beta, const void* c, void* cd, void* d, void* dd, const void* algo, void* ws,
+                   size_t ws_bytes, void* st) {
+  char m[96]; snprintf(m, sizeof m, "ltmatmul %lx %lx %zu %lx", (unsigned long)(uintptr_t)c,
+                       (unsigned long)(uintptr_t)d, ws_bytes, (unsigned long)(uintptr_t)st);
+  (void)h; (void)desc; (void)alpha; (void)a; (void)ad; (void)b; (void)bd; (void)beta; (void)cd; (void)dd; (void)algo;
+  (void)ws; fake_say(m); return 0;
+}
+"""
+
+LT_CANDIDATE = r"""
+#include <stddef.h>
+int cublasLtMatmul(void*, void*, const void*, const void*, void*, const void*, void*, const void*, const void*,
+                   void*, void*, void*, const void*, void*, size_t, void*);
+int run(void* stream) { return cublasLtMatmul(0, 0, 0, 0, 0, 0, 0, 0, (void*)0xC0, 0, (void*)0xD0, 0, 0, 0, 64, stream); }
+"""
+
+
+@needs_nvcc
+@needs_cc
+def test_a_cublaslt_matmul_is_held_as_a_gemm(library, tmp_path):
+    """A candidate's cublasLtMatmul (its stream is its last argument) is held before it like a cuBLAS
+    GEMM, class gemm, only while enabled, and reaches cuBLASLt with its arguments."""
+    (tmp_path / "cudart.c").write_text(FAKE_CUDART)
+    (tmp_path / "cudart.map").write_text("libcudart.so.13 { global: *; };\n")
+    (tmp_path / "lt.c").write_text(FAKE_CUBLASLT)
+    (tmp_path / "lt.map").write_text("libcublasLt.so.13 { global: *; };\n")
+    (tmp_path / "cand.c").write_text(LT_CANDIDATE)
+    link = [f"-L{tmp_path}", f"-Wl,-rpath,{tmp_path}", "-Wl,--disable-new-dtags"]
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", f"-Wl,--version-script={tmp_path}/cudart.map",
+                    str(tmp_path / "cudart.c"), "-o", str(tmp_path / "libcudart.so.13")], check=True)
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcublasLt.so.13", f"-Wl,--version-script={tmp_path}/lt.map",
+                    str(tmp_path / "lt.c"), "-o", str(tmp_path / "libcublasLt.so.13"), *link, "-l:libcudart.so.13"],
+                   check=True)
+    subprocess.run(["cc", "-shared", "-fPIC", str(tmp_path / "cand.c"), "-o", str(tmp_path / "cand.so"), *link,
+                    "-l:libcublasLt.so.13", "-l:libcudart.so.13"], check=True)
+    got = child(f"""
+        import ctypes, json
+        from pathlib import Path
+        from cuco_tui.harness.perturb import PerturbLibrary
+        p = PerturbLibrary(Path({str(library)!r}))
+        cand = ctypes.CDLL({str(tmp_path / "cand.so")!r})
+        rt = ctypes.CDLL({str(tmp_path / "libcudart.so.13")!r})
+        rt.fake_log.restype = ctypes.c_char_p
+        p.bind(cand._handle)
+        p.configure(2, 0, 2, 100)  # compute_late, aimed at rank 0: kernels and GEMMs held 2 units
+        out = {{}}
+        for name, enabled in (("on", True), ("off", False)):
+            rt.fake_reset(0)
+            p.enable(enabled)
+            out[name] = dict(rc=cand.run(ctypes.c_void_p(0xABC)), log=rt.fake_log().decode())
+            p.enable(False)
+        out["stats"] = p.stats().__dict__
+        print(json.dumps(out))
+    """)
+    call = "ltmatmul c0 d0 64 abc"
+    assert got["on"]["rc"] == 0 and got["on"]["log"].split(";")[:-1] == ["hold abc 200", call]
+    assert got["off"]["log"].split(";")[:-1] == [call]
+    assert got["stats"]["per_class"]["gemm"] == 1 and got["stats"]["delayed"] == 1
 
 
 @needs_nvcc

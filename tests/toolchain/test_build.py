@@ -418,3 +418,47 @@ def test_the_build_pool_says_each_build_queued_then_started_with_the_count_of_th
     at = {(what, build): i for i, (what, build, _) in enumerate(heard)}
     assert all(at[("queued", f"b{i}")] < at[("started", f"b{i}")] for i in range(8)), heard
     assert len(heard) == 16 and waiting == 0 and pool.waiting == 0
+
+
+# ---------------------------------------------------------------- cuBLASLt
+
+LT_CALL = "// cuco-design: x\nstatic void f() { cublasLtMatmul(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0); }\n"
+
+
+def test_a_candidate_that_calls_cublaslt_links_it_from_cublas_folder(tmp_path):
+    """libcublasLt.so.13 beside libcublas.so.13 is linked (and its folder is on the rpath) for a
+    candidate that calls cuBLASLt; the others keep the link line they had."""
+    tc = fake_toolchain(tmp_path, 'out=""; while [ $# -gt 0 ]; do if [ "$1" = -o ]; then out="$2"; fi; shift; done\n'
+                                  'echo built > "$out"\n')
+    (tc.cublas.lib / "libcublasLt.so.13").write_bytes(b"")
+    cache = BuildCache(tmp_path / "cache")
+    lt = compile_candidate(write_source(tmp_path / "lt.cu", {1: LT_CALL}), tc, cache)
+    assert lt.ok and "-l:libcublasLt.so.13" in lt.command
+    assert f"-L{tc.cublas.lib}" in lt.command and f"-rpath={tc.cublas.lib}" in lt.command
+    plain = compile_candidate(write_source(tmp_path / "plain.cu", {1: "// cublas_v2 only"}), tc, cache)
+    assert plain.ok and not any("cublasLt" in w for w in plain.command)
+
+
+def test_cublaslt_missing_beside_cublas_is_one_line_and_nothing_is_built(tmp_path):
+    tc = fake_toolchain(tmp_path, "echo ran > \"$(dirname \"$0\")/ran.txt\"\n")
+    cache = BuildCache(tmp_path / "cache")
+    r = compile_candidate(write_source(tmp_path / "lt.cu", {1: LT_CALL}), tc, cache)
+    assert not r.ok and r.library is None
+    (d,) = r.diagnostics
+    assert (d.code, d.severity) == ("toolchain", "error") and "\n" not in d.message
+    assert "libcublasLt.so.13" in d.message and str(tc.cublas.lib) in d.message
+    assert not (tmp_path / "ran.txt").exists()  # nvcc was never started
+
+
+@needs_nvcc
+def test_a_cublaslt_candidate_needs_the_library_it_calls(tmp_path):
+    """A real build: the library records libcublasLt.so.13 as needed (a shared library may leave a
+    symbol undefined at link time; without the flag it would rest on libcublas loading it)."""
+    src = tmp_path / "lt.cu"
+    src.write_text(SEED.read_text().replace(
+        "// EVOLVE-BLOCK-END", "#include <cublasLt.h>\nint lt_probe() { cublasLtHandle_t h; "
+        "return (int)cublasLtCreate(&h); }\n// EVOLVE-BLOCK-END", 1))
+    r = compile_candidate(src, TOOLCHAIN, BuildCache(tmp_path / "cache"))
+    assert r.ok, "\n".join(d.render() for d in r.diagnostics) + r.log
+    dynamic = subprocess.run(["readelf", "-d", str(r.library)], capture_output=True, text=True, check=True).stdout
+    assert "[libcublasLt.so.13]" in dynamic

@@ -47,7 +47,7 @@ def test_the_seeds_and_the_flag_templates_need_none_of_them():
     assert heavy == {"lsa_gather.cu.j2"}, heavy
     # The driver API (cheap: <cuda.h>) for the templates that write stream memory operations.
     assert {p.name for p in TEMPLATES if "-DCUCO_WITH_DRIVER_API" in runtime_defines(p.read_text())} == {
-        "fused_tile.cu.j2", "ce_push.cu.j2"}
+        "fused_tile.cu.j2", "ce_push.cu.j2", "ce_fold.cu.j2"}
 
 
 @needs_nvcc

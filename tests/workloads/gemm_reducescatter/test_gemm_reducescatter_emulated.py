@@ -13,9 +13,11 @@ the run can go no further without that rank (the driver's SETTLE, emulator/emu_p
 GPU's hold outlasts the peers' kernels, the emulator's CTAs run one after another on a shared CPU,
 and a hold of any fixed time may end before a peer has run ahead on a busy machine. A correct
 candidate survives every kind of perturbation, aimed at every rank, at W=2 and W=4, with row blocks
-that are no whole number of chunks; two broken variants of ce_push (one staging buffer instead of
-two; a reduction that waits for the previous launch's flags) fail under the kind that opens their
-window, whatever the machine's load."""
+that are no whole number of chunks; broken variants of ce_push (one staging buffer instead of
+two; a reduction that waits for the previous launch's flags) and of ce_fold (one staging buffer; a
+fold that waits for the previous chunk's flags) fail under the kind that opens their window,
+whatever the machine's load. ce_fold's fold is a cuBLASLt matmul: its CPU model is
+workloads/gemm_reducescatter/emulator/cublasLt.h."""
 
 import subprocess
 
@@ -39,31 +41,47 @@ CANDIDATES = {  # name: (strategy, knobs); None: the seed
     "ce_push_1": ("ce_push", {"chunks": 1, "reduce_blocks": 64, "movers": "one"}),
     "ce_push_4": ("ce_push", {"chunks": 4, "reduce_blocks": 128, "movers": "one"}),
     "ce_push_2_per_peer": ("ce_push", {"chunks": 2, "reduce_blocks": 64, "movers": "per_peer"}),
+    "ce_fold_4": ("ce_fold", {"chunks": 4, "movers": "one"}),
+    "ce_fold_2": ("ce_fold", {"chunks": 2, "movers": "one"}),
+    "ce_fold_8_per_peer": ("ce_fold", {"chunks": 8, "movers": "per_peer"}),
 }
-# Broken on purpose (from ce_push_1), with the kinds of perturbation that must expose them. The
-# emulator runs a kernel's CTAs one after another, a fiber per thread, so the faster rank's
-# reduction takes tens of milliseconds, longer on a busy machine: a hold that lasted a fixed time
-# (it once was 80 ms) let single_staging through there. Held until the run has settled, the late
-# rank's reduction runs only after its peer has pushed its next partial (and stale_flags' peer has
-# summed before the late copy lands), whatever the load.
+# Broken on purpose (each from a correct candidate), with the kinds of perturbation that must
+# expose them. The emulator runs a kernel's CTAs one after another, a fiber per thread, so the
+# faster rank's reduction takes tens of milliseconds, longer on a busy machine: a hold that lasted
+# a fixed time (it once was 80 ms) let single_staging through there. Held until the run has
+# settled, the late rank's reduction runs only after its peer has pushed its next partial (and
+# stale_flags' peer has summed before the late copy lands), whatever the load.
 PARITY = "const int parity = (int)(e % 2);"
 TARGET = "(const unsigned long long*)c->flags.local, e, W, r,"
-FAULTS = {
+FOLD_WAIT = "(const unsigned long long*)c->flags.local, e, W, r, k,"
+FAULTS = {  # name: (the candidate it breaks, (text, its replacement), the kinds that expose it)
     # One staging buffer: a peer a launch ahead pushes its next partial into the slot this rank's
     # reduction has not read yet (this rank's own GEMM and reduction held back).
-    "single_staging": ((PARITY, "const int parity = 0;"), ("compute_late", "rank_late")),
+    "single_staging": ("ce_push_1", (PARITY, "const int parity = 0;"), ("compute_late", "rank_late")),
     # The reduction waits for the previous launch's flags: it sums slots whose copies are still
     # on their way.
-    "stale_flags": ((TARGET, "(const unsigned long long*)c->flags.local, e - 1, W, r,"), ("copies_late",)),
+    "stale_flags": ("ce_push_1", (TARGET, "(const unsigned long long*)c->flags.local, e - 1, W, r,"),
+                    ("copies_late",)),
+    # ce_fold with one staging buffer: a peer a launch ahead overwrites a chunk this rank's fold
+    # has not read yet (its folds, GEMMs, held back). From 2 chunks, not 4: a seed's holds stop
+    # after 32 units per configure (cuco_perturb.h), which the driver makes once per run, and
+    # ce_fold_4's first launch alone (12 GEMMs and kernels, 2 units each) spends them before the
+    # back-to-back launches where the window is. (L2 configures each round before its two launches
+    # back to back, so there the first one's folds are held.)
+    "fold_single_staging": ("ce_fold_2", (PARITY, "const int parity = 0;"), ("compute_late", "rank_late")),
+    # ce_fold's fold of chunk k waits for chunk k-1's flags: it folds in a chunk still on its way.
+    "fold_previous_chunk": ("ce_fold_4", (FOLD_WAIT, "(const unsigned long long*)c->flags.local, e, W, r, "
+                                                     "k > 0 ? k - 1 : 0,"), ("copies_late",)),
 }
-# 74 rows per rank at W=2 and 37 at W=4: no whole number of chunks.
+# 74 rows per rank at W=2 and 37 at W=4: no whole number of chunks (ce_fold's 4: 19, 19, 19, 17
+# rows and 10, 10, 10, 7).
 DIMS = {2: {"M": 148, "K": 256, "N": 128}, 4: {"M": 148, "K": 256, "N": 128}}
 
 
 def _source(name):
     if name in FAULTS:
-        (old, new), _ = FAULTS[name]
-        src = _source("ce_push_1")
+        base, (old, new), _ = FAULTS[name]
+        src = _source(base)
         assert src.count(old) == 1, name
         return src.replace(old, new)
     strategy, knobs = CANDIDATES[name]
@@ -137,10 +155,10 @@ def test_a_correct_candidate_survives_every_perturbation(emulated, tmp_path, nam
 def test_a_broken_push_fails_under_the_perturbation_that_opens_its_window(emulated, tmp_path, name):
     """Each seed of the kinds that open the fault's window, aimed at either rank, fails the broken
     variant and passes the candidate it was made from, the holds settling (so whatever the load)."""
-    _, kinds = FAULTS[name]
+    base, _, kinds = FAULTS[name]
     for kind in kinds:
         for s in seeds_of(kind, 2):
-            assert not failures(run(emulated["ce_push_1"], tmp_path / f"base{s}", 2, s))
+            assert not failures(run(emulated[base], tmp_path / f"base{s}", 2, s))
             assert failures(run(emulated[name], tmp_path / f"p{s}", 2, s)), (
                 f"{name} passed under perturbation seed {s} ({kind} aimed at rank {target_of(s, 2)})")
 
@@ -150,8 +168,8 @@ def test_a_broken_push_fails_under_the_perturbation_that_opens_its_window(emulat
 def test_the_window_is_opened_by_the_settling_not_by_the_time_held(emulated, tmp_path, name):
     """Holds of 1 us, far shorter than any kernel here: only the settling can let the peer run
     ahead of the late rank, and it does, so the fault shows however fast or busy the machine is.
-    (Held for their time alone, such holds let both faults through.)"""
-    _, kinds = FAULTS[name]
+    (Held for their time alone, such holds let ce_push's two faults through.)"""
+    _, _, kinds = FAULTS[name]
     for kind in kinds:
         for s in seeds_of(kind, 2):
             assert failures(run(emulated[name], tmp_path / f"p{s}", 2, s, unit_us=1)), (

@@ -68,3 +68,16 @@ def test_the_device_script_parses_and_names_what_it_runs():
         assert needed in text, needed
     assert (REPO / "benchmarks" / "yardstick_gemm_rs.py").is_file()
     assert "fused_matmul_reduce_scatter" in (REPO / "benchmarks" / "yardstick_gemm_rs.py").read_text()
+
+
+def test_the_candidates_are_the_seed_each_strategy_and_the_chosen_points(tmp_path):
+    """What the device call times when given no files: ce_fold at its defaults and at 8 chunks,
+    ce_push at its defaults and where the searches ended, each rendered once."""
+    from cuco_tui.workload.manifest import load_workload
+
+    w = load_workload("gemm_reducescatter")
+    cands = _bench().default_candidates(w, tmp_path / "rendered")
+    assert [p.stem for p in cands] == ["seed", "host_chunked", "ce_push", "ce_fold", "ce_push-2-256-one",
+                                       "ce_fold-8-one"]
+    assert cands[0] == w.seed and len({p.read_text() for p in cands}) == len(cands)
+    assert "constexpr int kChunks = 8;" in cands[-1].read_text()

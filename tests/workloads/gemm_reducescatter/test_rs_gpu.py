@@ -1,7 +1,8 @@
 """gemm_reducescatter on GPUs (marker `gpu`): the seed and every template at its defaults through L2
 (verification, back to back, perturbed schedules) with the ranks sharing one GPU at W=2 and W=4,
-and on one GPU per rank at W=2 and W=4 where the host has them; the reference against the seed in
-one timed run (the seed is the reference in C: it must not be much faster)."""
+and on one GPU per rank at W=2 and W=4 where the host has them; ce_fold's single-knob changes too;
+the reference against the seed in one timed run (the seed is the reference in C: it must not be
+much faster)."""
 
 import pytest
 
@@ -11,7 +12,7 @@ from rs_common import BOOK, W
 
 pytestmark = pytest.mark.gpu
 
-TEMPLATES = ["host_chunked", "ce_push"]
+TEMPLATES = ["host_chunked", "ce_push", "ce_fold"]
 
 
 def _gpus():
@@ -61,6 +62,21 @@ def test_verified_on_a_gpu_per_rank(tmp_path, name, world):
     r = evaluate(_candidate(tmp_path, name), W, EvalOptions(world=world, bench=False))
     _verified(r, world)
     assert r.gpus == list(range(world))
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_each_single_knob_change_of_ce_fold_verifies(tmp_path, world):
+    """ce_fold's other knob points (2 and 8 chunks, a mover per peer) through L2 with their
+    perturbed rounds, on a GPU per rank where the host has them, else sharing one: the cuBLASLt
+    fold, its alignments at the odd shape (chunks that start off 256 bytes) and, at W=4, the
+    in-place sum of the received slots."""
+    s = BOOK.get("ce_fold")
+    for knobs in s.one_knob_changes()[1:]:
+        path = tmp_path / ("ce_fold" + "".join(f"-{v}" for v in knobs.values()) + ".cu")
+        path.write_text(BOOK.render(s, knobs))
+        own = _gpus() >= world
+        options = EvalOptions(world=world, bench=False) if own else EvalOptions(gpus=[0], world=world, share_gpu=True)
+        _verified(evaluate(path, W, options), world)
 
 
 def test_the_reference_is_not_slower_than_the_seed():

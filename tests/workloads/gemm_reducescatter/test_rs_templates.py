@@ -18,13 +18,15 @@ from static_helpers import assert_static_ok
 
 
 def test_the_strategies_and_their_spaces():
-    assert [s.name for s in BOOK.strategies] == ["host_sequential", "host_chunked", "ce_push"]
+    assert [s.name for s in BOOK.strategies] == ["host_sequential", "host_chunked", "ce_push", "ce_fold"]
     assert BOOK.render(BOOK.get("host_sequential"), {}) == SEED
     assert len(every_point(BOOK.get("host_chunked"))) == 3 * 2
     assert len(every_point(BOOK.get("ce_push"))) == 3 * 3 * 2
+    assert len(every_point(BOOK.get("ce_fold"))) == 3 * 2
+    assert BOOK.get("ce_fold").default_knobs() == {"chunks": 4, "movers": "one"}
 
 
-@pytest.mark.parametrize("name", ["host_chunked", "ce_push"])
+@pytest.mark.parametrize("name", ["host_chunked", "ce_push", "ce_fold"])
 def test_every_point_renders_passes_l0_and_declares_what_its_code_does(name):
     from cuco_tui.design.classify import classify
 
@@ -57,6 +59,28 @@ def test_the_design_points_follow_the_knobs():
     assert (one.backend, one.sync, one.chunk, one.comm_sms, one.issuer, one.streams) == (
         "copy_engine", "per_peer", "shard", "0", "host", "2")
     assert (four.sync, four.chunk, four.streams) == ("per_chunk", "4", "4")
+    fold = BOOK.get("ce_fold")
+    assert fold.point({"chunks": 4, "movers": "one"}) == push.point({"chunks": 4, "reduce_blocks": 128, "movers": "one"})
+    assert fold.point({"chunks": 8, "movers": "per_peer"}).coords() == {
+        "backend": "copy_engine", "placement": "interleaved", "sync": "per_chunk", "issuer": "host", "chunk": "8",
+        "streams": "4", "comm_sms": "0"}
+
+
+def test_the_fold_is_a_cublaslt_gemm_on_the_main_stream_after_a_traced_wait_per_chunk():
+    """What the classifier reads of ce_fold: the fold (cublasLtMatmul) and the peers' GEMMs are
+    compute on the harness's stream; each own chunk's wait is a one-thread kernel on that stream
+    whose wait is a named site; no kernel moves data (the copy engines do)."""
+    from cuco_tui.design.classify import classify
+
+    s = BOOK.get("ce_fold")
+    src = BOOK.render(s, s.default_knobs())
+    ev = classify(src)
+    compute = {site.what for site in ev.sites if site.role == "compute"}
+    assert compute == {"cublasGemmEx", "cublasLtMatmul"}, compute
+    waits = [launch for launch in ev.launches if launch.waits]
+    assert [(w.kernel, w.grid_blocks, w.stream) for w in waits] == [("wait_chunk", 1, "stream")]
+    assert not any(launch.moves_data for launch in ev.launches)
+    assert src.count('CUCO_WAIT_SITE("partial arrived")') == 1
 
 
 def test_a_declaration_that_contradicts_the_push_warns():
@@ -108,7 +132,8 @@ def test_each_strategy_and_each_single_knob_change_compiles_and_stops_with_no_gp
     assert set(sources) == {"host_sequential", "host_chunked-4-reduce_scatter", "host_chunked-2-reduce_scatter",
                             "host_chunked-8-reduce_scatter", "host_chunked-4-reduce", "ce_push-1-128-one",
                             "ce_push-2-128-one", "ce_push-4-128-one", "ce_push-1-64-one", "ce_push-1-256-one",
-                            "ce_push-1-128-per_peer"}
+                            "ce_push-1-128-per_peer", "ce_fold-4-one", "ce_fold-2-one", "ce_fold-8-one",
+                            "ce_fold-4-per_peer"}
     paths = []
     for label, text in sources.items():
         path = tmp_path / f"{label}.cu"

@@ -16,6 +16,9 @@
 //    driver entry points either.
 //  - Device-side names cuco_arrival.cuh and the candidates use: __ldcg, __shfl_sync, min.
 //  - cuda.h beside this file: the driver types of those declarations.
+//  - cublasLt.h beside this file: the CPU model of the cuBLASLt calls (handles, descriptors,
+//    layouts, preferences, the heuristic, cublasLtMatmul with D = alpha op(A) op(B) + beta C on
+//    the stream, held like a cuBLAS GEMM), which ce_fold's fold makes; documented at its top.
 #pragma once
 
 #include <cuda_runtime.h>  // the emulator's stub: emu_runtime.h

@@ -51,4 +51,15 @@ STRATEGIES = [
         knobs={"chunks": (1, 2, 4), "reduce_blocks": (128, 64, 256), "movers": ("one", "per_peer")},
         design=_ce_push,
     ),
+    Strategy(
+        name="ce_fold",
+        template="ce_fold.cu.j2",
+        description="the peers' rows as ce_push (per owner, next peer first, cuBLAS GEMM per chunk pushed by the copy "
+                    "engines into the owner's staging slot, two slots by launch parity, a stream-ordered flag per "
+                    "chunk); the own rows last, chunk by chunk: a one-thread kernel waits for the chunk's flags, "
+                    "then one cuBLASLt matmul folds the received partial in as C (y = A_own B + C; at W > 2 the "
+                    "received partials summed first): no summing pass over the slots and y after the GEMMs",
+        knobs={"chunks": (4, 2, 8), "movers": ("one", "per_peer")},
+        design=_ce_push,
+    ),
 ]
