@@ -5,7 +5,8 @@
 # reduce-scatter dominates. CUPTI profiles (per-copy and per-kernel intervals of every rank) of
 # ce_push at chunks 2 and 4 on long-seq at W=2 and W=4, each with its speedup and the bound of the
 # call's own baseline: when each chunk's GEMM ends, when its push starts and lands, when the
-# summing kernel starts, waits and ends.
+# summing kernel starts, waits and ends; and the same for ce_fold (the owner's own GEMM folds the
+# arrived partial through cuBLASLt's C operand, no summing pass) at chunks 4 and 8.
 #   R=$OUT; OUT=/tmp/o bash benchmarks/runs/rs_profile.sh; tar czf $R/rs.tgz -C /tmp/o .
 set -u
 STEP_TAIL=12
@@ -16,12 +17,13 @@ python3 -c "import importlib.metadata as m; m.version('nvidia-cuda-cupti')" 2>/d
   || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/maybe/nvidia_cuda_cupti*.whl
 mkdir -p /tmp/v
 python3 benchmarks/render_strategy.py gemm_reducescatter ce_push /tmp/v/rs_c2.cu chunks=2 reduce_blocks=256
-python3 benchmarks/render_strategy.py gemm_reducescatter ce_push /tmp/v/rs_c4.cu chunks=4 reduce_blocks=256
-(python3 benchmarks/runs/prebuild.py --jobs 8 --files /tmp/v/rs_c2.cu /tmp/v/rs_c4.cu > "$OUT/prebuild.txt" 2>&1) &
+python3 benchmarks/render_strategy.py gemm_reducescatter ce_fold /tmp/v/rs_f4.cu chunks=4
+python3 benchmarks/render_strategy.py gemm_reducescatter ce_fold /tmp/v/rs_f8.cu chunks=8
+(python3 benchmarks/runs/prebuild.py --jobs 8 --files /tmp/v/rs_*.cu > "$OUT/prebuild.txt" 2>&1) &
 step baseline2 120 python3 -m cuco_tui.cli baseline -w gemm_reducescatter --gpus 0,1 --json
 step baseline4 120 python3 -m cuco_tui.cli baseline -w gemm_reducescatter --gpus 0,1,2,3 --json
 wait
-for c in c2 c4; do
+for c in c2 f4 f8; do
   for w in 2 4; do
     gpus=$(seq -s, 0 $((w - 1)))
     TAIL=30 step profile-$c-w$w 90 python3 -m cuco_tui.cli eval /tmp/v/rs_$c.cu --workload gemm_reducescatter \
