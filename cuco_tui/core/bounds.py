@@ -117,6 +117,7 @@ class ShapeFigures:
     gbps: float | None = None  # the bytes one rank receives / time, in GB/s
     pct_of_bound: float | None = None  # 100: at the bound
     bound_speedup: float | None = None
+    align: str = "host"  # how its ranks started each repetition (ShapeTiming.align): times compare only alike
 
 
 def figures(timing: ShapeTiming, bound: ShapeBound | None = None, work: Work | None = None) -> ShapeFigures:
@@ -131,7 +132,7 @@ def figures(timing: ShapeTiming, bound: ShapeBound | None = None, work: Work | N
         pct = 100.0 * timing.speedup / bound_speedup
     return ShapeFigures(timing.shape, ms, timing.speedup, time_band(timing.candidate), speedup_band(timing),
                         timing.reference.median, time_band(timing.reference), timing.spread_pct, timing.candidate.n,
-                        tflops, gbps, pct, bound_speedup)
+                        tflops, gbps, pct, bound_speedup, timing.align)
 
 
 def all_figures(timings: Iterable[ShapeTiming], bounds: Bounds | None = None,

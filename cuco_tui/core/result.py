@@ -155,6 +155,11 @@ class ShapeTiming:
     reference: Spread
     per_rank: list[Spread]
     speedup: float  # reference median / candidate median, both measured in this run
+    # How the ranks started each repetition (harness/plan.py ALIGNS): "device", lined up on the
+    # GPUs, or "host", a host barrier alone. A result recorded without it (before 2026-11-27) was
+    # timed by the host barrier. Times of the two differ; speedups, each against its own run's
+    # reference, compare across them.
+    align: str = "host"
 
     @property
     def spread_pct(self) -> float:
@@ -164,7 +169,7 @@ class ShapeTiming:
     def from_dict(cls, t: dict[str, Any]) -> "ShapeTiming":
         return cls(shape=t["shape"], dims=dict(t["dims"]), candidate=Spread(**t["candidate"]),
                    reference=Spread(**t["reference"]), per_rank=[Spread(**r) for r in t["per_rank"]],
-                   speedup=t["speedup"])
+                   speedup=t["speedup"], align=str(t.get("align", "host")))
 
 
 @dataclass(frozen=True)

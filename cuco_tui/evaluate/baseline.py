@@ -41,6 +41,9 @@ class ShapeBaseline:
     comm_bytes: int = 0  # bytes each rank receives
     peer_copy: Spread | None = None  # time to copy one rank's share to a peer with the copy engine
     world: int = 2
+    # How the ranks started each repetition (harness/plan.py ALIGNS); a baseline recorded without it
+    # (before 2026-11-27) was timed by a host barrier alone. The bounds' times follow it.
+    align: str = "host"
 
     @property
     def overlap_bound_ms(self) -> float:
@@ -68,7 +71,7 @@ class ShapeBaseline:
             "parts": {k: v.__dict__ for k, v in self.parts.items()}, "comm_bytes": self.comm_bytes,
             "peer_copy": self.peer_copy.__dict__ if self.peer_copy else None,
             "overlap_bound_ms": self.overlap_bound_ms, "peer_gbps": self.peer_gbps,
-            "link_bound_ms": self.link_bound_ms,
+            "link_bound_ms": self.link_bound_ms, "align": self.align,
         }
 
     @classmethod
@@ -78,7 +81,8 @@ class ShapeBaseline:
         peer = d.get("peer_copy")
         return cls(shape=str(d["shape"]), dims={str(k): int(v) for k, v in d["dims"].items()},
                    reference=Spread(**d["reference"]), parts={k: Spread(**v) for k, v in d["parts"].items()},
-                   comm_bytes=int(d.get("comm_bytes") or 0), peer_copy=Spread(**peer) if peer else None, world=world)
+                   comm_bytes=int(d.get("comm_bytes") or 0), peer_copy=Spread(**peer) if peer else None, world=world,
+                   align=str(d.get("align", "host")))
 
 
 @dataclass(frozen=True)
@@ -155,11 +159,12 @@ def measure_baseline(workload: Workload, options: EvalOptions = EvalOptions(), r
                    notes=(note,) if note else ())
     root = run_root or runs_root(options, cache)
     rundir = new_rundir(root, f"baseline-{workload.name}")
-    return read_baseline(run_group(plan, gpus, rundir, run_deadline(plan)), workload.name)
+    return read_baseline(run_group(plan, gpus, rundir, run_deadline(plan)), workload.name, plan.align)
 
 
-def read_baseline(group: GroupRun, workload: str) -> Baseline:
-    """The Baseline the ranks of a `cuco baseline` run reported, or BaselineError when one failed."""
+def read_baseline(group: GroupRun, workload: str, align: str = "device") -> Baseline:
+    """The Baseline the ranks of a `cuco baseline` run reported, or BaselineError when one failed;
+    `align`: the run plan's (RunPlan.align), recorded on each shape."""
     gpus = [o.gpu for o in group.ranks]
     problems = [f"rank {o.rank}: {e.message}" for o in group.ranks for e in o.of(Failed) + o.of(TimedOut)]
     if problems or not all(o.last(Done) for o in group.ranks):
@@ -175,6 +180,6 @@ def read_baseline(group: GroupRun, workload: str) -> Baseline:
         shapes.append(ShapeBaseline(
             shape=name, dims=events[0].dims, reference=_slowest([e.reference_ms for e in events]),
             parts={k: v for k, v in parts.items() if v is not None}, comm_bytes=int(events[0].comm_bytes or 0),
-            peer_copy=_slowest([e.peer_copy_ms for e in events]), world=len(gpus),
+            peer_copy=_slowest([e.peer_copy_ms for e in events]), world=len(gpus), align=align,
         ))
     return Baseline(workload, gpus, shapes, group.seconds, reference_messages(group.ranks))

@@ -276,7 +276,8 @@ def evaluate(
 
     group = run_group(plan, gpus, rundir, run_deadline(plan), on_event=on_event, worker_argv=prepared.worker_argv,
                       kept=kept)
-    result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus}, source=source, levels=levels)
+    result = interpret(group, workload, base | {"world": len(gpus), "gpus": gpus}, source=source, levels=levels,
+                       align=plan.align)
     for extra in levels:
         result = extra.finish(result, group)
     if is_shared(gpus) and not result.status.ok:
@@ -318,7 +319,8 @@ def _verifications(outcomes: list[RankOutcome], workload: Workload) -> list[Veri
     return out
 
 
-def _timings(outcomes: list[RankOutcome]) -> list[ShapeTiming]:
+def _timings(outcomes: list[RankOutcome], align: str) -> list[ShapeTiming]:
+    """Each bench shape's times over the ranks; `align`: how the plan started its repetitions."""
     by_shape: dict[str, list[Timed]] = {}
     for o in outcomes:
         for e in o.of(Timed):
@@ -332,7 +334,7 @@ def _timings(outcomes: list[RankOutcome]) -> list[ShapeTiming]:
         c, r = Spread.of(cand), Spread.of(ref)
         timings.append(ShapeTiming(
             shape=shape, dims=events[0].dims, candidate=c, reference=r,
-            per_rank=[Spread.of(list(e.candidate_ms)) for e in events], speedup=r.median / c.median,
+            per_rank=[Spread.of(list(e.candidate_ms)) for e in events], speedup=r.median / c.median, align=align,
         ))
     return timings
 
@@ -384,10 +386,11 @@ def close_warnings(outcomes: list[RankOutcome]) -> list[Diagnostic]:
 
 
 def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source: str = "",
-              levels: list[EvaluationLevel] | None = None) -> CascadeResult:
+              levels: list[EvaluationLevel] | None = None, align: str = "device") -> CascadeResult:
     """Turn what the ranks reported into one status, a reason and diagnostics. `source`: the
     candidate's text, which a deadlock report quotes at each wait; `levels`: those the run had
-    (levels_for(EvalOptions()) when not given), whose readings add notes and explanations."""
+    (levels_for(EvalOptions()) when not given), whose readings add notes and explanations; `align`:
+    the run plan's (RunPlan.align), recorded on each timing: times under the two do not compare."""
     outcomes = group.ranks
     file = Path(str(base.get("candidate", ""))).name
     level = _level_reached(outcomes)
@@ -465,7 +468,7 @@ def interpret(group: GroupRun, workload: Workload, base: dict[str, Any], source:
         return CascadeResult(**common, status=Status.DEADLOCK, level=level, diagnostics=diags, deadlock_report=report,
                              reason=f"the run did not finish within its deadline of {group.seconds:.0f} s" + released)
 
-    timings = _timings(outcomes)
+    timings = _timings(outcomes, align)
     wanted = [s for o in outcomes[:1] for s in o.of(ShapeStarted) if s.level == "bench"]
     if not all(o.last(Done) for o in outcomes) or len(timings) < len(wanted):
         return CascadeResult(**common, status=Status.RUNTIME_ERROR, level=level, diagnostics=diags,

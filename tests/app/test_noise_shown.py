@@ -4,9 +4,11 @@ compare marks a figure that reads differently within noise as a tie, not as a ch
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cuco_tui.app.search_state import board_entry, board_key
 from cuco_tui.app.widgets.candidate.model import CandidateView, parse_result
-from cuco_tui.app.widgets.lineage.compare import DIFFERS, TIE, compare_rows
+from cuco_tui.app.widgets.lineage.compare import DIFFERS, TIE, UNCOMPARABLE, compare_rows, compare_table
 from cuco_tui.app.widgets.search.leaderboard import FIXED, places, row
 from recorded_noise import bounds, records
 
@@ -29,10 +31,19 @@ def test_the_leaderboard_shares_a_place_within_noise_and_shows_each_speedup_with
     assert cells["long-seq"] == "1.60x ±1%" and cells["short-seq"] == "1.44x ±12%"
 
 
-def view(cid: str) -> CandidateView:
+def view(cid: str, align: str | None = None) -> CandidateView:
+    """`align`: the candidate as if its shapes had been timed under that discipline (these were
+    recorded before 2026-11-27, under a host barrier alone)."""
     record = records()[cid]
+    if align is not None:
+        timings = [dict(t, align=align) for t in record.result["timings"]]
+        record = replace(record, result=dict(record.result, timings=timings))
     result, _ = parse_result(record)
     return CandidateView("recorded", record, result, (), (), bounds=bounds())
+
+
+def _marks(rows) -> list[tuple[str, str, str]]:
+    return [(r.section, r.label, r.mark) for r in rows]
 
 
 def test_compare_shows_22_and_24_gbps_with_overlapping_spreads_as_unchanged():
@@ -50,6 +61,35 @@ def test_compare_marks_22_and_24_gbps_a_change_where_the_spreads_are_narrow():
     rows = {(r.section, r.label): r for r in compare_rows(view("c0000"), view("c0004"))}
     gbps = rows[("mlp-down-70b", "GB/s")]
     assert (gbps.a, gbps.b) == ("22", "24") and gbps.differs and gbps.mark == DIFFERS
+
+
+def test_compare_says_which_times_were_taken_under_different_disciplines_and_weighs_only_speedups():
+    # c0000 and c0004 at mlp-down-70b: 22 and 24 GB/s with narrow spreads, a change when both were
+    # timed alike; with c0004's ranks lined up on the GPUs and c0000's by the host, no change at all
+    rows = compare_rows(view("c0000"), view("c0004", align="device"))
+    by = {(r.section, r.label): r for r in rows}
+    aligned = by[("mlp-down-70b", "ranks aligned")]
+    assert (aligned.a, aligned.b) == ("host", "GPUs") and aligned.differs
+    assert [r.label for r in rows if r.section == "mlp-down-70b"][:2] == ["ranks aligned", "time ms"]
+    for label in ("time ms", "TFLOP/s", "GB/s"):
+        assert not by[("mlp-down-70b", label)].differs and by[("mlp-down-70b", label)].mark == UNCOMPARABLE
+    assert (by[("mlp-down-70b", "GB/s")].a, by[("mlp-down-70b", "GB/s")].b) == ("22", "24")
+    # speedups, each against the reference of its own run, are weighed as before
+    alike = {(r.section, r.label): r.mark for r in compare_rows(view("c0000"), view("c0004"))}
+    for (section, label), row in by.items():
+        if label in ("speedup", "% bound"):
+            assert row.mark == alike[(section, label)], (section, label)
+    title = compare_table(view("c0000"), view("c0004", align="device")).title
+    assert f"{UNCOMPARABLE}: timed differently, not comparable" in str(title)
+
+
+def test_compare_of_two_timed_alike_adds_no_row_and_no_mark():
+    host = compare_rows(view("c0000"), view("c0004"))
+    device = compare_rows(view("c0000", align="device"), view("c0004", align="device"))
+    assert _marks(device) == _marks(host)
+    assert not any(r.label == "ranks aligned" or r.mark == UNCOMPARABLE for r in device)
+    assert {(r.section, r.label): r for r in device}[("mlp-down-70b", "GB/s")].mark == DIFFERS
+    assert UNCOMPARABLE not in str(compare_table(view("c0000", align="device"), view("c0004", align="device")).title)
 
 
 def test_compare_calls_the_same_code_measured_twice_unchanged():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 
 from cuco_tui.core.result import Spread
 from cuco_tui.evaluate.baseline import Baseline, ShapeBaseline, bound
@@ -30,6 +31,18 @@ def test_a_baseline_reads_back_from_its_json():
     back = Baseline.from_dict(json.loads(json.dumps(b.to_dict())))
     assert back == b
     assert back.shapes[0].peer_gbps == b.shapes[0].peer_gbps  # the bandwidth depends on the world: 4 ranks
+
+
+def test_a_baseline_records_which_discipline_timed_it():
+    b = _baseline()
+    aligned = Baseline("gemm_allgather", b.gpus, [replace(s, align="device") for s in b.shapes])
+    back = Baseline.from_dict(json.loads(json.dumps(aligned.to_dict())))
+    assert [s.align for s in back.shapes] == ["device", "device"]
+    # `cuco baseline --json` from before 2026-11-27 says nothing of it: a host barrier alone timed it
+    old = b.to_dict()
+    for s in old["shapes"]:
+        s.pop("align", None)
+    assert [s.align for s in Baseline.from_dict(old).shapes] == ["host", "host"]
 
 
 def _eval_table():

@@ -40,6 +40,9 @@ def test_the_baseline_is_the_slowest_rank_of_each_repetition(tmp_path):
     assert s.reference.median == 3.5 and s.reference.n == 3  # per repetition: 3.5, 4.0, 3.0
     assert sorted(s.parts) == ["allgather", "gemm"] and s.parts["gemm"].median == 2.0
     assert s.parts["allgather"].max == 1.5 and s.peer_copy.median == 0.5 and s.peer_copy.max == 0.7
+    assert s.align == "device"  # the run plan's default; under --align host, the plan says so
+    host = read_baseline(GroupRun(ranks, 12.0, False, False, True, tmp_path), "gemm_allgather", align="host")
+    assert [x.align for x in host.shapes] == ["host"]
 
 
 def test_a_reference_without_a_byte_count_has_no_copy_engine_ceiling(tmp_path):

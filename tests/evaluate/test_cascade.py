@@ -108,6 +108,17 @@ def test_recorded_measured_run():
     assert re.search(r"shapes: \d\.\d\dx ±\d+(\.\d)?% the reference \(geometric mean\)", r.reason), r.reason
 
 
+def test_each_timing_records_how_the_plan_aligned_its_ranks():
+    # This run was recorded under a host barrier alone (2026-11-23); the plan's word is recorded, and
+    # a result read back keeps it: a compare of two candidates then knows whether their times compare.
+    for align in ("host", "device"):
+        r = interpret(_recorded("measured", [0, 0]), W, dict(BASE), align=align)
+        assert [t.align for t in r.timings] == [align] * len(W.bench_shapes)
+        again = CascadeResult.from_dict(json.loads(json.dumps(r.to_dict())))
+        assert [t.align for t in again.timings] == [align] * len(W.bench_shapes)
+    assert {t.align for t in interpret(_recorded("measured", [0, 0]), W, dict(BASE)).timings} == {"device"}
+
+
 def test_recorded_wrong_values():
     r = interpret(_recorded("wrong_values", [0, 0]), W, dict(BASE))
     assert r.status == Status.INCORRECT and r.level == Level.VERIFY

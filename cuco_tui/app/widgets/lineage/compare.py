@@ -3,7 +3,11 @@ knob, and per bench shape the time, speedup, TFLOP/s, GB/s and % of the bound; r
 are marked. A measured figure differs only beyond noise (core/noise.py: the two bands do not
 overlap); one that reads differently within noise is marked as a tie, '≈', not as a change.
 Speedups carry their spread; TFLOP/s and GB/s (work / time) follow the time's band, % of the
-bound the speedup's. Built from two CandidateViews (candidate/model.py), so the figures are the
+bound the speedup's. A shape whose two sides were timed under different disciplines (the ranks
+lined up on the GPUs or by a host barrier alone, ShapeTiming.align) gets a row that says so, and
+its time, TFLOP/s and GB/s are marked not comparable, '∦', never a change: start skew is in one
+and not the other. Its speedups, each against its own run's reference, still compare.
+Built from two CandidateViews (candidate/model.py), so the figures are the
 candidate view's own. The code's unified diff is shown below the table by the compare screen."""
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from cuco_tui.core.noise import Band, record_speedup, within_noise
 
 DIFFERS = "≠"
 TIE = "≈"
+UNCOMPARABLE = "∦"  # timed under different disciplines: how far apart says nothing
+ALIGNED = {"host": "host", "device": "GPUs"}  # the "ranks aligned" row's words for ShapeTiming.align
 
 
 @dataclass(frozen=True)
@@ -30,16 +36,21 @@ class CompareRow:
     section: str = ""  # "" for the facts, "design", "knobs", or a shape's name
     # The bands of a measured figure on both sides: it differs only beyond noise.
     bands: tuple[Band, Band] | None = None
+    comparable: bool = True  # False: the two sides were measured differently (UNCOMPARABLE)
 
     @property
     def differs(self) -> bool:
+        if not self.comparable:
+            return False
         if self.bands is not None:
             return not within_noise(*self.bands)
         return self.a != self.b
 
     @property
     def mark(self) -> str:
-        """DIFFERS, TIE (reads differently, within noise), or ''."""
+        """DIFFERS, TIE (reads differently, within noise), UNCOMPARABLE, or ''."""
+        if not self.comparable:
+            return UNCOMPARABLE
         return DIFFERS if self.differs else TIE if self.a != self.b else ""
 
 
@@ -56,14 +67,21 @@ def _figure_rows(shape: str, fa: ShapeFigures | None, fb: ShapeFigures | None) -
         band = f.speedup_band if f is not None else None
         return band.label() if band is not None else cell(f, "speedup", ".2f", "x")
 
-    # TFLOP/s and GB/s are the time turned over: they differ exactly when the time does.
+    # TFLOP/s and GB/s are the time turned over: they differ exactly when the time does, and
+    # compare exactly when it does.
     time, speedup = _pair(fa, fb, "time_band"), _pair(fa, fb, "speedup_band")
-    return [CompareRow("time ms", cell(fa, "time_ms", ".3f"), cell(fb, "time_ms", ".3f"), shape, time),
-            CompareRow("speedup", speed(fa), speed(fb), shape, speedup),
-            CompareRow("TFLOP/s", cell(fa, "tflops", ".0f"), cell(fb, "tflops", ".0f"), shape, time),
-            CompareRow("GB/s", cell(fa, "gbps", ".0f"), cell(fb, "gbps", ".0f"), shape, time),
-            CompareRow("% bound", cell(fa, "pct_of_bound", ".0f", "%"), cell(fb, "pct_of_bound", ".0f", "%"), shape,
-                       speedup)]
+    aligned: list[CompareRow] = []
+    if fa is not None and fb is not None and fa.align != fb.align:
+        aligned.append(CompareRow("ranks aligned", ALIGNED.get(fa.align, fa.align), ALIGNED.get(fb.align, fb.align),
+                                  shape))
+    alike = not aligned
+    return aligned + [
+        CompareRow("time ms", cell(fa, "time_ms", ".3f"), cell(fb, "time_ms", ".3f"), shape, time, alike),
+        CompareRow("speedup", speed(fa), speed(fb), shape, speedup),
+        CompareRow("TFLOP/s", cell(fa, "tflops", ".0f"), cell(fb, "tflops", ".0f"), shape, time, alike),
+        CompareRow("GB/s", cell(fa, "gbps", ".0f"), cell(fb, "gbps", ".0f"), shape, time, alike),
+        CompareRow("% bound", cell(fa, "pct_of_bound", ".0f", "%"), cell(fb, "pct_of_bound", ".0f", "%"), shape,
+                   speedup)]
 
 
 def compare_rows(a: CandidateView, b: CandidateView) -> list[CompareRow]:
@@ -91,7 +109,9 @@ def compare_rows(a: CandidateView, b: CandidateView) -> list[CompareRow]:
 
 
 def compare_table(a: CandidateView, b: CandidateView) -> Table:
-    table = Table(title=f"{a.id} and {b.id} side by side ({DIFFERS}: they differ; {TIE}: within noise)",
+    rows = compare_rows(a, b)
+    apart = f"; {UNCOMPARABLE}: timed differently, not comparable" if not all(r.comparable for r in rows) else ""
+    table = Table(title=f"{a.id} and {b.id} side by side ({DIFFERS}: they differ; {TIE}: within noise{apart})",
                   title_justify="left",
                   box=box.SIMPLE_HEAD, expand=False)
     table.add_column("", no_wrap=True, style="dim")
@@ -100,7 +120,7 @@ def compare_table(a: CandidateView, b: CandidateView) -> Table:
     table.add_column(b.id, no_wrap=True, justify="right")
     table.add_column(DIFFERS, no_wrap=True)
     section = None
-    for row in compare_rows(a, b):
+    for row in rows:
         head = row.section if row.section != section else ""
         if row.section != section and row.section:
             table.add_section()
