@@ -76,9 +76,9 @@ def test_compare_says_which_times_were_taken_under_different_disciplines_and_wei
     assert (by[("mlp-down-70b", "GB/s")].a, by[("mlp-down-70b", "GB/s")].b) == ("22", "24")
     # speedups, each against the reference of its own run, are weighed as before
     alike = {(r.section, r.label): r.mark for r in compare_rows(view("c0000"), view("c0004"))}
-    for (section, label), row in by.items():
+    for (section, label), compared in by.items():
         if label in ("speedup", "% bound"):
-            assert row.mark == alike[(section, label)], (section, label)
+            assert compared.mark == alike[(section, label)], (section, label)
     title = compare_table(view("c0000"), view("c0004", align="device")).title
     assert f"{UNCOMPARABLE}: timed differently, not comparable" in str(title)
 
