@@ -22,6 +22,22 @@ def bounds(baseline: dict) -> dict[str, float]:
     return {s.shape: bound(s) for s in Baseline.from_dict(baseline).shapes}
 
 
+def candidate_cells(results: dict[str, dict], names: list[str], shape: str,
+                    bound: float | None) -> tuple[list[str], float | None]:
+    """Per candidate of `names` (`results`: name -> CascadeResult.to_dict()), its cell at `shape`,
+    "ms speedup x time over `bound`" (its status where it has no timing there), and the best time."""
+    cells, best = [], None
+    for n in names:
+        t = next((t for t in results[n].get("timings", []) if t["shape"] == shape), None)
+        if t is None:
+            cells.append(results[n]["status"])
+            continue
+        ms = t["candidate"]["median"]
+        best = ms if best is None else min(best, ms)
+        cells.append(f"{ms:.3f} {t['speedup']:.2f}x " + (f"{ms / bound:.2f}" if bound else "-"))
+    return cells, best
+
+
 def main(argv: list[str]) -> int:
     md = "--md" in argv
     args = [a for a in argv if a != "--md"]

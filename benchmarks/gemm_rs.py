@@ -18,6 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from eval_table import candidate_cells  # noqa: E402  (the candidates' cells against a bound)
+
 WORKLOAD = "gemm_reducescatter"
 # Knob points timed beside the defaults: ce_push where the 2026-11-26 searches ended (chunks 2, 256
 # summing blocks), and ce_fold at 8 chunks, its smallest last chunk (the fold left after the last
@@ -50,15 +53,8 @@ def report(baseline: dict[str, Any], results: dict[str, dict[str, Any]], yardsti
                f"{parts['gemm']['median']:.3f}" if "gemm" in parts else "-",
                f"{parts['reducescatter']['median']:.3f}" if "reducescatter" in parts else "-",
                f"{s['peer_gbps']:.0f}" if s.get("peer_gbps") else "-", f"{bound:.3f}"]
-        best = None
-        for n in names:
-            t = next((t for t in results[n].get("timings", []) if t["shape"] == s["shape"]), None)
-            if t is None:
-                row.append(results[n]["status"])
-                continue
-            ms = t["candidate"]["median"]
-            best = ms if best is None else min(best, ms)
-            row.append(f"{ms:.3f} {t['speedup']:.2f}x {ms / bound:.2f}")
+        cells, best = candidate_cells(results, names, s["shape"], bound)
+        row += cells
         row.append(f"{best / bound:.2f}" if best is not None else "-")
         if yard:
             y = yard.get(dims)

@@ -12,3 +12,9 @@ step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t
 # The cudnn-frontend headers for the harness attention library (staged into .whl/ by
 # benchmarks/runs/stage_attention_headers.sh): the image has cuDNN but not the frontend.
 [ -d .whl/cudnn_frontend/include ] && export CUCO_CUDNN_FRONTEND_INCLUDE=$PWD/.whl/cudnn_frontend/include
+# What `cuco eval --profile` needs and the image may lack: cuda-bindings and CUPTI 13.0 from .whl/maybe.
+need_cupti() {
+  python3 -c "import cuda.bindings" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
+    --target /tmp/site .whl/maybe/cuda_*.whl
+  python3 -c "import importlib.metadata as m; m.version('nvidia-cuda-cupti')" 2>/dev/null \
+    || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/maybe/nvidia_cuda_cupti*.whl; }

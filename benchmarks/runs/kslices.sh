@@ -10,10 +10,7 @@
 set -u
 STEP_TAIL=30
 source "$(dirname "$0")/common.sh"
-python3 -c "import cuda.bindings" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
-  --target /tmp/site .whl/maybe/cuda_*.whl
-python3 -c "import importlib.metadata as m; m.version('nvidia-cuda-cupti')" 2>/dev/null \
-  || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/maybe/nvidia_cuda_cupti*.whl
+need_cupti
 W2=${W2:-"c2:chunks=2,tile=256x128 c2s2:chunks=2,tile=256x128,k_slices=2 c2s4:chunks=2,tile=256x128,k_slices=4 c2s8:chunks=2,tile=256x128,k_slices=8 c4s4:chunks=4,tile=256x128,k_slices=4"} \
 W4=${W4:-"r1:chunks=1 r1s4:chunks=1,k_slices=4 r2s4:chunks=2,k_slices=4"} \
   bash "$(dirname "$0")/fused_sweep.sh"

@@ -8,10 +8,7 @@
 set -u
 STEP_TAIL=12
 source "$(dirname "$0")/common.sh"
-python3 -c "import cuda.bindings" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
-  --target /tmp/site .whl/maybe/cuda_*.whl
-python3 -c "import importlib.metadata as m; m.version('nvidia-cuda-cupti')" 2>/dev/null \
-  || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/maybe/nvidia_cuda_cupti*.whl
+need_cupti
 mkdir -p /tmp/v
 python3 benchmarks/render_strategy.py moe_dispatch_combine arrival_pipeline /tmp/v/moe_arr.cu gemm=cublas
 python3 benchmarks/render_strategy.py moe_dispatch_combine expert_pipeline /tmp/v/moe_exp.cu gemm=cublas

@@ -11,10 +11,7 @@
 set -u
 STEP_TAIL=12
 source "$(dirname "$0")/common.sh"
-python3 -c "import cuda.bindings" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
-  --target /tmp/site .whl/maybe/cuda_*.whl
-python3 -c "import importlib.metadata as m; m.version('nvidia-cuda-cupti')" 2>/dev/null \
-  || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/maybe/nvidia_cuda_cupti*.whl
+need_cupti
 mkdir -p /tmp/v
 python3 benchmarks/render_strategy.py gemm_reducescatter ce_push /tmp/v/rs_c2.cu chunks=2 reduce_blocks=256
 python3 benchmarks/render_strategy.py gemm_reducescatter ce_fold /tmp/v/rs_f4.cu chunks=4

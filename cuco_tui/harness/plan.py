@@ -118,6 +118,11 @@ class RunPlan:
     def world(self) -> int:
         return len(self.gpus)
 
+    @property
+    def device_aligned(self) -> bool:
+        """Whether timed (and profiled) launches start after RankGroup.align_on_device."""
+        return self.align != "host"
+
     def seed(self, shape: ShapePlan, check: int) -> int:
         """The seed of the inputs of `check` at `shape` (BACK_TO_BACK_CHECK and PERTURBED_CHECK + n
         for the launches after the ordinary checks)."""

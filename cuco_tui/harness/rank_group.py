@@ -113,21 +113,23 @@ class RankGroup:
         every rank), then a pause of `settle_us` on the GPU, during which this rank's host enqueues
         what is timed next. A host barrier alone releases the ranks' hosts up to a poll interval
         and a launch latency apart, and a candidate that waits for a peer's data counts the gap."""
-        self.comm.allReduce(self.flag.data.ptr, self.flag.data.ptr, 1, self.nccl.NCCL_FLOAT32, self.nccl.NCCL_SUM,
-                            self.stream.ptr)
+        self._reduce_flag()
         self._settle((1,), (1,), (self.cupy.uint64(settle_us * 1000),), stream=self.stream)
 
-    def barrier(self, limit: float = 30.0) -> None:
+    def _reduce_flag(self) -> None:
+        """The one-float all-reduce of `flag` on the harness's stream, not waited for."""
         self.comm.allReduce(self.flag.data.ptr, self.flag.data.ptr, 1, self.nccl.NCCL_FLOAT32, self.nccl.NCCL_SUM,
                             self.stream.ptr)
+
+    def barrier(self, limit: float = 30.0) -> None:
+        self._reduce_flag()
         self.wait_stream("harness barrier", limit)
 
     def all_ok(self, ok: bool, limit: float = 60.0) -> bool:
         """True when every rank says ok (a collective: every rank must call it)."""
         with self.stream:
             self.flag.fill(0.0 if ok else 1.0)
-        self.comm.allReduce(self.flag.data.ptr, self.flag.data.ptr, 1, self.nccl.NCCL_FLOAT32, self.nccl.NCCL_SUM,
-                            self.stream.ptr)
+        self._reduce_flag()
         self.wait_stream("agreeing on the outcome", limit)
         return float(self.flag.get()[0]) == 0.0
 

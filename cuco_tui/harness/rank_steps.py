@@ -169,7 +169,8 @@ class ProfiledLaunches(RankStep):
         # recorded: what started before this moment (the host's clock, which CUPTI stamps with)
         # is theirs, not the candidate's, and is left out.
         since = recorder.now_ns()
-        if g.plan.align != "host":  # the launches start as the timed ones do; what precedes the pause's end is the harness's
+        # The launches start as the timed ones do; what precedes the pause's end is the harness's.
+        if g.plan.device_aligned:
             g.align_on_device()
         try:
             for _ in range(spec.launches):

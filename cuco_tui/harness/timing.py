@@ -13,12 +13,17 @@ from cuco_tui.harness.rank_events import TraceTimed
 from cuco_tui.harness.rank_group import RankGroup
 
 
+# What time_pair times, by name: the keys of Timing.late.
+REFERENCE, CANDIDATE = "the reference", "candidate launch"
+
+
 class Timing:
     def __init__(self, group: RankGroup) -> None:
         self.group = group
         self.plan = group.plan
         self.ref_median: float | None = None  # of the last bench shape's warm reference runs, in ms
-        self.late: dict[str, int] = {}  # what was timed -> repetitions that started before it was enqueued
+        # what the last time_pair timed -> repetitions that started before it was enqueued
+        self.late: dict[str, int] = {}
 
     def limit(self, shape: ShapePlan) -> float:
         """The time limit of a candidate launch after the first."""
@@ -34,7 +39,7 @@ class Timing:
         return [self.time_once(fn, what, limit) for _ in range(repetitions or self.plan.repetitions)]
 
     def time_pair(self, reference: Callable[[], None], candidate: Callable[[], None], limit: float,
-                  names: tuple[str, str] = ("the reference", "candidate launch")) -> tuple[list[float], list[float]]:
+                  names: tuple[str, str] = (REFERENCE, CANDIDATE)) -> tuple[list[float], list[float]]:
         """Reference and candidate repetitions interleaved, the first of each pair alternating,
         so that both see the same clocks and temperatures (a GEMM-heavy loop heats the GPU and
         lowers its clocks: whatever is timed second would pay for it)."""
@@ -42,6 +47,7 @@ class Timing:
             reference()
             candidate()
         self.group.wait_stream("warm-up", limit * 2 * self.plan.warmup)
+        self.late = {}
         ref_times, cand_times = [], []
         for i in range(self.plan.repetitions):
             order = [(reference, ref_times, names[0]), (candidate, cand_times, names[1])]
@@ -56,13 +62,14 @@ class Timing:
         with g.stream:
             g.scratch.fill(0)  # evict the inputs from L2: each repetition reads from HBM
         g.barrier()  # no rank's host runs ahead into the next repetition
-        if self.plan.align != "host":
+        aligned = self.plan.device_aligned
+        if aligned:
             g.align_on_device()
         start, end = cp.cuda.Event(), cp.cuda.Event()
         start.record(g.stream)
         fn()
         end.record(g.stream)
-        if self.plan.align != "host" and start.done:  # the pause ended before the host had enqueued all of fn
+        if aligned and start.done:  # the pause ended before the host had enqueued all of fn
             self.late[what] = self.late.get(what, 0) + 1
         g.wait_stream(what, limit)
         return cp.cuda.get_elapsed_time(start, end)

@@ -45,7 +45,7 @@ from cuco_tui.harness.rank_events import (EXIT_FAILED, EXIT_OK, BaselineMeasured
 from cuco_tui.harness.rank_group import RankGroup
 from cuco_tui.harness.rank_reference import buffers
 from cuco_tui.harness.rank_steps import VerifiedShape, rank_steps
-from cuco_tui.harness.timing import Timing
+from cuco_tui.harness.timing import CANDIDATE, REFERENCE, Timing
 from cuco_tui.harness.verify import poison
 from cuco_tui.harness.watchdog import Watchdog
 
@@ -260,12 +260,11 @@ class Rank:
             run_reference = lambda: reference.run(inputs, expected)  # noqa: E731
             warm = timing.time(run_reference, "the reference", 120.0, repetitions=3)
             timing.ref_median = sorted(warm)[1]
-            timing.late.clear()
             ref_times, cand_times = timing.time_pair(run_reference, launch, timing.limit(shape))
             candidate.check_cuda("after timing")
             self.log.emit(Timed(shape=shape.name, dims=dims, candidate_ms=tuple(cand_times),
-                                reference_ms=tuple(ref_times), late_candidate=timing.late.get("candidate launch", 0),
-                                late_reference=timing.late.get("the reference", 0)))
+                                reference_ms=tuple(ref_times), late_candidate=timing.late.get(CANDIDATE, 0),
+                                late_reference=timing.late.get(REFERENCE, 0)))
             if self.plan.trace_ab and g.trace is not None and g.trace.slots:
                 timing.time_trace_ab(shape, ctx, launch)
             measured = VerifiedShape(shape, launch, reference, inputs, outputs, expected, dtypes)
