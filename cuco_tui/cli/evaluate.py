@@ -148,6 +148,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     stdout_console().print(t)
     for w in base.warnings:
         print(f"warning: the reference: {w}", file=sys.stderr)
+    for n in base.notes:
+        print(f"note: {n}", file=sys.stderr)
     return 0
 
 

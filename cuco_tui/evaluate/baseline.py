@@ -19,6 +19,7 @@ from cuco_tui.core.bounds import Bounds, ShapeBound, Work
 from cuco_tui.core.machine import MachineInfo
 from cuco_tui.core.result import Spread
 from cuco_tui.harness.launcher import GroupRun, run_group
+from cuco_tui.harness.plan import SETTLE_US
 from cuco_tui.harness.rank_events import BaselineMeasured, Done, Failed, TimedOut
 from cuco_tui.core.workload import Workload
 
@@ -92,17 +93,19 @@ class Baseline:
     shapes: list[ShapeBaseline] = field(default_factory=list)
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)  # the reference's own (worker.report_reference)
+    notes: list[str] = field(default_factory=list)  # how it was timed: repetitions that started late
 
     def to_dict(self) -> dict[str, Any]:
         return {"workload": self.workload, "gpus": self.gpus, "seconds": self.seconds,
-                "shapes": [s.to_dict() for s in self.shapes], "warnings": self.warnings}
+                "shapes": [s.to_dict() for s in self.shapes], "warnings": self.warnings, "notes": self.notes}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Baseline":
         """`cuco baseline --json` read back (benchmarks/eval_table.py)."""
         gpus = [int(g) for g in d["gpus"]]
         return cls(str(d["workload"]), gpus, [ShapeBaseline.from_dict(s, len(gpus)) for s in d["shapes"]],
-                   float(d.get("seconds", 0.0)), [str(w) for w in d.get("warnings", [])])
+                   float(d.get("seconds", 0.0)), [str(w) for w in d.get("warnings", [])],
+                   [str(n) for n in d.get("notes", [])])
 
 
 def compute_ms(shape: ShapeBaseline) -> float | None:
@@ -182,4 +185,12 @@ def read_baseline(group: GroupRun, workload: str, align: str = "device") -> Base
             parts={k: v for k, v in parts.items() if v is not None}, comm_bytes=int(events[0].comm_bytes or 0),
             peer_copy=_slowest([e.peer_copy_ms for e in events]), world=len(gpus), align=align,
         ))
-    return Baseline(workload, gpus, shapes, group.seconds, reference_messages(group.ranks))
+    return Baseline(workload, gpus, shapes, group.seconds, reference_messages(group.ranks), late_notes(group))
+
+
+def late_notes(group: GroupRun) -> list[str]:
+    """Where some repetitions started after the alignment pause had run out (that host reached
+    the timed call late): those times hold its launch latency, and a bound built on them is high."""
+    return [f"{e.shape}, rank {o.rank}: {n} of {len(e.parts_ms.get(what, e.reference_ms))} repetitions of {what} "
+            f"started after the {SETTLE_US} µs alignment pause had run out: those times hold host launch latency"
+            for o in group.ranks for e in o.of(BaselineMeasured) for what, n in e.late.items() if n]

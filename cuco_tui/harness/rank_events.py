@@ -15,7 +15,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -156,6 +156,9 @@ class BaselineMeasured(RankEvent):
     parts_ms: dict[str, tuple[float, ...]]  # {"gemm": [...], "allgather": [...]}
     comm_bytes: int | None = None  # bytes each rank receives (None: the reference counts none)
     peer_copy_ms: tuple[float, ...] = ()  # that share copied to a peer by the copy engine
+    # what was timed ("the reference", a part's name) -> its repetitions that started after the
+    # alignment pause had run out (as Timed's late counts)
+    late: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

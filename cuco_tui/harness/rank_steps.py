@@ -216,7 +216,12 @@ def rank_steps(plan: RunPlan, log: EventLog) -> list[RankStep]:
 
 def candidates_own(activities: list[Activity], since: int) -> list[Activity]:
     """The activities of the profiled launches: those that started after `since` (the host's
-    clock at the barrier) and after the aligning pause kernel's end, when there was one (the
-    all-reduce before it is the harness's, not the candidate's)."""
-    cut = max([since] + [a.end_ns for a in activities if a.kind == KERNEL and SETTLE_NAME in a.name])
-    return [a for a in activities if a.start_ns >= cut]
+    clock at the barrier) and, on the harness's stream, after the aligning pause kernel's end,
+    when there was one (the all-reduce before it is the harness's, not the candidate's). What the
+    candidate started on a stream of its own during the pause, not ordered after the harness's
+    stream, is kept: it ran ahead of the timed start, and the timeline must show it."""
+    pauses = [a for a in activities if a.kind == KERNEL and SETTLE_NAME in a.name]
+    cut = max([since] + [a.end_ns for a in pauses])
+    harness = {(a.device, a.stream) for a in pauses}
+    return [a for a in activities
+            if a.start_ns >= cut or (a.start_ns >= since and (a.device, a.stream) not in harness)]

@@ -59,18 +59,22 @@ class Timing:
         """One repetition: L2 flushed, ranks aligned, events around `fn` alone."""
         g = self.group
         cp = g.cupy
+        start, end = cp.cuda.Event(), cp.cuda.Event()  # created before the pause, not inside it
         with g.stream:
             g.scratch.fill(0)  # evict the inputs from L2: each repetition reads from HBM
         g.barrier()  # no rank's host runs ahead into the next repetition
         aligned = self.plan.device_aligned
         if aligned:
             g.align_on_device()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
         start.record(g.stream)
+        # Late: the pause had already run out when this host reached the timed call, so the
+        # stream idled at `start` waiting for it. Asked before fn, not after: a launch that waits
+        # for its own work on the host (MoE's counts, in its reference and templates) completes
+        # `start` itself, which is no lost alignment.
+        if aligned and start.done:
+            self.late[what] = self.late.get(what, 0) + 1
         fn()
         end.record(g.stream)
-        if aligned and start.done:  # the pause ended before the host had enqueued all of fn
-            self.late[what] = self.late.get(what, 0) + 1
         g.wait_stream(what, limit)
         return cp.cuda.get_elapsed_time(start, end)
 

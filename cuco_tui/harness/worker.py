@@ -286,6 +286,7 @@ class Rank:
         with g.stream:
             self.reference.fill_inputs(self.cupy, inputs, dims, g.world, g.rank, self.plan.nonce)
         reference = self.reference.on_rank(env)
+        timing.late = {}
         reference_ms = timing.time(lambda: reference.run(inputs, outputs), "the reference", 120.0)
         parts_ms = {name: tuple(timing.time(part, name, 120.0))
                     for name, part in reference.parts(inputs, outputs).items()}
@@ -295,7 +296,7 @@ class Rank:
         if comm_bytes is not None:
             peer_copy_ms = tuple(timing.peer_copy_times(comm_bytes // max(g.world - 1, 1)))
         self.log.emit(BaselineMeasured(shape=shape.name, dims=dims, reference_ms=tuple(reference_ms), parts_ms=parts_ms,
-                                       comm_bytes=comm_bytes, peer_copy_ms=peer_copy_ms))
+                                       comm_bytes=comm_bytes, peer_copy_ms=peer_copy_ms, late=dict(timing.late)))
 
     def report_reference(self, reference: RankReference) -> None:
         """What the reference says makes it weaker than it should be (a failed graph capture, a

@@ -56,3 +56,15 @@ def test_a_rank_that_failed_fails_the_baseline_with_its_message(tmp_path):
              _rank(tmp_path, 1, [Failed(kind="cuda", message="cudaErrorIllegalAddress")], exit_code=2)]
     with pytest.raises(BaselineError, match="rank 1: cudaErrorIllegalAddress"):
         read_baseline(GroupRun(ranks, 1.0, False, True, True, tmp_path), "gemm_allgather")
+
+
+def test_repetitions_that_started_after_the_alignment_pause_are_noted_with_their_rank(tmp_path):
+    late = BaselineMeasured(shape="square-8k", dims=DIMS, reference_ms=(3.0, 3.1, 3.2), parts_ms={"gemm": (2.0, 2.1, 2.2)},
+                            late={"the reference": 0, "gemm": 2})
+    ranks = [_rank(tmp_path, 0, [_measured((3.0, 3.1, 3.2), (2.0,) * 3, (1.0,) * 3), Done()]),
+             _rank(tmp_path, 1, [late, Done()])]
+    b = read_baseline(GroupRun(ranks, 1.0, False, False, True, tmp_path), "gemm_allgather")
+    assert b.notes == ["square-8k, rank 1: 2 of 3 repetitions of gemm started after the 300 µs alignment pause had "
+                       "run out: those times hold host launch latency"]
+    assert type(b).from_dict(b.to_dict()).notes == b.notes  # kept in `cuco baseline --json`
+

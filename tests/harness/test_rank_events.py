@@ -32,7 +32,7 @@ ONE_OF_EACH: list[RankEvent] = [
     TraceTimed(shape="long-seq", on_ms=(1.02, 1.04), off_ms=(1.0, 1.0)),
     BaselineMeasured(shape="square-8k", dims={"M": 8192}, reference_ms=(3.0, 3.5),
                      parts_ms={"gemm": (2.0, 2.5), "allgather": (1.0, 1.25)}, comm_bytes=1 << 27,
-                     peer_copy_ms=(0.5, 0.75)),
+                     peer_copy_ms=(0.5, 0.75), late={"gemm": 2}),
     PerturbStarted(shape="verify", round=1, seed=41, kind="rank_late", target=1, description="rank 1 starts late",
                    unit_us=2000, start_delay_us=8000),
     PerturbEnded(shape="verify", round=1, seed=41, ok=True, seconds=0.05, calls=12, delayed=3, delayed_us=6000,

@@ -44,3 +44,14 @@ def test_a_profile_keeps_the_launches_and_leaves_out_the_harness_alignment_befor
     copy = Activity(MEMCPY, "memcpy ptop 1->0", 460, 640, 1, 9, copy_kind="ptop", bytes=1 << 26)
     assert candidates_own([barrier, align, pause, gemm, copy], since=125) == [gemm, copy]
     assert candidates_own([barrier, gemm, copy], since=125) == [gemm, copy]  # aligned by the host alone
+
+
+def test_a_profile_shows_what_the_candidate_started_on_its_own_stream_during_the_pause():
+    """Work a candidate began on a side stream not ordered after the harness's stream runs during
+    the pause, before the timed start: the timeline keeps it instead of cutting it with the
+    harness's own kernels."""
+    align = Activity(KERNEL, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 130, 150, 0, 7)
+    pause = Activity(KERNEL, "cuco_settle", 150, 450, 0, 7)
+    early = Activity(MEMCPY, "memcpy ptop 0->1", 200, 380, 0, 9, copy_kind="ptop", bytes=1 << 26)
+    gemm = Activity(KERNEL, "fused_gemm_kernel", 455, 900, 0, 7)
+    assert candidates_own([align, pause, early, gemm], since=125) == [early, gemm]
