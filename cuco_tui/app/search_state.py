@@ -145,6 +145,7 @@ class DashboardState:
     phase: str = "-"
     generation: int = 0
     generations: int = 0
+    evaluations_limit: int | None = None  # the session's total of candidates to evaluate, when set
     islands: int = 0
     review_mode: str = "-"
     statuses: Mapping[str, int] = field(default_factory=lambda: _frozen({}))  # committed, per status
@@ -210,7 +211,7 @@ def _started(s: DashboardState, e: ev.SearchStarted) -> DashboardState:
     return replace(s, executor=e.executor, run=RunPhase.RUNNING, islands=e.islands, generations=e.generations, review_mode=e.review_mode,
                    budget=e.budget_usd, session=e.session, workload=e.workload, agent=e.agent,
                    resumed_at=e.start_generation if e.resumed else None, can_measure=e.can_measure,
-                   hints_unread=e.hints_unread)
+                   hints_unread=e.hints_unread, evaluations_limit=e.evaluations)
 
 
 def _generation(s: DashboardState, e: ev.GenerationStarted) -> DashboardState:

@@ -160,6 +160,9 @@ def config_overrides(args: argparse.Namespace, agent_kind: str, keys: tuple[str,
     if "generations" in overrides and overrides["generations"] < 1:  # a search that would search nothing
         raise UsageError(f"--generations counts the generations after the seed's (generation 0, which every search "
                          f"evaluates first): give 1 or more, not {overrides['generations']}")
+    if "evaluations" in overrides and overrides["evaluations"] < 1:
+        raise UsageError(f"--evaluations is the number of candidates to evaluate: give 1 or more, "
+                         f"not {overrides['evaluations']}")
     if args.gpus is not None:  # checked against this machine by gpu_list, which every command calls
         overrides["gpus"] = tuple(_parsed(args.gpus))
     if args.budget is not None:
@@ -172,8 +175,13 @@ def config_overrides(args: argparse.Namespace, agent_kind: str, keys: tuple[str,
 # ---------------------------------------------------------------------------- pacing
 
 def add_pacing_options(parser: argparse.ArgumentParser) -> None:
-    """How a search keeps its GPUs fed: `cuco search` and `cuco-tui` take the same flags, which set
-    the SearchConfig fields of their names (a resumed search keeps its own unless given)."""
+    """How a search keeps its GPUs fed and how many candidates it evaluates: `cuco search` and
+    `cuco-tui` take the same flags, which set the SearchConfig fields of their names (a resumed
+    search keeps its own unless given)."""
+    parser.add_argument("--evaluations", type=int, metavar="N",
+                        help="the session's total of candidates to evaluate (the seed included; re-measures "
+                             "not counted): then no more are proposed, those in flight finish and the search "
+                             "ends (default: the generations alone bound it); with --resume, it goes on up to N")
     parser.add_argument("--no-lookahead", dest="lookahead", action="store_false", default=None,
                         help="each generation waits for every result of the one before (default: the next "
                              "generation is proposed and built while the last evaluation of each GPU group still runs)")

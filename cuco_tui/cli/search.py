@@ -59,8 +59,9 @@ class ProgressPrinter:
             where = e.executor or f"GPU groups [{groups}]"
             how = f"resumed at generation {e.start_generation}" if e.resumed else "new"
             budget = f", budget ${e.budget_usd:.2f}" if e.budget_usd is not None else ""
+            up_to = f" (up to {e.evaluations} evaluations)" if e.evaluations is not None else ""
             return (f"session {e.session} ({how}): {e.workload}, agent {e.agent}, {e.islands} islands, "
-                    f"{e.generations} generations, {where}, review {e.review_mode}{budget}")
+                    f"{e.generations} generations{up_to}, {where}, review {e.review_mode}{budget}")
         if isinstance(e, ev.GenerationStarted):
             return f"generation {e.generation} ({e.phase})"
         if isinstance(e, ev.ProposalReady):
@@ -184,7 +185,7 @@ class Interrupts:
 
 
 # The flags of `cuco search` that set SearchConfig fields of the same name.
-CONFIG_FLAGS = ("generations", "islands", "world", "seed", "lookahead", "keep_workers")
+CONFIG_FLAGS = ("generations", "islands", "world", "seed", "lookahead", "keep_workers", "evaluations")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -268,6 +269,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         if end_state(summary.reason) == STOPPED:  # a resume goes on (core/ending.py)
             print(f"continue with `cuco search --resume {resume_name(repo.path, args)}`"
                   + (" and a higher --budget" if summary.reason == "budget" else ""))
+        elif summary.reason == "evaluations":
+            print(f"evaluate more with `cuco search --resume {resume_name(repo.path, args)} --evaluations N`, "
+                  f"N above {config.evaluations}")
     return EXIT_INTERRUPTED if interrupts.count else EXIT_ENDED
 
 
@@ -297,6 +301,15 @@ def open_resumed(name: str, root: Path | None, overrides: dict[str, Any], genera
         if generations is not None and generations <= done:
             raise UsageError(f"session {session} has run its generations up to {done}, and --generations "
                              f"is the session's total: give more than {done} to search on")
+        limit = target.config.evaluations
+        if limit is not None:
+            from cuco_tui.search.outcomes import is_evaluation
+
+            evaluated = sum(is_evaluation(r) for r in target.repo.records())
+            if evaluated >= limit:
+                given = "--evaluations is" if "evaluations" in overrides else f"it was started with --evaluations {limit},"
+                raise UsageError(f"session {session} has evaluated {evaluated} candidates, and {given} the session's "
+                                 f"total: give a higher --evaluations to search on")
     except BaseException:
         target.close()
         raise

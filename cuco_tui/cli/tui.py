@@ -115,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
     gpus = gpu_list(args.gpus)
     agent = args.agent or default_agent_kind()
     check_pacing_options(args)
-    overrides = config_overrides(args, agent, ("generations", "lookahead", "keep_workers"))
+    overrides = config_overrides(args, agent, ("generations", "lookahead", "keep_workers", "evaluations"))
     if args.review:
         overrides["review_mode"] = args.review
     resume = None

@@ -67,6 +67,11 @@ class SearchConfig:
     # Measure the perfect-overlap bounds (% of bound in the TUI) once per session, on a GPU group
     # lent alone before the seed: the reference, its parts alone and the peer bandwidth, about a minute.
     measure_bounds: bool = True
+    # The session's total of candidates sent to evaluation (the seed and fast path included; a
+    # re-measure of a finalist or an engineer's re-benchmark is the same code again and not
+    # counted): once reached, no more proposals are asked, the evaluations in flight finish, and
+    # the search ends (reason "evaluations"). None: the generations alone bound it.
+    evaluations: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -99,6 +104,8 @@ class SearchConfig:
                 raise ConfigError(f"{name} counts generations without a gain (0: never), not {getattr(self, name)}")
         if not 0.0 <= self.plateau_margin < 1.0:
             raise ConfigError(f"plateau_margin is the fraction a gain must exceed, in [0, 1), not {self.plateau_margin}")
+        if self.evaluations is not None and self.evaluations < 1:
+            raise ConfigError(f"evaluations is the number of candidates to evaluate, 1 or more, not {self.evaluations}")
         if len(set(self.gpus)) != len(self.gpus):
             raise ConfigError(f"the GPU list names a GPU twice: {list(self.gpus)}")
 

@@ -106,6 +106,7 @@ class SearchEngine(Controls):
         # One condition for the whole engine: the population, the controls and the evaluations
         # in flight are read and changed under it, and the loop waits on it for any of them.
         self._cond = threading.Condition(threading.RLock())
+        self._evaluated_before = 0  # evaluations the session held when this run began (config.evaluations)
         self._population = Population(config)
         self._drafts = Drafts(agent.name, reserve=self.scratch / "ids.json")
         self._steering = Steering(config, self._cond, self._publish, drafts=self._drafts,
@@ -215,7 +216,8 @@ class SearchEngine(Controls):
                 islands=self.config.islands, gpu_groups=tuple(g.gpus for g in executor.groups),
                 can_measure=executor.can_measure,
                 review_mode=self._steering.review_mode, budget_usd=self._steering.budget,
-                executor=self._scheduler.describe_executor(), hints_unread=hints_unread(self.agent)))
+                executor=self._scheduler.describe_executor(), hints_unread=hints_unread(self.agent),
+                evaluations=self.config.evaluations))
             if records or lost:
                 with self._cond:
                     best = self._population.best
@@ -229,6 +231,7 @@ class SearchEngine(Controls):
             self._review_again(records)
             self._fast_path()
             for generation in range(start, self.config.generations + 1):
+                self._check_evaluations()
                 self._run_generation(generation)
             if self._steering.stopping:
                 reason = "stopped"
@@ -263,6 +266,7 @@ class SearchEngine(Controls):
         with self._cond:
             self._population = Population.rebuild([ranking_view(r) for r in records], self.config)
             lost = self._drafts.restore(records)
+            self._evaluated_before = sum(outcomes.is_evaluation(r) for r in records)
             self._steering.restore(records)
             self._plateau.restore([ranking_view(r) for r in records])
         self._steering.push_cap()
@@ -336,6 +340,7 @@ class SearchEngine(Controls):
             if seed is None:
                 return
             last = max(tries, key=lambda r: id_number(r.id), default=None)
+            self._check_evaluations()
             self._propose(self._proposer.fast_path_request(seed, last, self.hints))
             self._drain()
 
@@ -351,6 +356,7 @@ class SearchEngine(Controls):
         produced = 0
         for slot in range(cfg.proposals):
             self._checkpoint()
+            self._check_evaluations()
             island = ((generation - 1) * cfg.proposals + slot) % cfg.islands
             with self._cond:  # the parents: the population's draw, or the engineer's choice
                 selection = self._steering.steer(self._population.select(island, phase, rng))
@@ -366,6 +372,17 @@ class SearchEngine(Controls):
         if produced == 0 and not self._steering.stopping:
             raise Stop("agent exhausted")
         self._watch_plateau(generation)
+
+    def _check_evaluations(self) -> None:
+        """Stop asking for candidates once the session has sent config.evaluations of them to
+        evaluation (those in flight finish and are committed as the run ends)."""
+        limit = self.config.evaluations
+        if limit is None:
+            return
+        with self._cond:
+            sent = self._evaluated_before + self._scheduler.sent
+        if sent >= limit:
+            raise Stop("evaluations")
 
     def _lookahead(self, generation: int) -> int:
         """How many of this generation's evaluations may still run when the next one is proposed:

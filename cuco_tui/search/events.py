@@ -43,6 +43,7 @@ class SearchStarted(Event):
     budget_usd: float | None
     executor: str = ""  # where evaluations run when not on this machine's GPU groups ("Slurm (...)")
     hints_unread: str = ""  # "" when the agent reads hints, else why a hint would change nothing (one line)
+    evaluations: int | None = None  # the session's total of candidates to evaluate (SearchConfig.evaluations)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,7 +210,7 @@ class Plateau(Event):
 @dataclass(frozen=True, kw_only=True)
 class SearchFinished(Event):
     summary: "SearchSummary"
-    reason: str  # "done" | "stopped" | "budget" | "agent exhausted" | "plateau" | "error" | "interrupted"
+    reason: str  # "done" | "evaluations" | "stopped" | "budget" | "agent exhausted" | "plateau" | "error" | "interrupted"
 
     @property
     def state(self) -> str:

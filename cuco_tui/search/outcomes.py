@@ -27,6 +27,18 @@ def _result(record: CandidateRecord, status: Status, level: Level, reason: str,
                          diagnostics=diagnostics or [], logs=logs or {}).to_dict()
 
 
+REMEASURES = ("confirm", "rebenchmark")  # kinds that evaluate a candidate's code again
+
+
+def is_evaluation(record: CandidateRecord) -> bool:
+    """Whether `record` is a candidate sent to evaluation, as SearchConfig.evaluations counts
+    them: not turned away before it (by the agent, the novelty filter, a review or the engine),
+    not a re-measure of code already evaluated, not waiting or held."""
+    if record.kind in REMEASURES or record.rejected_by:
+        return False
+    return record.status not in (RecordStatus.PENDING, RecordStatus.UNREVIEWED, RecordStatus.EXHAUSTED)
+
+
 def turned_away(record: CandidateRecord, by: str, reason: str, code: str, **extra: Any) -> CandidateRecord:
     """A candidate stopped before evaluation (by "review", "novelty", "agent" or "engine"):
     status rejected, the reason as its one diagnostic."""

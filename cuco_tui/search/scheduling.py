@@ -98,6 +98,7 @@ class Scheduler:
         self._builds: BuildPool | None = None
         self._threads: ThreadPoolExecutor | None = None
         self._in_flight: dict[str, Future] = {}
+        self.sent = 0  # candidates launched for evaluation by this run, re-measures aside (config.evaluations)
         self._abandoned = False  # abandon(): an interrupted run commits nothing more
         self._on_gpu: dict[str, set[str]] = {}  # evaluation holding a GPU group -> those that overlapped it
         self._kept: dict[tuple[int, ...], KeptWorkers] = {}  # a GPU group's kept rank workers (config.keep_workers)
@@ -194,6 +195,9 @@ class Scheduler:
         (`exclusive`: on a GPU group lent while no other is, see Executor.lease)."""
         path = self.scratch / f"{record.id}.cu"
         path.write_text(record.source)
+        if record.kind not in outcomes.REMEASURES:
+            with self._cond:
+                self.sent += 1
         build: Future[BuildResult] | None = None
         if self._builds is not None:  # watchers see it wait for a builder, then compile from a known time
             build = self._builds.submit(

@@ -54,3 +54,10 @@ def test_cuco_tui_refuses_keep_workers_with_slurm(capsys):
 
     assert tui_main(["--executor", "slurm", "--keep-workers", "--agent", "offline"]) == 2
     assert "drop --keep-workers" in capsys.readouterr().err
+
+
+def test_evaluations_sets_the_sessions_total_and_is_kept_unless_given():
+    assert "evaluations" not in overrides_of()
+    config = SearchConfig(workload="gemm_allgather", **overrides_of("--evaluations", "40"))
+    assert config.evaluations == 40
+

@@ -104,6 +104,7 @@ def test_an_empty_folder_is_a_fine_place(tmp_path):
 @pytest.mark.parametrize("flags, words", [
     (["--world", "3"], ("runs on 2, 4, 8 GPUs, not 3",)),
     (["--generations", "0"], ("--generations", "1 or more")),
+    (["--evaluations", "0"], ("--evaluations", "1 or more")),
     (["--islands", "0"], ("at least one island",)),
     (["--budget", "-1"], ("budget",)),
     (["--gpus", "0,0"], ("named twice",)),
@@ -142,6 +143,23 @@ def test_cuco_tui_refuses_before_the_app_or_a_session(capsys, monkeypatch, argv,
     before = tree(sessions_root())
     one_line(capsys, tui_main(argv + ["--agent", "offline"]), *words)
     assert tree(sessions_root()) == before
+
+
+def test_a_resume_of_a_session_that_evaluated_its_total_asks_for_a_higher_one(tmp_path, capsys):
+    session = tmp_path / "s"
+    with SessionRepo.create(session, "gemm_allgather", {"generations": 5, "islands": 1, "evaluations": 2}) as repo:
+        for g in range(2):
+            repo.commit_candidate(CandidateRecord(
+                id=f"c{g:04d}", generation=g, island=0, kind="seed" if g == 0 else "diff",
+                parents=() if g == 0 else ("c0000",), source=f"// {g}\n", design={}, rationale="",
+                agent="offline", status="no_gpu", result={"reason": "compiled only"}))
+    before = state_of(session)
+    resume = ["search", "--resume", str(session), "--agent", "offline"]
+    one_line(capsys, main(resume), "has evaluated 2 candidates", "started with --evaluations 2",
+             "give a higher --evaluations")
+    one_line(capsys, main(resume + ["--evaluations", "2"]), "has evaluated 2 candidates", "--evaluations is")
+    one_line(capsys, tui_main(["--resume", str(session), "--agent", "offline"]), "give a higher --evaluations")
+    assert state_of(session) == before
 
 
 def test_cuco_tui_resume_with_too_few_generations_is_refused(tmp_path, capsys):

@@ -77,6 +77,8 @@ def render_facts(s: DashboardState) -> Content:
     best = f"{best_speedup(s, '.3f')} ({s.best_id})" if s.best_speedup is not None else "-"
     budget = f"${s.spent:.2f} of ${s.budget:.2f}" if s.budget is not None else f"${s.spent:.2f} (no cap)"
     gen = f"{s.generation} of {s.generations}" if s.generations else str(s.generation)
+    if s.evaluations_limit is not None:
+        gen += f", up to {s.evaluations_limit} evaluations"
     rows = [
         ("phase", s.phase), ("generation", gen), ("islands", str(s.islands or "-")),
         ("review", s.review_mode), ("committed", statuses),
