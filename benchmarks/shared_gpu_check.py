@@ -10,6 +10,11 @@ or NVSHMEM code is skipped (it needs one GPU per rank).
 
   python benchmarks/shared_gpu_check.py --out DIR [--jobs 2] [--worlds 2,4] [--sweep] [--only LABELS]
                                         [--strategies NAMES] [WORKLOAD ...]
+  python benchmarks/shared_gpu_check.py --real [--gpus 0-3] --out DIR [...]   # a GPU per rank
+
+With `--real`, each rank has a GPU of its own (issue 32: races with real concurrency): the GPUs
+are cut into groups of the world size, one evaluation per group at a time (two W=2 groups on four
+GPUs), the device-initiated candidates are checked too, and the results go to real_gpu_check.json.
 
 Evaluations run `--jobs` at a time on the GPU; a candidate that fails is evaluated once more
 alone, so that a failure caused by sharing the GPU with another group is told apart. L2's
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import re
 import sys
 import time
@@ -106,9 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategies", help="comma-separated strategy names (e.g. fused_tile): check only their renders")
     ap.add_argument("--build-jobs", type=int, default=12, help="parallel nvcc runs before the checks (default 12)")
     ap.add_argument("--no-perturb", action="store_true", help="verify without L2's perturbed schedules")
+    ap.add_argument("--real", action="store_true", help="a GPU per rank instead of every rank on --gpu")
+    ap.add_argument("--gpus", help="with --real: the GPUs to use, e.g. 0-3 (default: every GPU)")
     args = ap.parse_args(argv)
     worlds = [int(x) for x in args.worlds.split(",") if x]
     args.out.mkdir(parents=True, exist_ok=True)
+    gpus = real_gpus(args.gpus) if args.real else [args.gpu]
+    report = args.out / ("real_gpu_check.json" if args.real else "shared_gpu_check.json")
 
     jobs: list[Job] = []
     skipped: list[dict] = []
@@ -119,11 +129,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if args.strategies and label.split("[")[0] not in args.strategies.split(","):
                 continue
-            if device_initiated(path.read_text()):
+            if not args.real and device_initiated(path.read_text()):
                 skipped.append({"workload": name, "label": label, "why": "device-initiated: needs one GPU per rank"})
                 continue
             for world in worlds:
-                if world in w.world_sizes:
+                if world in w.world_sizes and (not args.real or world <= len(gpus)):
                     jobs.append(Job(name, world, label, path))
 
     # Compile everything first, in parallel: the evaluations then find their builds in the cache.
@@ -137,33 +147,54 @@ def main(argv: list[str] | None = None) -> int:
     print(f"built {sum(built)} of {len(paths)} sources in {time.monotonic() - t0:.0f} s; attention library: "
           f"{lib.path if lib.ok else lib.problem}", flush=True)
 
-    def run(job: Job, alone: bool = False) -> dict:
+    def run(job: Job, group: list[int], alone: bool = False) -> dict:
         t0 = time.monotonic()
-        opts = EvalOptions(gpus=[args.gpu], world=job.world, share_gpu=True, bench=False, perturb=not args.no_perturb)
+        opts = EvalOptions(gpus=group, world=job.world, share_gpu=not args.real, bench=False,
+                           perturb=not args.no_perturb)
         events: list[RankEvent] = []
         r = evaluate(job.path, load_workload(job.workload), opts, events_out=events)
-        return summary(r, time.monotonic() - t0, alone, events)
+        return {**summary(r, time.monotonic() - t0, alone, events), "gpus": group}
+
+    # The groups evaluations may take at once, per world size: every rank on --gpu (`--jobs` of
+    # them sharing it), or each group of W GPUs of --gpus, one evaluation each.
+    free: dict[int, queue.Queue] = {}
+    for world in worlds:
+        free[world] = queue.Queue()
+        groups = ([gpus[i:i + world] for i in range(0, len(gpus) - world + 1, world)] if args.real
+                  else [gpus] * max(1, args.jobs))
+        for g in groups:
+            free[world].put(g)
+
+    def run_on_a_group(job: Job) -> dict:
+        group = free[job.world].get()
+        try:
+            return run(job, group)
+        finally:
+            free[job.world].put(group)
 
     results: dict[tuple[str, int, str], dict] = {}
     t0 = time.monotonic()
 
     def dump() -> list[dict]:  # after every result: a step cut off at its time limit keeps what it had
         rows = [{"workload": k[0], "world": k[1], "label": k[2], **v} for k, v in results.items()]
-        (args.out / "shared_gpu_check.json").write_text(json.dumps(
+        report.write_text(json.dumps(
             {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv, "seconds": round(time.monotonic() - t0, 1),
              "results": rows, "skipped": skipped}, indent=1))
         return rows
 
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        for job, res in zip(jobs, pool.map(run, jobs)):
-            results[(job.workload, job.world, job.label)] = res
-            dump()
-            print(f"{'ok  ' if res['ok'] else 'FAIL'} {res['seconds']:5.1f} s (perturbed {res['perturbed_s']:.2f} s)  "
-                  f"{job.workload} W={job.world} {job.label}: {res['reason'][:160]}", flush=True)
+    for world in worlds:  # one world size at a time: a W=4 group takes the GPUs the W=2 ones use
+        batch = [j for j in jobs if j.world == world]
+        with ThreadPoolExecutor(max(1, free[world].qsize())) as pool:
+            for job, res in zip(batch, pool.map(run_on_a_group, batch)):
+                results[(job.workload, job.world, job.label)] = res
+                dump()
+                print(f"{'ok  ' if res['ok'] else 'FAIL'} {res['seconds']:5.1f} s (perturbed {res['perturbed_s']:.2f} s)  "
+                      f"{job.workload} W={job.world} {job.label} on GPUs {res['gpus']}: {res['reason'][:160]}",
+                      flush=True)
     for job in jobs:  # a failure beside another group: once more, alone
         key = (job.workload, job.world, job.label)
-        if not results[key]["ok"] and args.jobs > 1:
-            res = run(job, alone=True)
+        if not results[key]["ok"] and (args.jobs > 1 if not args.real else len(gpus) >= 2 * job.world):
+            res = run(job, results[key]["gpus"], alone=True)
             res["first_try"] = results[key]
             results[key] = res
             dump()
@@ -174,9 +205,27 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in rows if not r["ok"]]
     for s in skipped:
         print(f"skip {s['workload']} {s['label']}: {s['why']}")
-    print(f"{len(rows) - len(failed)} of {len(rows)} verified with every rank on GPU {args.gpu}, "
+    where = f"a GPU per rank of {gpus}" if args.real else f"every rank on GPU {args.gpu}"
+    print(f"{len(rows) - len(failed)} of {len(rows)} verified with {where}, "
           f"{len(skipped)} skipped, {time.monotonic() - t0:.0f} s")
     return 1 if failed else 0
+
+
+def real_gpus(spec: str | None) -> list[int]:
+    """--gpus as indices (`0-3`, `0,1,2,3`), or every GPU NVML sees; one line when there are none."""
+    if spec:
+        out: list[int] = []
+        for part in spec.split(","):
+            a, _, b = part.partition("-")
+            out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+        return out
+    from cuco_tui.harness.gpus import inventory
+
+    count = inventory().count
+    if count < 2:
+        raise SystemExit("error: --real needs a GPU per rank, and this machine has "
+                         f"{count or 'no'} GPU{'s' if count != 1 else ''}")
+    return list(range(count))
 
 
 if __name__ == "__main__":

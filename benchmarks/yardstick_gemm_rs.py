@@ -117,7 +117,7 @@ def main():
         out["shapes"].append(rec)
         if r == 0:
             print(json.dumps(rec), flush=True)
-        del a, b, partial, y
+        a = b = partial = y = None  # the next shape allocates afresh (closures above read these)
         torch.cuda.empty_cache()
     if r == 0:
         path = Path(os.environ.get("OUT", ".")) / f"rs_gemm_w{W}.json"

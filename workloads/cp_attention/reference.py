@@ -424,7 +424,7 @@ class Reference:
         self.backends = lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])
         self.tstream = torch.cuda.ExternalStream(self.env.stream.ptr)
         d = self.env.dims
-        sl, world, rank = d["S"] // self.env.world, self.env.world, self.env.rank
+        sl, rank = d["S"] // self.env.world, self.env.rank
         # The keys this rank's queries can see: all of them, or (causal) those up to its chunk's end.
         self.kv_len = (rank + 1) * sl if d["CAUSAL"] else d["S"]
         self.mask = causal_lower_right(sl, self.kv_len) if d["CAUSAL"] else None
