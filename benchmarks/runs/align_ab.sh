@@ -7,6 +7,8 @@
 # long-seq) and at W=4 (where the ring's ranks drift apart), against the bounds of the call's
 # own baselines (benchmarks/eval_table.py). Expected: device alignment lowers the
 # communication-bound shapes' times by the ranks' start skew (20-60 µs), the references' with them.
+# At W=4 also fanout=paced (each ring step waits for the right neighbour's previous one, so no
+# rank receives from two peers at once): expected to remove what drift is left after alignment.
 #   R=$OUT; OUT=/tmp/o bash benchmarks/runs/align_ab.sh; tar czf $R/a.tgz -C /tmp/o .
 set -u
 STEP_TAIL=3
@@ -14,7 +16,7 @@ source "$(dirname "$0")/common.sh"
 nvidia-smi -L
 mkdir -p /tmp/v
 W2=${W2:-"c2s4:chunks=2,tile=256x128,k_slices=4 c2:chunks=2,tile=256x128"}
-W4=${W4:-"r1:chunks=1 r1s4:chunks=1,k_slices=4"}
+W4=${W4:-"r1:chunks=1 p1:chunks=1,fanout=paced r1s4:chunks=1,k_slices=4"}  # p1: the ring paced by its neighbours
 render() { local name=${1%%:*} knobs=; [[ $1 == *:* ]] && knobs=${1#*:}
   python3 benchmarks/render_strategy.py gemm_allgather fused_tile /tmp/v/$name.cu ${knobs//,/ }; echo $name; }
 names4=$(for s in $W4; do render "$s"; done); names2=$(for s in $W2; do render "$s"; done)

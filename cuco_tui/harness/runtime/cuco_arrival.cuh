@@ -267,6 +267,33 @@ class FlagWriter {
   Fn fn_ = nullptr;
 };
 
+// Stream-ordered waits on a 64-bit flag (cuStreamWaitValue64, GEQ), the counterpart of
+// FlagWriter: the stream's later work starts once the flag reaches `value`, with no SM spinning
+// (a copy stream can wait while a persistent GEMM holds every SM). Meant for this rank's own
+// memory, written by a peer's FlagWriter.
+class FlagWaiter {
+ public:
+  using Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+
+  cudaError_t init() {
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    void* fn = nullptr;
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &fn, 12000, cudaEnableDefault, &found);
+    if (e != cudaSuccess) return e;
+    if (found != cudaDriverEntryPointSuccess || fn == nullptr) return cudaErrorSymbolNotFound;
+    fn_ = reinterpret_cast<Fn>(fn);
+    return cudaSuccess;
+  }
+
+  // 0 (CUDA_SUCCESS) or the driver's error code.
+  int wait_geq(cudaStream_t stream, const unsigned long long* flag, unsigned long long value) const {
+    return (int)fn_((CUstream)stream, (CUdeviceptr)flag, (cuuint64_t)value, CU_STREAM_WAIT_VALUE_GEQ);
+  }
+
+ private:
+  Fn fn_ = nullptr;
+};
+
 // A copy on the copy engines. A plain cudaMemcpyAsync between two buffers of one GPU (ranks
 // sharing a GPU, or a rank's own rows) may run as a copy kernel on the SMs, which a persistent
 // GEMM spinning on every SM would starve for good; cudaMemcpyBatchAsync with

@@ -45,6 +45,8 @@ def _fused_tile_normalize(k: dict) -> dict:
         k["mover_blocks"] = 16  # no store kernel: its size changes nothing
     else:
         k["k_slices"] = 1  # the store kernel moves a chunk whole: K slices would only add flags
+        if k.get("fanout") == "paced":
+            k["fanout"] = "ring"  # the pacing is a copy stream's wait: the store kernel has none
     return k
 
 
@@ -90,7 +92,7 @@ STRATEGIES = [
                     "each shard's last chunk along K, a flag per slice, so its tiles start before it has all landed",
         knobs={"chunks": (4, 2, 8, 16, 1), "mover": ("copy_engine", "sm_store"), "mover_blocks": (16, 8, 32),
                "tile": ("128x256", "256x128"), "cluster": ("2x1", "1x2"), "tile_order": ("auto", "arrival", "square"),
-               "fanout": ("ring", "all"), "k_slices": (1, 2, 4, 8)},
+               "fanout": ("ring", "all", "paced"), "k_slices": (1, 2, 4, 8)},
         design=_fused_tile,
         normalize=_fused_tile_normalize,
         # each tile x cluster is a CUTLASS library of its own (a minute of nvcc the first time)
