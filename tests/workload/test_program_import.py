@@ -328,3 +328,33 @@ def test_a_bad_file_is_refused_in_one_line_and_nothing_is_written(tmp_path, rank
         import_program(path, 2, parent=parent, ranks=ranks)
     assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
     assert not parent.exists()
+
+
+def test_a_program_that_reads_item_is_sized_on_the_cpu(imported, ranks):
+    """`.item()` has no value on the meta device, where the tool sizes every shape: such a program was
+    refused (ParallelKernelBench's loss problems 23 and 25); it is sized on the CPU instead, and its
+    reference computes what the program computes."""
+    made = imported("item_loss")
+    ref = _reference(made.root)
+    dims = {"T": 32, "H": 48}
+    names = [n for n, _, _ in ref.io_spec(dims, 2, 0)["inputs"]]
+    assert names == ["pred", "target"]
+    inputs = _buffers(ref, dims, 2, seed=10)
+    want = sum(((_f64(r["pred"]) - _f64(r["target"])) ** 2).sum(axis=1) for r in inputs) / 64
+    for got in _expected(ref, inputs, dims, ranks):
+        assert np.allclose(got["out"], want, rtol=1e-10, atol=1e-10)
+    _check_is_clean(made.root)
+
+
+def test_a_program_too_large_to_size_on_the_cpu_is_refused_in_one_line(tmp_path, ranks):
+    """Sized on the CPU only while a rank's inputs are small (CPU_SIZING_BYTES): a bench shape of
+    512 MiB a rank is refused with both reasons, and nothing is written."""
+    text = (PROGRAMS / "item_loss.py").read_text().replace('"bench": dict(T=1024, H=512)',
+                                                            '"bench": dict(T=65536, H=2048)')
+    path = tmp_path / "big_loss.py"
+    path.write_text(text)
+    with pytest.raises(WorkloadError) as err:
+        import_program(path, 2, parent=tmp_path / "out", ranks=ranks)
+    message = str(err.value)
+    assert "\n" not in message and ".item()" in message and "512 MiB of inputs at bench" in message
+    assert not (tmp_path / "out").exists()

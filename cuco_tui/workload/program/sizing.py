@@ -1,6 +1,8 @@
 """Every shape of a program sized without memory or peers (runs in the process that loads the
 program; needs torch): make_inputs on the meta device and `solution` under torch.distributed's fake
-process group, which returns from every collective at once. Gives each rank's input and output
+process group, which returns from every collective at once. A program the meta device cannot run
+(a loss that reads `.item()`, a `.tolist()`, an op without a meta kernel) is sized on the CPU
+instead, under the same fake group, where its inputs are small enough (CPU_SIZING_BYTES). Gives each rank's input and output
 shapes and dtypes at every shape and world size, one rank's FLOPs and received bytes, and which dims
 the program splits across ranks (an extent that is dim // world at every shape); a split dim that
 does not divide by the world size is the program's error, found here before anything runs."""
@@ -18,6 +20,9 @@ from cuco_tui.workload.program.tracing import OpRecorder, comm_bytes_of, flops_o
 from cuco_tui.workload.program.user_module import Convention, ProgramError, as_tuple, check_inputs, failure
 
 WORLD_SIZES = (2, 4, 8)  # offered beside the one asked for, where the program runs at every shape
+# The most input bytes a rank's shape may hold to be sized on the CPU when the meta device cannot
+# run the program: a few seconds of CPU at PyTorch's speed, not a bench shape's minutes.
+CPU_SIZING_BYTES = 256 << 20
 
 
 @dataclass
@@ -59,12 +64,79 @@ def check_dtype_honoured(module: Any, conv: Convention, world: int) -> None:
     check_inputs(inputs, torch.float64, "meta", list(conv.input_names))
 
 
-def _meta_failure(what: str, exc: BaseException, path: str) -> ProgramError:
+def _meta_only(exc: BaseException) -> bool:
+    """Whether `exc` is the meta device's limit (no data: .item(), .tolist(), an op without a meta
+    kernel) rather than the program's own failure, which any device would raise."""
+    return "meta" in str(exc).lower() or isinstance(exc, NotImplementedError)
+
+
+def _meta_failure(what: str, exc: BaseException, path: str, why_not_cpu: str = "") -> ProgramError:
     err = failure(what, exc, path)
-    if "meta" not in str(exc).lower() and not isinstance(exc, NotImplementedError):
+    if not _meta_only(exc):
         return err  # the program's own failure, whatever the device
-    return ProgramError(f"{err}; the tool sizes every shape on the meta device (no memory, no peers): "
+    cpu = f"; {why_not_cpu}" if why_not_cpu else ""
+    return ProgramError(f"{err}; the tool sizes every shape on the meta device (no memory, no peers){cpu}: "
                         f"create tensors on `device` and keep `solution` free of .item() and .tolist()")
+
+
+def _nbytes(tensors: tuple[torch.Tensor, ...]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@dataclass
+class _Ran:
+    """One traced call of a rank at a shape, or what failed in it (`what`, `exc`)."""
+
+    inputs: tuple[torch.Tensor, ...] = ()
+    outputs: tuple[torch.Tensor, ...] = ()
+    ops: list[dict[str, Any]] | None = None
+    what: str = ""
+    exc: BaseException | None = None
+
+
+def _run(module: Any, conv: Convention, shape: str, dims: dict[str, int], rank: int, world: int, dtype: Any,
+         device: str) -> _Ran:
+    """make_inputs and one traced call of solution on `device` under the fake group. A broken
+    convention raises ProgramError; the program's own exception comes back with the call it ended."""
+    _fake_group(rank, world)
+    try:
+        inputs = as_tuple(module.make_inputs(rank, world, **dims, dtype=dtype, device=device), "make_inputs")
+    except ProgramError:
+        raise
+    except Exception as exc:
+        return _Ran(what=f"make_inputs({rank}, {world}, {shape}, device='{device}')", exc=exc)
+    check_inputs(inputs, dtype, device, list(conv.input_names))
+    recorder = OpRecorder(dataflow=False)
+    try:
+        with recorder:  # in the grad mode solution sets itself (its own autograd, or @torch.no_grad())
+            outputs = as_tuple(module.solution(*inputs), "solution")
+    except ProgramError:
+        raise
+    except Exception as exc:
+        return _Ran(inputs, what=f"solution at {shape}, rank {rank} of {world}", exc=exc)
+    return _Ran(inputs, outputs, recorder.ops)
+
+
+def _size_rank(module: Any, conv: Convention, shape: str, dims: dict[str, int], rank: int, world: int,
+               dtype: Any) -> _Ran:
+    """One rank at one shape: on the meta device, else (where only the meta device's lack of data
+    stops it) on the CPU, if its inputs are small enough."""
+    meta = _run(module, conv, shape, dims, rank, world, dtype, "meta")
+    if meta.exc is None:
+        return meta
+    if not _meta_only(meta.exc):
+        raise failure(meta.what, meta.exc, conv.path) from None
+    size = _nbytes(meta.inputs)  # 0 when make_inputs itself needs data: then the CPU run says
+    if size > CPU_SIZING_BYTES:
+        raise _meta_failure(meta.what, meta.exc, conv.path,
+                            f"its {size / 2**20:.0f} MiB of inputs at {shape} are too many to size it on the CPU "
+                            f"instead (at most {CPU_SIZING_BYTES >> 20} MiB)") from None
+    cpu = _run(module, conv, shape, dims, rank, world, dtype, "cpu")
+    if cpu.exc is None:
+        return cpu
+    if _meta_only(cpu.exc):  # the meta device's words, whatever the CPU run hit
+        raise _meta_failure(meta.what, meta.exc, conv.path) from None
+    raise failure(f"{cpu.what} (on the CPU: the meta device cannot run it)", cpu.exc, conv.path) from None
 
 
 def size_world(module: Any, conv: Convention, world: int) -> Sizes:
@@ -75,26 +147,11 @@ def size_world(module: Any, conv: Convention, world: int) -> Sizes:
         ranks = []
         flops = comm = 0
         for rank in range(world):
-            _fake_group(rank, world)
-            call = f"make_inputs({rank}, {world}, {shape}, device='meta')"
-            try:
-                inputs = as_tuple(module.make_inputs(rank, world, **dims, dtype=dtype, device="meta"), "make_inputs")
-            except ProgramError:
-                raise
-            except Exception as exc:
-                raise _meta_failure(call, exc, conv.path) from None
-            check_inputs(inputs, dtype, "meta", list(conv.input_names))
-            recorder = OpRecorder(dataflow=False)
-            try:
-                with recorder:  # in the grad mode solution sets itself (its own autograd, or @torch.no_grad())
-                    outputs = as_tuple(module.solution(*inputs), "solution")
-            except ProgramError:
-                raise
-            except Exception as exc:
-                raise _meta_failure(f"solution at {shape}, rank {rank} of {world}", exc, conv.path) from None
+            ran = _size_rank(module, conv, shape, dims, rank, world, dtype)
+            inputs, outputs = ran.inputs, ran.outputs
             if rank == 0:
-                flops, comm = flops_of(recorder.ops), comm_bytes_of(recorder.ops, world)
-                ops[shape] = recorder.ops
+                flops, comm = flops_of(ran.ops or []), comm_bytes_of(ran.ops or [], world)
+                ops[shape] = ran.ops or []
             ranks.append({"inputs": _spec(inputs), "outputs": _spec(outputs)})
         out.append({"shape": shape, "dims": dims, "flops": flops, "comm_bytes": comm, "ranks": ranks})
     if dist.is_initialized():
