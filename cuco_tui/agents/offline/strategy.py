@@ -33,6 +33,9 @@ class Strategy:
     # Knobs whose every setting is a long build of its own (a prebuilt library per value): an
     # exploration keeps the settings the session already built and lets exploitation move them.
     build_knobs: tuple[str, ...] = ()
+    # Knob settings that render different code yet run the same at this world size (the world
+    # is a run-time value, so normalize cannot fold them): False leaves the point out there.
+    applies: Callable[[Knobs, Capabilities], bool] | None = None
 
     def normalized(self, knobs: Knobs) -> Knobs:
         return self.normalize(dict(knobs)) if self.normalize else dict(knobs)
@@ -53,6 +56,8 @@ class Strategy:
     def valid(self, knobs: Knobs, caps: Capabilities) -> bool:
         if not self.template:  # the seed's own knobs keep the seed's design: the engineer's starting point
             return True
+        if self.applies is not None and not self.applies(self.normalized(knobs), caps):
+            return False
         return not violations(self.design(knobs), caps)
 
 

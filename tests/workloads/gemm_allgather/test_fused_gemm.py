@@ -64,6 +64,16 @@ def test_every_point_renders_and_passes_l0():
     assert len(sources) == len(points), "two knob settings render the same candidate"
 
 
+def test_paced_is_offered_only_where_a_ring_has_steps_to_pace():
+    """At W = 2 the ring has one step: paced waits for nothing and would run as the ring does,
+    under another source; the space leaves it out there, and offers it from W = 3."""
+    points = every_point(FUSED)
+    at = {w: [k for k in points if FUSED.valid(k, Capabilities(world=w))] for w in (2, 4)}
+    assert not [k for k in at[2] if k["fanout"] == "paced"]
+    assert len([k for k in at[4] if k["fanout"] == "paced"]) == 5 * 4 * 2 * 2 * 3
+    assert len(at[2]) == len(points) - 5 * 4 * 2 * 2 * 3
+
+
 def test_design_points_follow_the_mover():
     ce = FUSED.point({**FUSED.default_knobs(), "chunks": 1})
     assert (ce.backend, ce.issuer, ce.comm_sms, ce.sync, ce.chunk) == ("copy_engine", "host", "0", "per_peer", "shard")
