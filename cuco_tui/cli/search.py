@@ -282,7 +282,7 @@ def open_resumed(name: str, root: Path | None, overrides: dict[str, Any], genera
     `cuco-tui --resume` alike. Every refusal is a UsageError with the repository closed: no such
     session, one that cannot be resumed, --workload naming another workload, --generations not
     beyond those it ran (it is the session's total; generations up to the last committed one are
-    not run again)."""
+    not run again), an --evaluations total (given, or the session's own) it has reached already."""
     from cuco_tui.lineage import SessionError
     from cuco_tui.search.config import ConfigError
     from cuco_tui.search.launch import resumed_target

@@ -308,6 +308,8 @@ class SearchEngine(Controls):
         for old in sorted(records, key=lambda r: id_number(r.id)):
             if not outcomes.is_unreviewed(old) or old.id in again:
                 continue
+            if self._evaluations_left() == 0:  # left unreviewed: a resume to a higher total holds them again
+                break
             record = self._drafts.review_again(old)
             why = self._steering.review_reason(record, self._proposer.review_concerns)
             if why:
@@ -373,16 +375,25 @@ class SearchEngine(Controls):
             raise Stop("agent exhausted")
         self._watch_plateau(generation)
 
-    def _check_evaluations(self) -> None:
-        """Stop asking for candidates once the session has sent config.evaluations of them to
-        evaluation (those in flight finish and are committed as the run ends)."""
+    def _evaluations_left(self) -> int | None:
+        """How many more candidates the session may send to evaluation (config.evaluations; None:
+        no limit). A proposal held for review counts as sent: accepted, it is launched."""
         limit = self.config.evaluations
         if limit is None:
-            return
+            return None
         with self._cond:
-            sent = self._evaluated_before + self._scheduler.sent
-        if sent >= limit:
-            raise Stop("evaluations")
+            used = self._evaluated_before + self._scheduler.sent + len(self._steering.awaiting_review())
+        return max(0, limit - used)
+
+    def _check_evaluations(self) -> None:
+        """Stop asking for candidates once the session has sent config.evaluations of them to
+        evaluation (those in flight finish and are committed as the run ends). While proposals
+        that reach the total are held, the engineer's decisions are awaited first: a rejected
+        one frees its place."""
+        while self._evaluations_left() == 0:
+            if not self._steering.awaiting_review():
+                raise Stop("evaluations")
+            self._drain()
 
     def _lookahead(self, generation: int) -> int:
         """How many of this generation's evaluations may still run when the next one is proposed:

@@ -33,7 +33,8 @@ class SteeringError(ValueError):
 
 
 class Stop(Exception):
-    """Raised at a checkpoint: the loop stops proposing (`reason`: stopped, budget, agent exhausted)."""
+    """Raised at a checkpoint: the loop stops proposing (`reason`: stopped, budget, agent exhausted,
+    plateau, evaluations)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

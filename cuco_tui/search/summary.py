@@ -33,7 +33,8 @@ class SearchSummary:
     session: str
     workload: str
     agent: str
-    reason: str  # why the search ended: "done", "stopped", "budget", "agent exhausted", "error", "" (a snapshot);
+    reason: str  # why the search ended: "done", "evaluations", "stopped", "budget", "agent exhausted", "plateau",
+    # "error", "" (a snapshot);
     # the session's state it leaves (finished, exhausted, stopped) is core.ending.end_state(reason)
     generations: int  # the last generation committed
     candidates: int
