@@ -108,12 +108,15 @@ class RankGroup:
             time.sleep(0.0001)
         self.watchdog.disarm()
 
-    def align_on_device(self, settle_us: int = SETTLE_US) -> None:
+    def align_on_device(self, settle_us: int = SETTLE_US, mark: Any = None) -> None:
         """Line the ranks' streams up without the host: an all-reduce (it ends within a few µs on
         every rank), then a pause of `settle_us` on the GPU, during which this rank's host enqueues
         what is timed next. A host barrier alone releases the ranks' hosts up to a poll interval
-        and a launch latency apart, and a candidate that waits for a peer's data counts the gap."""
+        and a launch latency apart, and a candidate that waits for a peer's data counts the gap.
+        `mark`: a CUDA event recorded between the two, where the pause begins."""
         self._reduce_flag()
+        if mark is not None:
+            mark.record(self.stream)
         self._settle((1,), (1,), (self.cupy.uint64(settle_us * 1000),), stream=self.stream)
 
     def _reduce_flag(self) -> None:

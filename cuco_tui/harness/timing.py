@@ -8,9 +8,13 @@ from __future__ import annotations
 from typing import Callable
 
 from cuco_tui.harness import abi
-from cuco_tui.harness.plan import ShapePlan
+from cuco_tui.harness.plan import SETTLE_US, ShapePlan
 from cuco_tui.harness.rank_events import TraceTimed
 from cuco_tui.harness.rank_group import RankGroup
+
+# On time, `start` fires as the pause ends: a few µs after the pause's mark (the pause kernel's own
+# launch on the GPU). Beyond this much more, this rank's host reached the timed call late.
+LATE_MARGIN_US = 20
 
 
 # What time_pair times, by name: the keys of Timing.late.
@@ -59,23 +63,23 @@ class Timing:
         """One repetition: L2 flushed, ranks aligned, events around `fn` alone."""
         g = self.group
         cp = g.cupy
-        start, end = cp.cuda.Event(), cp.cuda.Event()  # created before the pause, not inside it
+        start, end, paused = cp.cuda.Event(), cp.cuda.Event(), cp.cuda.Event()  # made before the pause
         with g.stream:
             g.scratch.fill(0)  # evict the inputs from L2: each repetition reads from HBM
         g.barrier()  # no rank's host runs ahead into the next repetition
         aligned = self.plan.device_aligned
         if aligned:
-            g.align_on_device()
+            g.align_on_device(mark=paused)
         start.record(g.stream)
-        # Late: the pause had already run out when this host reached the timed call, so the
-        # stream idled at `start` waiting for it. Asked before fn, not after: a launch that waits
-        # for its own work on the host (MoE's counts, in its reference and templates) completes
-        # `start` itself, which is no lost alignment.
-        if aligned and start.done:
-            self.late[what] = self.late.get(what, 0) + 1
         fn()
         end.record(g.stream)
         g.wait_stream(what, limit)
+        # Late: this host recorded `start` after the pause had run out, so the stream idled there
+        # for it. Read on the GPU's clock once all ran: a host's query right after the record could
+        # miss it (the GPU may not have reached the record yet), and one after fn would count a
+        # launch that waits on the host for its own work (MoE's counts) as late.
+        if aligned and cp.cuda.get_elapsed_time(paused, start) > (SETTLE_US + LATE_MARGIN_US) / 1000.0:
+            self.late[what] = self.late.get(what, 0) + 1
         return cp.cuda.get_elapsed_time(start, end)
 
     def time_trace_ab(self, shape: ShapePlan, ctx: abi.CContext, launch: Callable[[], None]) -> None:

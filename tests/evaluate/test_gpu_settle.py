@@ -63,8 +63,8 @@ def test_a_host_that_arrives_after_the_pause_is_counted_late(group, monkeypatch)
     t = Timing(group)
     aligned = group.align_on_device
 
-    def slow_host() -> None:
-        aligned()
+    def slow_host(*args, **kwargs) -> None:
+        aligned(*args, **kwargs)
         time.sleep(3 * PAUSE_MS / 1000.0)  # this host descheduled until the pause has run out
 
     monkeypatch.setattr(group, "align_on_device", slow_host)
