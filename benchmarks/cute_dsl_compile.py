@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,7 @@ M, N, K = cute.SymInt(divisibility=128), cute.SymInt(divisibility=128), cute.Sym
 def fake(rows, cols):  # (rows, cols, batch 1), the cols contiguous
     return make_fake_compact_tensor(cutlass.BFloat16, (rows, cols, 1), stride_order=(1, 0, 2), assumed_align=16)
 gemm = kernel_class(cutlass.Float32, (bm, bn), (cm, cn), 1, True)
+# the persistent grid: clusters an H100 SXM's 132 SMs hold at once (no GPU here to ask)
 t0 = time.perf_counter()
 compiled = cute.compile(gemm, fake(M, K), fake(N, K), fake(M, N), 132 // (cm * cn), cuda.CUstream(0))
 t1 = time.perf_counter()
@@ -70,20 +72,25 @@ def dsl_compile(python: str, example: Path, config: tuple[int, int, int, int], a
                "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": f"{tmp}/dump"}
         os.makedirs(f"{tmp}/dump")
         start = time.perf_counter()
-        proc = subprocess.run([python, "-c", _DRIVER, str(example), *map(str, config), tmp], env=env,
-                              capture_output=True, text=True, timeout=900)
+        try:
+            proc = subprocess.run([python, "-c", _DRIVER, str(example), *map(str, config), tmp], env=env,
+                                  capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            return {"problem": "no result within 900 s"}
         wall = time.perf_counter() - start
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()
             return {"problem": tail[-1] if tail else f"exit {proc.returncode}"}
-        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("seconds "))
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("seconds ")), None)
+        obj = Path(tmp) / "gemm.o"
+        if line is None or not obj.is_file():
+            return {"problem": "the driver printed no time" if line is None else "no object file was exported"}
         compile_s, export_s = (float(v) for v in line.split()[1:])
         ptx = "".join(p.read_text() for p in Path(f"{tmp}/dump").glob("*.ptx"))
-        obj = Path(tmp) / "gemm.o"
         return {"compile": compile_s, "export": export_s, "process": wall,
                 "wgmma": ptx.count("wgmma.mma_async"), "tma": ptx.count("cp.async.bulk.tensor"),
                 "target": next((ln.split()[1] for ln in ptx.splitlines() if ln.startswith(".target")), "?"),
-                "object_kb": obj.stat().st_size / 1024 if obj.is_file() else 0.0}
+                "object_kb": obj.stat().st_size / 1024}
 
 
 def cxx_build(config: tuple[int, int, int, int]) -> dict:
@@ -114,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.example.is_file():
         print(f"error: no DSL example at {args.example}", file=sys.stderr)
         return 2
-    if not os.access(args.dsl_python, os.X_OK):
+    python = shutil.which(args.dsl_python)  # a path, or a name on PATH
+    if python is None:
         print(f"error: --dsl-python {args.dsl_python} is not an executable interpreter", file=sys.stderr)
         return 2
     configs = parse_configs(args.configs)
@@ -125,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for config in configs:
         name = f"{config[0]}x{config[1]} / {config[2]}x{config[3]}"
-        d = dsl_compile(args.dsl_python, args.example, config, args.arch)
+        d = dsl_compile(python, args.example, config, args.arch)
         if "problem" in d:
             cells = f"failed: {d['problem']} | | | | |"
             failed = True

@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", help="with --real: the GPUs to use, e.g. 0-3 (default: every GPU)")
     args = ap.parse_args(argv)
     worlds = [int(x) for x in args.worlds.split(",") if x]
-    args.out.mkdir(parents=True, exist_ok=True)
     gpus = real_gpus(args.gpus) if args.real else [args.gpu]
+    args.out.mkdir(parents=True, exist_ok=True)
     report = args.out / ("real_gpu_check.json" if args.real else "shared_gpu_check.json")
 
     jobs: list[Job] = []
@@ -133,8 +133,13 @@ def main(argv: list[str] | None = None) -> int:
                 skipped.append({"workload": name, "label": label, "why": "device-initiated: needs one GPU per rank"})
                 continue
             for world in worlds:
-                if world in w.world_sizes and (not args.real or world <= len(gpus)):
-                    jobs.append(Job(name, world, label, path))
+                if world not in w.world_sizes:
+                    continue
+                if args.real and world > len(gpus):
+                    skipped.append({"workload": name, "label": label, "world": world,
+                                    "why": f"W={world} needs {world} GPUs, --gpus names {len(gpus)}"})
+                    continue
+                jobs.append(Job(name, world, label, path))
 
     # Compile everything first, in parallel: the evaluations then find their builds in the cache.
     toolchain, cache = discover(), BuildCache()
@@ -215,9 +220,14 @@ def real_gpus(spec: str | None) -> list[int]:
     """--gpus as indices (`0-3`, `0,1,2,3`), or every GPU NVML sees; one line when there are none."""
     if spec:
         out: list[int] = []
-        for part in spec.split(","):
-            a, _, b = part.partition("-")
-            out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+        try:
+            for part in spec.split(","):
+                a, _, b = part.partition("-")
+                out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+        except ValueError:
+            raise SystemExit(f"error: --gpus {spec!r} is not a GPU list like 0-3 or 0,1") from None
+        if len(set(out)) < 2:
+            raise SystemExit(f"error: --real needs a GPU per rank: --gpus {spec} names {len(set(out))}")
         return out
     from cuco_tui.harness.gpus import inventory
 

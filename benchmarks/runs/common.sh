@@ -1,13 +1,14 @@
 # Sourced by the device-call scripts here: results under $OUT, NVLink multicast off, a build
 # cache shared by the steps, and `step NAME LIMIT_S CMD...` (output to $OUT/NAME.txt, its tail
-# echoed: $TAIL lines for one step, else $STEP_TAIL).
+# echoed: $TAIL lines for one step, else $STEP_TAIL). STEP_SIGNAL=INT ends a step at its limit as
+# Ctrl-C would (a search then commits what is in flight and records its end), killed 60 s later.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 export CUCO_CACHE_DIR=${CUCO_CACHE_DIR:-/tmp/cc/build}
 # The GPU tests use the same cache (their own otherwise): what a step compiled, they find.
 export CUCO_TEST_CACHE_DIR=$CUCO_CACHE_DIR
 step() { local name=$1 limit=$2; shift 2; echo "== $name ($(date +%T))"; local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "== $name rc=$? in $((SECONDS - t0)) s"
+  timeout ${STEP_SIGNAL:+-s "$STEP_SIGNAL" -k 60} "$limit" "$@" > "$OUT/$name.txt" 2>&1; echo "== $name rc=$? in $((SECONDS - t0)) s"
   tail -n "${TAIL:-${STEP_TAIL:-20}}" "$OUT/$name.txt"; }
 # The cudnn-frontend headers for the harness attention library (staged into .whl/ by
 # benchmarks/runs/stage_attention_headers.sh): the image has cuDNN but not the frontend.

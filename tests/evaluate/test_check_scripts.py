@@ -19,6 +19,9 @@ from shared_gpu_check import real_gpus  # noqa: E402
 def test_gpus_are_named_as_ranges_or_lists():
     assert real_gpus("0-3") == [0, 1, 2, 3]
     assert real_gpus("0,1,4-5") == [0, 1, 4, 5]
+    for bad, words in (("0", "names 1"), ("x-1", "is not a GPU list")):
+        with pytest.raises(SystemExit, match=words):
+            real_gpus(bad)
 
 
 @pytest.mark.skipif(inventory().count >= 2, reason="this machine has GPUs for --real")

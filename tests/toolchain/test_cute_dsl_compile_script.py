@@ -33,7 +33,8 @@ def test_a_missing_example_or_interpreter_is_named(tmp_path):
 
 
 def test_a_compile_that_fails_is_reported_not_counted(tmp_path):
-    """An example without the DSL's kernel class: the row says it failed, the exit is 1."""
+    """A driver that cannot compile (here the interpreter lacks the DSL itself: its import fails
+    before the example is read): the row says it failed, the exit is 1."""
     example = tmp_path / "example.py"
     example.write_text("raise SystemExit('no kernel here')\n")
     done = run("--dsl-python", sys.executable, "--example", str(example), "--configs", "128x256/2x1")

@@ -50,7 +50,9 @@ def _name_from(stem: str) -> str:
 def _inspect(ranks: GlooRanks, source: Path, timeout: float) -> dict[str, Any]:
     seen = ranks.inspect(source, timeout)
     if seen.timed_out:
-        raise WorkloadError(f"loading {source.name} and sizing its shapes took over {timeout:.0f} s")
+        raise WorkloadError(f"loading {source.name} and sizing its shapes took over {timeout:.0f} s (a solution "
+                            f"the meta device cannot run, for a .item() say, is sized on the CPU, slowly at large "
+                            f"bench shapes)")
     report = seen.report
     if report is None:
         raise WorkloadError(f"loading {source.name} failed: {seen.stderr_tail}")
@@ -105,7 +107,8 @@ def _cpu_run(ranks: GlooRanks, source: Path, world: int, conv: dict[str, Any], s
             if [s for s, _ in got["outputs"]] != want:
                 tmp.cleanup()
                 raise WorkloadError(f"{source.name}: solution's outputs at {shape} (rank {r}) have shapes "
-                                    f"{[s for s, _ in got['outputs']]} on the CPU and {want} on the meta device")
+                                    f"{[s for s, _ in got['outputs']]} in the float64 run and {want} when sized: "
+                                    f"output shapes that depend on the data cannot be sized")
     return run, tmp
 
 

@@ -21,7 +21,9 @@ from cuco_tui.workload.program.user_module import Convention, ProgramError, as_t
 
 WORLD_SIZES = (2, 4, 8)  # offered beside the one asked for, where the program runs at every shape
 # The most input bytes a rank's shape may hold to be sized on the CPU when the meta device cannot
-# run the program: a few seconds of CPU at PyTorch's speed, not a bench shape's minutes.
+# run the program. It bounds memory, not time: PyTorch's bf16 matmul runs at ~20 GFLOP/s on one
+# CPU core, so a GEMM-heavy program at this size takes about a minute a rank and shape (the
+# import's time limit names the CPU sizing when it runs out there).
 CPU_SIZING_BYTES = 256 << 20
 
 
@@ -29,7 +31,7 @@ CPU_SIZING_BYTES = 256 << 20
 class Sizes:
     world: int
     shapes: list[dict[str, Any]]  # {"shape", "dims", "flops", "comm_bytes", "ranks": [{"inputs", "outputs"}]}
-    ops: dict[str, list[dict[str, Any]]]  # shape -> rank 0's trace on the meta device
+    ops: dict[str, list[dict[str, Any]]]  # shape -> rank 0's trace (on the meta device, else on the CPU)
 
     def to_json(self) -> dict[str, Any]:
         return {"world": self.world, "shapes": self.shapes}
@@ -126,7 +128,9 @@ def _size_rank(module: Any, conv: Convention, shape: str, dims: dict[str, int], 
         return meta
     if not _meta_only(meta.exc):
         raise failure(meta.what, meta.exc, conv.path) from None
-    size = _nbytes(meta.inputs)  # 0 when make_inputs itself needs data: then the CPU run says
+    if not meta.inputs:  # make_inputs itself needs data: its size cannot be known before running it
+        raise _meta_failure(meta.what, meta.exc, conv.path) from None
+    size = _nbytes(meta.inputs)
     if size > CPU_SIZING_BYTES:
         raise _meta_failure(meta.what, meta.exc, conv.path,
                             f"its {size / 2**20:.0f} MiB of inputs at {shape} are too many to size it on the CPU "
