@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                   else [gpus] * max(1, args.jobs))
         for g in groups:
             free[world].put(g)
+    beside = {w: free[w].qsize() > 1 for w in worlds}  # evaluations of this world ran side by side
 
     def run_on_a_group(job: Job) -> dict:
         group = free[job.world].get()
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
     for job in jobs:  # a failure beside another group: once more, alone
         key = (job.workload, job.world, job.label)
-        if not results[key]["ok"] and (args.jobs > 1 if not args.real else len(gpus) >= 2 * job.world):
+        if not results[key]["ok"] and beside[job.world]:
             res = run(job, results[key]["gpus"], alone=True)
             res["first_try"] = results[key]
             results[key] = res

@@ -3,7 +3,8 @@ its summary, the session's `ended` record, `cuco sessions`, the TUI's browser an
 
 A search ends for a reason ("done", "evaluations", "stopped", "budget", "plateau", "agent exhausted",
 "error", "interrupted"); its session is then in one of three states: `finished` (every generation it
-was asked for ran, or it evaluated the candidates it was asked for), `exhausted` (the agent has nothing new: a resume would end at once) or `stopped`
+was asked for ran, or it evaluated the candidates it was asked for), `exhausted` (the agent has
+nothing new: a resume would end at once) or `stopped`
 (a resume goes on: stopped by the engineer or Ctrl-C, out of budget, a plateau, whose patience a
 resume gives again, an error, or killed, which records nothing)."""
 

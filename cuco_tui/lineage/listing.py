@@ -32,8 +32,9 @@ class SessionSummary:
     @property
     def state(self) -> str:
         """"finished" (its search ran every generation asked for, or evaluated as many candidates
-        as asked), "exhausted" (the agent had nothing new to propose), "stopped" (a search may continue it with --resume: stopped,
-        killed, out of budget, a plateau, which a resume gives its patience again), or "empty";
+        as asked), "exhausted" (the agent had nothing new to propose), "stopped" (a search may
+        continue it with --resume: stopped, killed, out of budget, a plateau, which a resume gives
+        its patience again), or "empty";
         the engine's own word for how it ended (core/ending.py), which SearchFinished and the
         search's summary also give."""
         if not self.candidates:

@@ -244,19 +244,22 @@ struct Setup {
 // persistent kernel holds every SM, and by default it is fenced after the stream's earlier work
 // (a copy's bytes are visible before the flag that announces them). It works on CUDA-IPC peer
 // pointers.
+// A 64-bit stream memory operation's driver entry point (cuStreamWriteValue64, cuStreamWaitValue64).
+using StreamValue64Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+
+inline cudaError_t stream_value64_entry(const char* symbol, StreamValue64Fn* out) {
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  void* fn = nullptr;
+  const cudaError_t e = cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found);
+  if (e != cudaSuccess) return e;
+  if (found != cudaDriverEntryPointSuccess || fn == nullptr) return cudaErrorSymbolNotFound;
+  *out = reinterpret_cast<StreamValue64Fn>(fn);
+  return cudaSuccess;
+}
+
 class FlagWriter {
  public:
-  using Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
-
-  cudaError_t init() {
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    void* fn = nullptr;
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &fn, 12000, cudaEnableDefault, &found);
-    if (e != cudaSuccess) return e;
-    if (found != cudaDriverEntryPointSuccess || fn == nullptr) return cudaErrorSymbolNotFound;
-    fn_ = reinterpret_cast<Fn>(fn);
-    return cudaSuccess;
-  }
+  cudaError_t init() { return stream_value64_entry("cuStreamWriteValue64", &fn_); }
 
   // 0 (CUDA_SUCCESS) or the driver's error code.
   int post(cudaStream_t stream, unsigned long long* flag, unsigned long long value) const {
@@ -264,7 +267,7 @@ class FlagWriter {
   }
 
  private:
-  Fn fn_ = nullptr;
+  StreamValue64Fn fn_ = nullptr;
 };
 
 // Stream-ordered waits on a 64-bit flag (cuStreamWaitValue64, GEQ), the counterpart of
@@ -273,17 +276,7 @@ class FlagWriter {
 // memory, written by a peer's FlagWriter.
 class FlagWaiter {
  public:
-  using Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
-
-  cudaError_t init() {
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    void* fn = nullptr;
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &fn, 12000, cudaEnableDefault, &found);
-    if (e != cudaSuccess) return e;
-    if (found != cudaDriverEntryPointSuccess || fn == nullptr) return cudaErrorSymbolNotFound;
-    fn_ = reinterpret_cast<Fn>(fn);
-    return cudaSuccess;
-  }
+  cudaError_t init() { return stream_value64_entry("cuStreamWaitValue64", &fn_); }
 
   // 0 (CUDA_SUCCESS) or the driver's error code.
   int wait_geq(cudaStream_t stream, const unsigned long long* flag, unsigned long long value) const {
@@ -291,7 +284,7 @@ class FlagWaiter {
   }
 
  private:
-  Fn fn_ = nullptr;
+  StreamValue64Fn fn_ = nullptr;
 };
 
 // A copy on the copy engines. A plain cudaMemcpyAsync between two buffers of one GPU (ranks

@@ -2,15 +2,16 @@
 program; needs torch): make_inputs on the meta device and `solution` under torch.distributed's fake
 process group, which returns from every collective at once. A program the meta device cannot run
 (a loss that reads `.item()`, a `.tolist()`, an op without a meta kernel) is sized on the CPU
-instead, under the same fake group, where its inputs are small enough (CPU_SIZING_BYTES). Gives each rank's input and output
-shapes and dtypes at every shape and world size, one rank's FLOPs and received bytes, and which dims
-the program splits across ranks (an extent that is dim // world at every shape); a split dim that
-does not divide by the world size is the program's error, found here before anything runs."""
+instead, under the same fake group, where its inputs are small enough (CPU_SIZING_BYTES). Gives
+each rank's input and output shapes and dtypes at every shape and world size, one rank's FLOPs and
+received bytes, and which dims the program splits across ranks (an extent that is dim // world at
+every shape); a split dim that does not divide by the world size is the program's error, found
+here before anything runs."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -91,7 +92,7 @@ class _Ran:
 
     inputs: tuple[torch.Tensor, ...] = ()
     outputs: tuple[torch.Tensor, ...] = ()
-    ops: list[dict[str, Any]] | None = None
+    ops: list[dict[str, Any]] = field(default_factory=list)
     what: str = ""
     exc: BaseException | None = None
 
@@ -154,8 +155,8 @@ def size_world(module: Any, conv: Convention, world: int) -> Sizes:
             ran = _size_rank(module, conv, shape, dims, rank, world, dtype)
             inputs, outputs = ran.inputs, ran.outputs
             if rank == 0:
-                flops, comm = flops_of(ran.ops or []), comm_bytes_of(ran.ops or [], world)
-                ops[shape] = ran.ops or []
+                flops, comm = flops_of(ran.ops), comm_bytes_of(ran.ops, world)
+                ops[shape] = ran.ops
             ranks.append({"inputs": _spec(inputs), "outputs": _spec(outputs)})
         out.append({"shape": shape, "dims": dims, "flops": flops, "comm_bytes": comm, "ranks": ranks})
     if dist.is_initialized():
