@@ -8,11 +8,12 @@ import argparse
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
-from cuco_tui.cli.common import stdout_console
+from cuco_tui.cli.common import SHARE_GPU_HELP, stdout_console
 from cuco_tui.core.errors import UsageError
 from cuco_tui.core.workload import WorkloadError
 
@@ -60,7 +61,8 @@ def cmd_workload_check(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if not (path / "manifest.toml").is_file():
         raise UsageError(f"{path} holds no manifest.toml: give the folder of a workload (`cuco workload new` makes one)")
-    findings = check_workload(path, compile_seed=not args.no_compile)
+    on_gpus = _reference_on_gpus(path, args)
+    findings = check_workload(path, compile_seed=not args.no_compile, on_gpus=on_gpus)
     if args.json:
         print(json.dumps([asdict(f) for f in findings], indent=1))
     else:
@@ -72,6 +74,24 @@ def cmd_workload_check(args: argparse.Namespace) -> int:
         warnings = sum(f.level == "warning" for f in findings)
         stdout_console().print(f"{errors} error(s), {warnings} warning(s)")
     return 1 if any(f.level == "error" for f in findings) else 0
+
+
+def _reference_on_gpus(path: Path, args: argparse.Namespace) -> Any:
+    """--gpu and its group (--gpus, --world, --share-gpu) as the cascade's EvalOptions, checked as
+    `cuco eval` checks them; None without --gpu, where a group flag alone is refused."""
+    from cuco_tui.cli.common import check_group, gpu_list, share_gpu_asked, workload_named
+    from cuco_tui.evaluate.cascade import EvalOptions
+
+    if not args.gpu:
+        given = [flag for flag, on in (("--gpus", args.gpus), ("--world", args.world is not None),
+                                       ("--share-gpu", args.share_gpu)) if on]
+        if given:
+            raise UsageError(f"{given[0]} names the GPU group of --gpu (the reference on GPUs): add --gpu")
+        return None
+    workload = workload_named(str(path))
+    check_group(workload, args)
+    shared = share_gpu_asked(args)
+    return EvalOptions(gpus=gpu_list(args.gpus), world=args.world, share_gpu=shared, bench=False)
 
 
 def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
@@ -94,4 +114,9 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("path", help="the workload's folder")
     c.add_argument("--no-compile", action="store_true", help="skip compiling the seed (L1)")
     c.add_argument("--json", action="store_true", help="the findings as JSON")
+    c.add_argument("--gpu", action="store_true", help="also run the reference on this machine's GPUs at the verify "
+                                                      "shapes and compare it with expected() in float64")
+    c.add_argument("--gpus", help="with --gpu: GPU indices, e.g. 0,1 (default: the first GPUs the workload can use)")
+    c.add_argument("--world", type=int, help="with --gpu: the number of ranks when --gpus is not given")
+    c.add_argument("--share-gpu", action="store_true", help="with --gpu: " + SHARE_GPU_HELP)
     c.set_defaults(fn=cmd_workload_check)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cuco_tui.core.workload import Workload, WorkloadError
 from cuco_tui.design.space import BACKENDS
@@ -40,9 +41,11 @@ def _warn(item: str, detail: str) -> Finding:
     return Finding(item, "warning", detail)
 
 
-def check_workload(path: Path, compile_seed: bool = True, probe_timeout: float = 120.0) -> list[Finding]:
+def check_workload(path: Path, compile_seed: bool = True, probe_timeout: float = 120.0,
+                   on_gpus: Any = None) -> list[Finding]:
     """Every finding about the workload folder at `path`; none at level "error" means a search
-    can start on it."""
+    can start on it. `on_gpus` (the cascade's EvalOptions, `--gpu`): also the reference on that
+    GPU group against expected() in float64 (evaluate/reference_check.py)."""
     try:
         w = load_workload(Path(path), search=Path(path).parent)
     except WorkloadError as exc:
@@ -55,6 +58,8 @@ def check_workload(path: Path, compile_seed: bool = True, probe_timeout: float =
         except WorkloadError as exc:
             out.append(_error("shapes", str(exc)))
     out += _reference(w, probe_timeout)
+    if on_gpus is not None and all(f.level != "error" for f in out):
+        out.append(_reference_on_gpus(w, on_gpus))
     out += _seed(w, compile_seed)
     out += _offline(w)
     out += _texts(w)
@@ -79,6 +84,13 @@ def _reference(w: Workload, timeout: float) -> list[Finding]:
         found.insert(0, _ok("reference", "; ".join(n for n in report.get("notes", []) if "probed" in n)
                             or "io_spec, fill_inputs, expected and Reference are there"))
     return found
+
+
+def _reference_on_gpus(w: Workload, options: Any) -> Finding:
+    from cuco_tui.evaluate.reference_check import check_reference
+
+    result = check_reference(w, options)
+    return (_ok if result.ok else _error)("reference on GPU", result.summary())
 
 
 def _seed(w: Workload, compile_seed: bool) -> list[Finding]:

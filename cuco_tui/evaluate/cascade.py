@@ -138,10 +138,10 @@ def new_rundir(root: Path, name: str) -> Path:
 
 def make_plan(workload: Workload, library: Path | None, options: EvalOptions, mode: str) -> RunPlan:
     shapes: list[ShapePlan] = []
-    if mode == "evaluate":
+    if mode in ("evaluate", "reference"):
         for i, s in enumerate(workload.verify_shapes):
             shapes.append(ShapePlan(s.name, dict(s.dims), "verify", options.verify_checks, i))
-    if mode == "baseline" or (options.bench and not options.share_gpu):
+    if mode == "baseline" or (mode == "evaluate" and options.bench and not options.share_gpu):
         for i, s in enumerate(workload.bench_shapes):
             if options.shapes and s.name not in options.shapes:
                 continue

@@ -91,7 +91,9 @@ class ProfilePlan:
 
 @dataclass(frozen=True)
 class RunPlan:
-    mode: str  # "evaluate" (the candidate) | "baseline" (the reference alone, its parts, the ceilings)
+    # "evaluate" (the candidate) | "baseline" (the reference alone, its parts, the ceilings) |
+    # "reference" (the reference alone at the verify shapes, its buffers saved: `cuco workload check --gpu`)
+    mode: str
     workload: str
     reference: str  # the workload's reference.py
     library: str | None  # the candidate's shared library; None in a baseline run

@@ -162,6 +162,18 @@ class BaselineMeasured(RankEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReferenceSaved(RankEvent):
+    """`cuco workload check --gpu` at one verify shape: the reference ran alone on this rank's GPU,
+    its inputs and outputs written to `file` (NumPy .npz in the run folder: "in.NAME", "out.NAME")
+    for the launching side to compare with the workload's float64 expected()."""
+
+    KIND: ClassVar[str] = "reference_saved"
+    shape: str
+    dims: dict[str, int]
+    file: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class PerturbStarted(RankEvent):
     """A perturbed round begins (harness/rank_steps.py): what its seed does on this rank."""
 
@@ -316,7 +328,8 @@ class Unrecognized(RankEvent):
 
 
 KINDS: dict[str, type[RankEvent]] = {cls.KIND: cls for cls in (
-    Joined, PlanStarted, ShapeStarted, Launched, Verified, Timed, TraceTimed, BaselineMeasured, PerturbStarted,
+    Joined, PlanStarted, ShapeStarted, Launched, Verified, Timed, TraceTimed, BaselineMeasured, ReferenceSaved,
+    PerturbStarted,
     PerturbEnded, ProfileCaptured, Done, Idle, Leaving, ReferenceWarning, PerturbWarning, CloseWarning, Failed,
     TimedOut, Aborted, Garbled,
 )}

@@ -75,7 +75,8 @@ def compare(xp: Any, got: Any, want: Any, dtype: str, floor: float = 0.0) -> Com
     else:
         unwritten = int((got.view(xp.uint32) == POISON_F32).sum())
     g = as_float(xp, got, dtype).astype(xp.float64)
-    w = as_float(xp, want, dtype).astype(xp.float64)
+    # float64 `want`: a workload's expected() (`cuco workload check --gpu`); else a buffer like `got`
+    w = want if want.dtype == xp.float64 else as_float(xp, want, dtype).astype(xp.float64)
     finite = xp.isfinite(g)
     nonfinite = int(g.size - int(finite.sum()))
     diff = xp.abs(xp.where(finite, g, 0.0) - w)

@@ -41,7 +41,8 @@ from cuco_tui.harness.plan import RunPlan, ShapePlan
 from cuco_tui.harness.rank_checks import RankChecks
 from cuco_tui.harness.leftovers import FAILED_A_CHECK, ProcessState, left_behind, reset_persisting_l2, snapshot
 from cuco_tui.harness.rank_events import (EXIT_FAILED, EXIT_OK, BaselineMeasured, Done, EventLog, Failed, Idle,
-                                          Launched, Leaving, PlanStarted, ReferenceWarning, ShapeStarted, Timed)
+                                          Launched, Leaving, PlanStarted, ReferenceSaved, ReferenceWarning, ShapeStarted,
+                                          Timed)
 from cuco_tui.harness.rank_group import RankGroup
 from cuco_tui.harness.rank_reference import buffers
 from cuco_tui.harness.rank_steps import VerifiedShape, rank_steps
@@ -151,6 +152,9 @@ class Rank:
             self.watchdog.phase = f"{shape.level}:{shape.name}"
             if self.plan.mode == "baseline":
                 self.baseline_shape(shape)
+                continue
+            if self.plan.mode == "reference":
+                self.reference_shape(shape)
                 continue
             if not self.candidate_shape(shape):
                 self.passed = False
@@ -297,6 +301,31 @@ class Rank:
             peer_copy_ms = tuple(timing.peer_copy_times(comm_bytes // max(g.world - 1, 1)))
         self.log.emit(BaselineMeasured(shape=shape.name, dims=dims, reference_ms=tuple(reference_ms), parts_ms=parts_ms,
                                        comm_bytes=comm_bytes, peer_copy_ms=peer_copy_ms, late=dict(timing.late)))
+
+    def reference_shape(self, shape: ShapePlan) -> None:
+        """The reference alone at a verify shape, on fresh inputs with poisoned outputs, its buffers
+        saved for the launching side to compare with the workload's float64 expected() (`cuco
+        workload check --gpu`): what a candidate is verified against must itself be right."""
+        import numpy as np
+
+        g, cp = self.group, self.cupy
+        dims = shape.dims
+        env = Env(cp, g.comm, g.stream, g.world, g.rank, dims)
+        inputs, outputs, _, dtypes = buffers(cp, self.reference.io_spec(dims, g.world, g.rank))
+        reference = self.reference.on_rank(env)  # first, as candidate_shape does (a program sets its device)
+        with g.stream:
+            self.reference.fill_inputs(cp, inputs, dims, g.world, g.rank, self.plan.seed(shape, 0))
+            for name, arr in outputs.items():
+                poison(cp, arr, dtypes[name])
+        reference.run(inputs, outputs)
+        g.wait_stream("the reference", 120.0)
+        self.report_reference(reference)
+        name = f"reference-{shape.name}-rank{g.rank}.npz"
+        arrays = {f"in.{k}": cp.asnumpy(v) for k, v in inputs.items()}
+        arrays.update({f"out.{k}": cp.asnumpy(v) for k, v in outputs.items()})
+        np.savez(Path(self.plan.rundir) / name, **arrays)
+        self.log.emit(ReferenceSaved(shape=shape.name, dims=dims, file=name))
+        g.barrier()
 
     def report_reference(self, reference: RankReference) -> None:
         """What the reference says makes it weaker than it should be (a failed graph capture, a
