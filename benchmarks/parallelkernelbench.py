@@ -2,6 +2,7 @@
 
     python3 benchmarks/parallelkernelbench.py /tmp/pkb [--problems 1-20,33] [--worlds 2,4]
     python3 benchmarks/parallelkernelbench.py /tmp/pkb --table-only --gpu-results OUT [--world 2] [--device TEXT]
+    python3 benchmarks/parallelkernelbench.py /tmp/pkb --table-only --reference-results OUT
 
 ParallelKernelBench (github.com/togethercomputer/ParallelKernelBench, "PKB") holds each problem as
 reference/<id>_<name>.py with a `solution(*inputs)` run on every rank under torch.distributed; its
@@ -50,6 +51,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "benchmarks"), str(REPO)]  # this checkout's cuco_tui, whatever is installed
 from pkb_gpu import read_run, store_gpu  # noqa: E402  (the GPU columns, from a device call's folder)
+from pkb_reference import read_reference_run, store_reference  # noqa: E402  (the reference on GPU)
 from pkb_table import lost_from, render_table  # noqa: E402  (the table's words)
 
 SCRATCH = Path("/tmp/cuco-pkb")
@@ -400,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu-results", type=Path, metavar="DIR",
                    help="the GPU columns: the $OUT folder of a device call of benchmarks/runs/pkb_gemm.sh\n"
                         "(seed_ID.txt, show_ID.txt, ...), kept with the results (calls add up)")
+    p.add_argument("--reference-results", type=Path, metavar="DIR",
+                   help="the column 'reference against float64 on GPU': the $OUT folder of a device call of\n"
+                        "benchmarks/runs/pkb_refcheck.sh (reference_ID_wW.json), kept with the results")
     p.add_argument("--world", type=int, help="that call's world size (default: what its folder says)")
     p.add_argument("--device", default="", help="that call's machine and date, as the table names it (default: what\n"
                                                 "its run.txt or its cuco show says)")
@@ -429,6 +434,12 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(str(exc)) from None
         if on_gpu and on_gpu[0].world not in worlds:
             raise SystemExit(f"{args.gpu_results} is a call at W={on_gpu[0].world}, not among --worlds {args.worlds}")
+    on_gpu_ref = []
+    if args.reference_results is not None:
+        try:
+            on_gpu_ref = read_reference_run(args.reference_results)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
     lost = lost_from(args.table, results, {q.id for q in chosen}, {p.id for p in on_gpu})
     if lost:
         raise SystemExit(f"{args.table} shows {lost} that {store} lacks: writing it would lose them (give the "
@@ -437,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     results["pkb_commit"] = pkb_commit(args.pkb) or results.get("pkb_commit") or "unknown"
     if on_gpu:
         store_gpu(results, on_gpu)
+    if on_gpu_ref:
+        store_reference(results, on_gpu_ref)
+    if on_gpu or on_gpu_ref:
         save_results(store, results)
     info = introspect(args.pkb, chosen, scratch, timeout=60.0 * len(chosen) + 120) if chosen else {}
     crashed = 0
@@ -467,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
                                        str(args.pkb), SHAPES))
     gpu = f"; GPU results of {len(on_gpu)} problems at W={on_gpu[0].world} from {args.gpu_results}" if on_gpu \
         else ""
+    gpu += f"; the reference on GPU of {len(on_gpu_ref)} folders from {args.reference_results}" if on_gpu_ref else ""
     print(f"wrote {args.table} ({len(results['problems'])} of {len(problems)} problems run{gpu}; results in {store})")
     return 1 if crashed else 0
 

@@ -12,6 +12,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pkb_gpu import GpuProblem, gpu_cells, load_gpu  # noqa: E402  (the GPU columns' cells)
+from pkb_reference import load_reference, reference_cell, reference_text  # noqa: E402
 
 from cuco_tui.core.noise import within_noise  # noqa: E402
 
@@ -99,14 +100,19 @@ def render_table(problems: list[Any], results: dict[str, Any], worlds: list[int]
     ws = [str(w) for w in worlds]
     head = (["#", "problem", "imported " + ", ".join(f"W={w}" for w in ws), "CPU check", "pattern",
              "reference verified on GPU"]
-            + [f"best speedup W={w} over {what}" for w in ws for what in ("the program", "the pattern's reference")])
+            + [f"best speedup W={w} over {what}" for w in ws for what in ("the program", "the pattern's reference")]
+            + ["reference against float64 on GPU"])
     on_gpu = load_gpu(results)
+    on_gpu_ref = load_reference(results)
     ints = [int(w) for w in ws]
 
     def gpu(pid: int) -> str:
         if not on_gpu:
-            return f" {GPU_CELL} |" * (1 + 2 * len(ws))
-        cells = gpu_cells(on_gpu[pid], ints) if pid in on_gpu else ["not run"] * (1 + 2 * len(ws))
+            cells = [GPU_CELL] * (1 + 2 * len(ws))
+        else:
+            cells = gpu_cells(on_gpu[pid], ints) if pid in on_gpu else ["not run"] * (1 + 2 * len(ws))
+        cells.append(reference_cell(on_gpu_ref[pid]) if pid in on_gpu_ref else GPU_CELL if not on_gpu_ref
+                     else "not run")
         return "".join(f" {_cell(c)} |" for c in cells)
 
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -178,6 +184,7 @@ def render_table(problems: list[Any], results: dict[str, Any], worlds: list[int]
         *("\n\n".join(gpu_text(on_gpu, ints, shapes["bench"])).split("\n") if on_gpu else [(
             "The GPU columns (the reference verified against float64 on the GPU, the best offline speedup over the "
             "program and over the recognized pattern's reference) need a GPU host and were not run.")]), "",
+        *([reference_text(on_gpu_ref), ""] if on_gpu_ref else []),
         *rows, "",
         "## Every refusal and failed check, in one line", "",
         *(lines or ["None."]), ""])

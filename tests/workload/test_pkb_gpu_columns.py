@@ -264,10 +264,10 @@ def test_the_table_takes_the_gpu_columns_from_a_calls_folder_and_keeps_the_cpu_o
     assert rows[12][5:] == ["yes (W=2: the seed matched it in 4 checks)",
                             "5.59x ±40% (c0000, the seed; best of 8 candidates)",
                             ("1.00x (the best is the seed itself; 7 others within noise of it, the fastest c0001 at "
-                             "6.43x ±23%)"), "not run", "not run"]
+                             "6.43x ±23%)"), "not run", "not run", "not run (needs a GPU host)"]
     assert rows[14][2] == "not run" and rows[14][6].startswith("6.37x ±24% (the seed alone")
     assert rows[16][5] == "not run (W=2: the call ended during search_14, before it)"
-    assert rows[1][5:] == ["not run"] * 5
+    assert rows[1][5:] == ["not run"] * 5 + ["not run (needs a GPU host)"]
     assert "W=2: 4 x H200 (nvidia-h100-x4), 2026-11-27, problems 12, 14, 16; W=4: not run." in text
     assert "none found a candidate faster than the seed beyond noise; the best is the seed itself in 1." in text
     assert "the program's time is mostly its own Python and torch.distributed launch overhead" in text
@@ -323,3 +323,65 @@ def test_a_clone_copied_without_git_inside_another_repository_gives_no_commit_of
     assert script.pkb_commit(pkb) == ""
     (pkb / "COMMIT").write_text("3cc0f9b435010b4957ccf7b4b85791480c7c69a6\n")
     assert script.pkb_commit(pkb) == "3cc0f9b435010b4957ccf7b4b85791480c7c69a6"
+
+
+# -- the column "reference against float64 on GPU" (benchmarks/runs/pkb_refcheck.sh) ----------------
+
+def _finding(level: str, detail: str) -> list[dict]:
+    """`cuco workload check --gpu --json`'s findings, the GPU one with `level` and `detail`."""
+    return [{"item": "manifest", "level": "ok", "detail": "pkb12_w2: dims M, N"},
+            {"item": "reference", "level": "ok", "detail": "reference probed on verify at world 2"},
+            {"item": "reference on GPU", "level": level, "detail": detail}]
+
+
+MATCHES = ("matches expected() in float64 at verify (W=2 on GPU 0,0): worst max relative error 0.00391 (rtol "
+           "0.02), 2 output(s) of 2 rank(s)")
+DIFFERS = ("differs from expected() in float64 (W=4 on GPU 0,0,0,0, rtol 0.02): rank 3 'y' at verify: max relative "
+           "error 0.5 at [1, 2] (got 3, float64 2)")
+
+
+def test_the_reference_column_reads_each_folders_findings_and_says_why_one_is_missing(tmp_path):
+    ref = _module("pkb_reference", REPO / "benchmarks" / "pkb_reference.py")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "run.txt").write_text("device: 1 x NVIDIA H100 80GB HBM3 (every rank on GPU 0), 2026-12-07\n")
+    (out / "reference_12_w2.json").write_text(json.dumps(_finding("ok", MATCHES)))
+    (out / "reference_12_w4.json").write_text(json.dumps(_finding("error", DIFFERS)))
+    (out / "reference_14_w2.json").write_text("")  # killed by the step's timeout before printing
+    (out / "reference_14_w2.err").write_text("Traceback ...\nRuntimeError: NCCL error: unhandled system error\n")
+    (out / "refcheck.log").write_text("pkb12_w2 rc=0\npkb12_w4 rc=1\npkb14_w2 rc=124\npkb16_w2 rc=124\n")
+    rows = {(r.id, r.world): r for r in ref.read_reference_run(out)}
+    assert rows[(12, 2)].state == "verified" and rows[(12, 2)].cell() == f"yes (W=2: {MATCHES})"
+    assert rows[(12, 4)].state == "differs" and rows[(12, 4)].cell().startswith("no (W=4: differs from expected()")
+    assert rows[(14, 2)].cell() == "not run (W=2: no findings (RuntimeError: NCCL error: unhandled system error))"
+    assert rows[(16, 2)].cell() == "not run (W=2: no findings (exit status 124))"
+    assert rows[(12, 2)].device == "1 x NVIDIA H100 80GB HBM3 (every rank on GPU 0), 2026-12-07"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no reference_ID_wW.json or refcheck.log"):
+        ref.read_reference_run(tmp_path / "empty")
+
+
+def test_the_table_takes_the_reference_column_and_keeps_it_for_the_next_table(tmp_path):
+    script = _module("pkb_script_ref", SCRIPT)
+    pkb, scratch, table = _clone(tmp_path / "pkb"), tmp_path / "scratch", tmp_path / "table.md"
+    scratch.mkdir()
+    cpu = {"pkb_commit": "abc", "problems": {"12": _cpu(12, "12_allgather_gemm", "all-gather along K → matmul "
+                                                                                  "(mapped)")}}
+    (scratch / "results.json").write_text(json.dumps(cpu))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "reference_12_w2.json").write_text(json.dumps(_finding("ok", MATCHES)))
+    (out / "reference_12_w4.json").write_text(json.dumps(_finding("error", DIFFERS)))
+    common = [str(pkb), "--table-only", "--worlds", "2,4", "--scratch", str(scratch), "--table", str(table)]
+    assert script.main(common + ["--reference-results", str(out)]) == 0
+    text = table.read_text()
+    rows = _rows(text)
+    assert rows[12][-1] == f"yes (W=2: {MATCHES}); no (W=4: {DIFFERS})"
+    assert rows[12][5] == "not run (needs a GPU host)"  # the seed's columns: no pkb_gemm.sh call read
+    assert rows[14][-1] == "not run"
+    assert "Of 2 folders: differs: 1 (12 (W=4)); verified: 1." in text
+    table.unlink()
+    assert script.main(common) == 0
+    assert _rows(table.read_text()) == rows
+    with pytest.raises(SystemExit, match="no reference_ID_wW.json or refcheck.log"):
+        script.main(common + ["--reference-results", str(scratch)])
