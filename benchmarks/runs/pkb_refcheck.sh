@@ -22,13 +22,17 @@ export OUT
 one() {  # one folder: its findings as JSON; the log line names it and its exit status
   local dir=$1 name w id
   name=$(basename "$dir"); w=${name##*_w}; id=${name%%_w*}; id=${id#pkb}
+  [ "$w" = "$name" ] && { w=2; name=${name}_w2; id=$(basename "$dir"); }  # a shipped workload: W=2
   timeout 300 python3 -m cuco_tui.cli workload check "$dir" --no-compile --gpu --share-gpu --world "$w" --json \
     > "$OUT/reference_${id}_w${w}.json" 2> "$OUT/reference_${id}_w${w}.err"
   echo "$name rc=$?"
 }
 export -f one
 t0=$SECONDS
-ls -d /tmp/cuco-pkb/workloads/pkb*_w2 /tmp/cuco-pkb/workloads/pkb*_w4 2>/dev/null \
+# The shipped workloads' references first (a handful, W=2): each is what its candidates are verified against.
+{ for w in gemm_allgather gemm_reducescatter moe_dispatch_combine cp_attention kv_transfer tp_attn_out; do
+    echo "$PWD/workloads/$w"; done
+  ls -d /tmp/cuco-pkb/workloads/pkb*_w2 /tmp/cuco-pkb/workloads/pkb*_w4 2>/dev/null; } \
   | timeout $((BUDGET_S - (SECONDS - t0))) xargs -P "$JOBS" -I{} bash -c 'one {}' | tee -a "$OUT/refcheck.log"
 echo "$(grep -c . "$OUT/refcheck.log") folders in $((SECONDS - t0)) s"
 grep -h '"reference on GPU"' -A2 "$OUT"/reference_*.json | grep -c '"level": "ok"' || true

@@ -113,3 +113,35 @@ def test_memcheck_passes_the_seed_and_names_the_line_of_an_overrun(tmp_path):
     line = next(i for i, text in enumerate(source.splitlines(), 1) if "y[elements] = y[0]" in text)
     assert found and found[0].file == "overrun.cu" and found[0].line == line, _explain(r)
     assert "Invalid __global__ write" in found[0].message and "overrun_y" in found[0].message
+
+
+@pytest.mark.parametrize("name", list_workloads())
+def test_each_reference_on_the_gpu_matches_its_float64_answer(name, tmp_path):
+    """`cuco workload check --gpu`: what every candidate is verified against is itself right."""
+    from cuco_tui.evaluate.reference_check import check_reference
+
+    w = load_workload(name)
+    r = check_reference(w, EvalOptions(gpus=[0], world=2, share_gpu=True, bench=False), run_root=tmp_path)
+    assert r.ok, r.summary()
+    assert {row.shape for row in r.rows} == {s.name for s in w.verify_shapes}
+    assert {row.rank for row in r.rows} == {0, 1}
+    assert r.summary().startswith("matches expected() in float64")
+
+
+def test_a_reference_answer_spoiled_on_the_gpu_is_named_by_rank_and_place(tmp_path):
+    """The comparison with float64 can fail: the saved output of one rank is spoiled before it."""
+    import numpy as np
+
+    from cuco_tui.evaluate.reference_check import check_reference, compare_saved
+
+    w = load_workload("gemm_allgather")
+    r = check_reference(w, EvalOptions(gpus=[0], world=2, share_gpu=True, bench=False), run_root=tmp_path)
+    assert r.ok, r.summary()
+    (rundir,) = [p for p in tmp_path.iterdir() if p.is_dir() and "-reference-" in p.name]
+    path = rundir / f"reference-{w.verify_shapes[0].name}-rank1.npz"
+    saved = dict(np.load(path))
+    saved["out.y"] = saved["out.y"].copy()
+    saved["out.y"][2, 3] ^= 0x4000  # the exponent's top bit: a far-off value
+    np.savez(path, **saved)
+    rows, problem = compare_saved(w, rundir, 2)
+    assert problem == "" and [(x.rank, x.worst_index) for x in rows if not x.passed] == [(1, (2, 3))]
