@@ -11,7 +11,7 @@ from dataclasses import replace
 from cuco_tui.harness.launcher import _Tail
 from cuco_tui.harness.rank_events import (KINDS, Aborted, BaselineMeasured, CloseWarning, Done, EventLog, Failed,
                                           Garbled, Idle, Joined, Launched, Leaving, PerturbEnded, PerturbStarted, PerturbWarning,
-                                          PlanStarted, ProfileCaptured, RankEvent, ReferenceWarning, ShapeStarted, Timed, TimedOut,
+                                          PlanStarted, ProfileCaptured, RankEvent, ReferenceSaved, ReferenceWarning, ShapeStarted, Timed, TimedOut,
                                           TraceTimed, Unrecognized, Verified, parse_line, read_events)
 from repo_paths import DATA
 
@@ -33,6 +33,7 @@ ONE_OF_EACH: list[RankEvent] = [
     BaselineMeasured(shape="square-8k", dims={"M": 8192}, reference_ms=(3.0, 3.5),
                      parts_ms={"gemm": (2.0, 2.5), "allgather": (1.0, 1.25)}, comm_bytes=1 << 27,
                      peer_copy_ms=(0.5, 0.75), late={"gemm": 2}),
+    ReferenceSaved(shape="verify", dims={"M": 256, "K": 192}, file="reference-verify-rank1.npz"),
     PerturbStarted(shape="verify", round=1, seed=41, kind="rank_late", target=1, description="rank 1 starts late",
                    unit_us=2000, start_delay_us=8000),
     PerturbEnded(shape="verify", round=1, seed=41, ok=True, seconds=0.05, calls=12, delayed=3, delayed_us=6000,

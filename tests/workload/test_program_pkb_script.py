@@ -131,7 +131,7 @@ def test_the_table_groups_refusals_by_reason_and_names_patterns():
     assert [r.split(" | ")[2:5] for r in rows] == [
         ["yes, yes", "failed (W=2)", "all-gather → matmul (mapped)"], ["refused, refused", "-", "-"],
         ["refused, timed out after 9 s", "-", "-"], ["not run", "-", "-"]]
-    assert all(r.count("not run (needs a GPU host)") == 5 for r in rows)
+    assert all(r.count("not run (needs a GPU host)") == 6 for r in rows)  # 5 of the seed and search, 1 the reference
     assert ("- 3 W=2 import: refused: pkb3.py: solution at verify (rank 0 of 2, float64 on the CPU under gloo) "
             "failed: RuntimeError: x | y") in text
     assert "- 1 W=2 check: failed: reference: fill_inputs leaves 'x' constant" in text
