@@ -8,6 +8,7 @@
 #   mkdir -p .whl/pkb && cp -r /tmp/pkb/. .whl/pkb/ && rm -rf .whl/pkb/.git
 #   tar czf .whl/pkb-scratch.tgz -C /tmp/cuco-pkb adapters workloads results.json introspection.json
 # Then, back here: python3 benchmarks/parallelkernelbench.py /tmp/pkb --table-only --reference-results FILES_AT
+# FOLDERS="71_w4 72_w2" checks only those (a call cut off before them), the shipped ones left out.
 # Output: $OUT/reference_ID_wW.json and .err per folder, $OUT/refcheck.log, $OUT/run.txt (device, date).
 set -u
 source "$(dirname "$0")/common.sh"
@@ -30,9 +31,10 @@ one() {  # one folder: its findings as JSON; the log line names it and its exit 
 export -f one
 t0=$SECONDS
 # The shipped workloads' references first (a handful, W=2): each is what its candidates are verified against.
-{ for w in gemm_allgather gemm_reducescatter moe_dispatch_combine cp_attention kv_transfer tp_attn_out; do
+{ [ -n "${FOLDERS:-}" ] || for w in gemm_allgather gemm_reducescatter moe_dispatch_combine cp_attention kv_transfer tp_attn_out; do
     echo "$PWD/workloads/$w"; done
-  ls -d /tmp/cuco-pkb/workloads/pkb*_w2 /tmp/cuco-pkb/workloads/pkb*_w4 2>/dev/null; } \
+  if [ -n "${FOLDERS:-}" ]; then for f in $FOLDERS; do echo "/tmp/cuco-pkb/workloads/pkb$f"; done
+  else ls -d /tmp/cuco-pkb/workloads/pkb*_w2 /tmp/cuco-pkb/workloads/pkb*_w4 2>/dev/null; fi; } \
   | timeout $((BUDGET_S - (SECONDS - t0))) xargs -P "$JOBS" -I{} bash -c 'one {}' | tee -a "$OUT/refcheck.log"
 echo "$(grep -c . "$OUT/refcheck.log") folders in $((SECONDS - t0)) s"
 grep -h '"reference on GPU"' -A2 "$OUT"/reference_*.json | grep -c '"level": "ok"' || true
