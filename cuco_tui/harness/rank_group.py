@@ -113,11 +113,13 @@ class RankGroup:
         every rank), then a pause of `settle_us` on the GPU, during which this rank's host enqueues
         what is timed next. A host barrier alone releases the ranks' hosts up to a poll interval
         and a launch latency apart, and a candidate that waits for a peer's data counts the gap.
-        `mark`: a CUDA event recorded between the two, where the pause begins."""
+        `mark`: a CUDA event recorded after the pause, where it ends. (Recorded before it, the mark
+        would also hold the host's launch of the pause kernel, tens of µs from Python, since the
+        all-reduce ends at once on an idle stream: seen on an H200, 19 of 20 starts read late.)"""
         self._reduce_flag()
+        self._settle((1,), (1,), (self.cupy.uint64(settle_us * 1000),), stream=self.stream)
         if mark is not None:
             mark.record(self.stream)
-        self._settle((1,), (1,), (self.cupy.uint64(settle_us * 1000),), stream=self.stream)
 
     def _reduce_flag(self) -> None:
         """The one-float all-reduce of `flag` on the harness's stream, not waited for."""

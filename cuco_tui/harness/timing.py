@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Callable
 
 from cuco_tui.harness import abi
-from cuco_tui.harness.plan import SETTLE_US, ShapePlan
+from cuco_tui.harness.plan import ShapePlan
 from cuco_tui.harness.rank_events import TraceTimed
 from cuco_tui.harness.rank_group import RankGroup
 
-# On time, `start` fires as the pause ends: a few µs after the pause's mark (the pause kernel's own
-# launch on the GPU). Beyond this much more, this rank's host reached the timed call late.
+# On time, `start` fires right after the pause's end mark (both were enqueued while the pause ran).
+# This much later or more, the stream idled for this rank's host: it reached the timed call late.
 LATE_MARGIN_US = 20
 
 
@@ -63,13 +63,13 @@ class Timing:
         """One repetition: L2 flushed, ranks aligned, events around `fn` alone."""
         g = self.group
         cp = g.cupy
-        start, end, paused = cp.cuda.Event(), cp.cuda.Event(), cp.cuda.Event()  # made before the pause
+        start, end, pause_end = cp.cuda.Event(), cp.cuda.Event(), cp.cuda.Event()  # made before the pause
         with g.stream:
             g.scratch.fill(0)  # evict the inputs from L2: each repetition reads from HBM
         g.barrier()  # no rank's host runs ahead into the next repetition
         aligned = self.plan.device_aligned
         if aligned:
-            g.align_on_device(mark=paused)
+            g.align_on_device(mark=pause_end)
         start.record(g.stream)
         fn()
         end.record(g.stream)
@@ -78,7 +78,7 @@ class Timing:
         # for it. Read on the GPU's clock once all ran: a host's query right after the record could
         # miss it (the GPU may not have reached the record yet), and one after fn would count a
         # launch that waits on the host for its own work (MoE's counts) as late.
-        if aligned and cp.cuda.get_elapsed_time(paused, start) > (SETTLE_US + LATE_MARGIN_US) / 1000.0:
+        if aligned and cp.cuda.get_elapsed_time(pause_end, start) > LATE_MARGIN_US / 1000.0:
             self.late[what] = self.late.get(what, 0) + 1
         return cp.cuda.get_elapsed_time(start, end)
 
