@@ -17,6 +17,11 @@ from cuco_tui.harness.bf16 import from_bf16_bits
 POISON_BF16 = 0x7FA5
 # The float32 counterpart, for workloads with f32 outputs.
 POISON_F32 = 0x7FA5A5A5
+# Every output dtype a manifest may name (core/workload.py DTYPES): the word its buffer is poisoned
+# through and the poison. f16 gets a NaN no arithmetic makes; the integers a value an answer is
+# unlikely to hold (an imported program's counts or indices), counted as unwritten where it stays.
+POISONS = {"bf16": ("uint16", POISON_BF16), "f32": ("uint32", POISON_F32), "f16": ("uint16", 0x7DA5),
+           "i32": ("int32", 0x7FA5A5A5), "i64": ("int64", 0x7FA5A5A5A5A5A5A5), "u8": ("uint8", 0xA5)}
 
 
 @dataclass(frozen=True)
@@ -47,19 +52,26 @@ class Comparison:
 
 
 def poison(xp: Any, array: Any, dtype: str) -> None:
-    if dtype == "bf16":
-        array.view(xp.uint16).fill(POISON_BF16)
-    elif dtype == "f32":
-        array.view(xp.uint32).fill(POISON_F32)
-    else:
+    if dtype not in POISONS:
         raise ValueError(f"cannot poison outputs of dtype {dtype}")
+    word, value = POISONS[dtype]
+    array.view(getattr(xp, word)).fill(value)
+
+
+def unwritten_count(xp: Any, array: Any, dtype: str) -> int:
+    word, value = POISONS[dtype]
+    return int((array.view(getattr(xp, word)) == value).sum())
 
 
 def as_float(xp: Any, array: Any, dtype: str) -> Any:
     if dtype == "bf16":
         return from_bf16_bits(xp, array.view(xp.uint16))
+    if dtype == "f16":
+        return array.view(xp.float16).astype(xp.float32)
     if dtype == "f32":
         return array.astype(xp.float32, copy=False)
+    if dtype in ("i32", "i64", "u8"):
+        return array.astype(xp.float64)
     raise ValueError(f"cannot compare outputs of dtype {dtype}")
 
 
@@ -70,10 +82,7 @@ def compare(xp: Any, got: Any, want: Any, dtype: str, floor: float = 0.0) -> Com
     attention's softmax-weighted values: there most elements are far smaller than the terms they
     average, so rounding the terms (bf16 probabilities) shows as a large error relative to the
     result and to its rms. With a floor, passing also needs the relative L2 error within rtol."""
-    if dtype == "bf16":
-        unwritten = int((got.view(xp.uint16) == POISON_BF16).sum())
-    else:
-        unwritten = int((got.view(xp.uint32) == POISON_F32).sum())
+    unwritten = unwritten_count(xp, got, dtype)
     g = as_float(xp, got, dtype).astype(xp.float64)
     # float64 `want`: a workload's expected() (`cuco workload check --gpu`); else a buffer like `got`
     w = want if want.dtype == xp.float64 else as_float(xp, want, dtype).astype(xp.float64)

@@ -317,11 +317,13 @@ class Rank:
             self.reference.fill_inputs(cp, inputs, dims, g.world, g.rank, self.plan.seed(shape, 0))
             for name, arr in outputs.items():
                 poison(cp, arr, dtypes[name])
+        # The inputs as given, before the reference runs: a program may write into its inputs (an
+        # in-place all_reduce), and expected() must start from what it was handed.
+        arrays = {f"in.{k}": cp.asnumpy(v, stream=g.stream) for k, v in inputs.items()}
         reference.run(inputs, outputs)
         g.wait_stream("the reference", 120.0)
         self.report_reference(reference)
         name = f"reference-{shape.name}-rank{g.rank}.npz"
-        arrays = {f"in.{k}": cp.asnumpy(v) for k, v in inputs.items()}
         arrays.update({f"out.{k}": cp.asnumpy(v) for k, v in outputs.items()})
         np.savez(Path(self.plan.rundir) / name, **arrays)
         self.log.emit(ReferenceSaved(shape=shape.name, dims=dims, file=name))

@@ -1,6 +1,7 @@
 import importlib.util
 
 import numpy as np
+import pytest
 
 from cuco_tui.harness.bf16 import from_bf16_bits, to_bf16_bits
 from cuco_tui.harness.verify import POISON_BF16, compare, poison
@@ -126,3 +127,19 @@ def test_without_a_floor_the_l2_error_is_not_required():
     ref = rng.standard_normal((64, 64)).astype(np.float32)
     c = compare(np, _bf16(ref * 1.015), _bf16(ref), "bf16")
     assert c.passed(0.02) and c.floor == 0.0
+
+
+@pytest.mark.parametrize("dtype, kind", [("i64", np.int64), ("i32", np.int32), ("u8", np.uint8), ("f16", np.uint16)])
+def test_outputs_of_every_manifest_dtype_are_poisoned_and_compared(dtype, kind):
+    """An imported program may return counts or indices (PKB's 79 returns int64): its outputs are
+    poisoned, an element left so is unwritten, and a wrong count is named like a wrong value."""
+    want = np.arange(1, 65, dtype=np.float64).reshape(8, 8) % 50 + 1
+    got = (want.astype(np.float16).view(np.uint16) if dtype == "f16" else want.astype(kind)).copy()
+    assert compare(np, got, want, dtype).passed(0.02)
+    poison(np, got[0], dtype)
+    c = compare(np, got, want, dtype)
+    assert c.unwritten == 8 and not c.passed(0.02)
+    fresh = (want.astype(np.float16).view(np.uint16) if dtype == "f16" else want.astype(kind)).copy()
+    fresh[3, 4] = fresh[3, 4] + (0x1000 if dtype == "f16" else 7)
+    bad = compare(np, fresh, want, dtype)
+    assert bad.unwritten == 0 and bad.worst_index == (3, 4) and not bad.passed(0.02)

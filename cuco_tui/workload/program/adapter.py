@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from cuco_tui.workload.program.inplace import InputGuard
 from cuco_tui.workload.program.layout import Layout, harness_shape, to_program
 from cuco_tui.workload.program.record import RECORD
 TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "i32": "int32", "i64": "int64", "u8": "uint8"}
@@ -211,6 +212,7 @@ class RankProgram:
         self.specs = {b.name: program_spec(b, shapes[b.index]) for b in ref.layout.inputs}
         self.order = sorted(ref.layout.inputs, key=lambda b: b.index)
         self.scratch: dict[str, Any] = {}
+        self.guard = InputGuard(torch, [b.name for b in self.order])
 
     def _args(self, inputs: dict[str, Any]) -> list[Any]:
         return [to_program(as_torch(self.torch, inputs[b.name], b.dtype), self.specs[b.name]) for b in self.order]
@@ -218,11 +220,14 @@ class RankProgram:
     def run(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         torch = self.torch
         with torch.cuda.stream(self.stream):  # solution sets its own grad mode (as under gloo)
-            out = self.module.solution(*self._args(inputs))
+            out = self.guard.call(self.module.solution, self._args(inputs))
             outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
             for b in self.ref.layout.outputs:
                 dst = as_torch(torch, outputs[b.name], b.dtype)
                 dst.copy_(outs[b.index].reshape(dst.shape))
+        note = self.guard.warning()
+        if note and note not in self.warnings:
+            self.warnings.append(note)
 
     def parts(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Callable[[], None]]:
         """The program whole; for a mapped pattern, also its matmul and its collective alone (torch's

@@ -47,6 +47,45 @@ def _gather_stacked_as_nccl_does(dist: Any) -> None:
     dist.all_gather_into_tensor = all_gather_into_tensor
 
 
+class _Finished:
+    """The handle of a collective that ran to its end before returning (what async_op asked for)."""
+
+    def wait(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+def _all_to_all_as_nccl_does(dist: Any) -> None:
+    """all_to_all of tensor lists runs under NCCL; the gloo of some torch versions (2.11) refuses
+    it ("Backend gloo does not support alltoall") while it takes all_to_all_single. A refused call
+    is handed on as one all_to_all_single of the inputs flattened and laid end to end, each peer's
+    part its own split, the received parts copied into the program's output tensors."""
+    all_to_all = dist.all_to_all
+    if getattr(all_to_all, "cuco_single", False):
+        return
+
+    def by_single(output_tensor_list: Any, input_tensor_list: Any, group: Any = None, async_op: bool = False) -> Any:
+        import torch
+
+        try:
+            return all_to_all(output_tensor_list, input_tensor_list, group=group, async_op=async_op)
+        except RuntimeError as exc:
+            if "does not support alltoall" not in str(exc):
+                raise
+        sent = torch.cat([t.reshape(-1) for t in input_tensor_list])
+        got = torch.empty(sum(t.numel() for t in output_tensor_list), dtype=sent.dtype, device=sent.device)
+        dist.all_to_all_single(got, sent, [t.numel() for t in output_tensor_list],
+                               [t.numel() for t in input_tensor_list], group=group)
+        for part, out in zip(got.split([t.numel() for t in output_tensor_list]), output_tensor_list):
+            out.copy_(part.view(out.shape))
+        return _Finished() if async_op else None
+
+    by_single.cuco_single = True  # type: ignore[attr-defined]
+    dist.all_to_all = by_single
+
+
 def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
     import numpy as np
     import torch
@@ -59,6 +98,7 @@ def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
     torch.set_num_threads(1)
     world = int(job["world"])
     _gather_stacked_as_nccl_does(dist)  # before the program is loaded: it may import the function by name
+    _all_to_all_as_nccl_does(dist)
     module, conv = load_program(job["program"])
     names = list(conv.input_names)
     store = dist.FileStore(str(jobdir / "store"), world)
