@@ -73,6 +73,10 @@ class Bounds:
     shapes: tuple[ShapeBound, ...]
     machine: MachineInfo | None = None
     measured_at: float = 0.0  # unix time
+    # The reference on those GPUs against its float64 answer, measured with them (`cuco workload check
+    # --gpu`'s line; "" where not checked): every candidate is verified against that reference.
+    reference_check: str = ""
+    reference_ok: bool = True
 
     def of(self, shape: str) -> ShapeBound | None:
         return next((b for b in self.shapes if b.shape == shape), None)
@@ -87,7 +91,8 @@ class Bounds:
         return {"workload": self.workload, "world": self.world, "gpus": list(self.gpus),
                 "shapes": [b.to_dict() for b in self.shapes],
                 "machine": self.machine.to_dict() if self.machine is not None else None,
-                "measured_at": self.measured_at}
+                "measured_at": self.measured_at, "reference_check": self.reference_check,
+                "reference_ok": self.reference_ok}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Bounds":
@@ -96,7 +101,8 @@ class Bounds:
                    gpus=tuple(int(g) for g in d.get("gpus", ())),
                    shapes=tuple(ShapeBound.from_dict(s) for s in d.get("shapes", ())),
                    machine=MachineInfo.from_dict(machine) if machine else None,
-                   measured_at=float(d.get("measured_at", 0.0)))
+                   measured_at=float(d.get("measured_at", 0.0)), reference_check=str(d.get("reference_check", "")),
+                   reference_ok=bool(d.get("reference_ok", True)))
 
 
 @dataclass(frozen=True)

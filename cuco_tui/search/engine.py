@@ -298,6 +298,11 @@ class SearchEngine(Controls):
                         self._publish(EngineError(message=f"{why}; the search goes on without % of bound"))
                 if bounds is not None:
                     self.repo.set_bounds(bounds)
+                    if not bounds.reference_ok:  # loud, once per session: every verdict rests on it
+                        self._publish(EngineError(
+                            message=f"the reference on the GPUs: {bounds.reference_check}; every candidate is verified against "
+                                    f"it: fix it, or its tolerance, before trusting a verdict (cuco workload check "
+                                    f"--gpu)"))
         work = {b.shape: b.work for b in bounds.shapes} if bounds is not None else work_counts(self.workload, world)
         self._publish(BoundsKnown(bounds=bounds, work=work, why=why))
 

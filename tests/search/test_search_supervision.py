@@ -17,7 +17,7 @@ from cuco_tui.evaluate.work import work_counts
 from cuco_tui.executors import GpuGroup, GpuPool
 from cuco_tui.search.config import ConfigError, SearchConfig
 from cuco_tui.search.engine import SearchEngine, SteeringError
-from cuco_tui.search.events import (AwaitingReview, BoundsKnown, EventBus, GenerationStarted, MeasuringBounds,
+from cuco_tui.search.events import (AwaitingReview, BoundsKnown, EngineError, EventBus, GenerationStarted, MeasuringBounds,
                                     Plateau, ProposalReady)
 from cuco_tui.search.plateau import PlateauWatch
 from cuco_tui.workload.manifest import load_workload
@@ -248,6 +248,32 @@ def test_a_stand_in_evaluator_measures_no_bounds_and_a_failure_is_said(tmp_path)
                            design_context=lambda p: "", bounds_fn=broken).run()
     assert summary.reason == "done"
     assert "the reference crashed" in bus.history(BoundsKnown)[0].why
+
+
+def test_a_reference_that_differs_from_float64_on_the_gpus_is_said_loudly_and_kept_with_the_bounds(tmp_path):
+    def measure(workload, gpus, world):
+        return replace(fake_bounds(workload, gpus, world), reference_ok=False,
+                       reference_check="differs from expected() in float64 (W=2 on GPUs 0,1, rtol 0.02): rank 1 'y' "
+                                       "at verify: max relative error 0.5 at [3, 5] (got 2, float64 4)")
+
+    config = SearchConfig(generations=1, islands=1, max_concurrent_builds=1, fast_path=False)
+    repo, bus = MemoryLineage(tmp_path), EventBus()
+    SearchEngine(W, ScriptedAgent(), repo, config, evaluate_fn=FakeEvaluator(), events=bus,
+                 gpu_pool=GpuPool([GpuGroup(0, (0, 1))]), compile_ahead=False, design_context=lambda p: "",
+                 bounds_fn=measure).run()
+    said = [e.message for e in bus.history(EngineError) if "reference on the GPUs" in e.message]
+    assert said == ["the reference on the GPUs: differs from expected() in float64 (W=2 on GPUs 0,1, rtol 0.02): "
+                    "rank 1 'y' at verify: max relative error 0.5 at [3, 5] (got 2, float64 4); every candidate is "
+                    "verified against it: fix it, or its tolerance, before trusting a verdict (cuco workload check "
+                    "--gpu)"]
+    assert Bounds.from_dict(repo.stored_bounds.to_dict()) == repo.stored_bounds
+    assert not repo.stored_bounds.reference_ok
+    # a matching reference says nothing
+    bus2 = EventBus()
+    SearchEngine(W, ScriptedAgent(), MemoryLineage(tmp_path / "ok"), config, evaluate_fn=FakeEvaluator(), events=bus2,
+                 gpu_pool=GpuPool([GpuGroup(0, (0, 1))]), compile_ahead=False, design_context=lambda p: "",
+                 bounds_fn=fake_bounds).run()
+    assert not [e for e in bus2.history(EngineError) if "reference" in e.message]
 
 
 def test_figures_of_a_shape():
