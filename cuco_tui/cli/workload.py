@@ -79,8 +79,9 @@ def cmd_workload_check(args: argparse.Namespace) -> int:
 def _reference_on_gpus(path: Path, args: argparse.Namespace) -> Any:
     """--gpu and its group (--gpus, --world, --share-gpu) as the cascade's EvalOptions, checked as
     `cuco eval` checks them; None without --gpu, where a group flag alone is refused."""
-    from cuco_tui.cli.common import check_group, gpu_list, share_gpu_asked, workload_named
+    from cuco_tui.cli.common import check_group, gpu_list, share_gpu_asked
     from cuco_tui.evaluate.cascade import EvalOptions
+    from cuco_tui.workload.manifest import load_workload
 
     if not args.gpu:
         given = [flag for flag, on in (("--gpus", args.gpus), ("--world", args.world is not None),
@@ -88,7 +89,10 @@ def _reference_on_gpus(path: Path, args: argparse.Namespace) -> Any:
         if given:
             raise UsageError(f"{given[0]} names the GPU group of --gpu (the reference on GPUs): add --gpu")
         return None
-    workload = workload_named(str(path))
+    try:
+        workload = load_workload(path, search=path.parent)
+    except WorkloadError:
+        return EvalOptions(bench=False)  # the findings say what is wrong with the manifest; nothing runs
     check_group(workload, args)
     shared = share_gpu_asked(args)
     return EvalOptions(gpus=gpu_list(args.gpus), world=args.world, share_gpu=shared, bench=False)

@@ -62,7 +62,7 @@ def check_workload(path: Path, compile_seed: bool = True, probe_timeout: float =
     # search would refuse (constant inputs, say) does not make the reference's answers unknowable.
     if on_gpus is not None and not any(f.level == "error" and (f.item == "shapes" or "cannot be imported" in f.detail)
                                        for f in out):
-        out.append(_reference_on_gpus(w, on_gpus))
+        out += _reference_on_gpus(w, on_gpus)
     out += _seed(w, compile_seed)
     out += _offline(w)
     out += _texts(w)
@@ -89,11 +89,14 @@ def _reference(w: Workload, timeout: float) -> list[Finding]:
     return found
 
 
-def _reference_on_gpus(w: Workload, options: Any) -> Finding:
+def _reference_on_gpus(w: Workload, options: Any) -> list[Finding]:
     from cuco_tui.evaluate.reference_check import check_reference
 
     result = check_reference(w, options)
-    return (_ok if result.ok else _error)("reference on GPU", result.summary())
+    # What the reference said weakens it there (a program given copies of inputs it writes into, a
+    # missing library it falls back from): the same words an evaluation carries.
+    return [(_ok if result.ok else _error)("reference on GPU", result.summary())] + \
+        [_warn("reference on GPU", f"the reference says: {m}") for m in result.warnings]
 
 
 def _seed(w: Workload, compile_seed: bool) -> list[Finding]:

@@ -76,6 +76,8 @@ class ReferenceCheck:
         if failed:
             return (f"differs from expected() in float64 ({where}, rtol {self.rtol:g}): {failed[0].sentence()}"
                     + (f"; {len(failed) - 1} more output(s) differ" if len(failed) > 1 else ""))
+        if not self.rows:
+            return f"not verified ({where}): no rank has an output at the verify shapes"
         worst = max(self.rows, key=lambda r: r.max_rel_error)
         shapes = sorted({r.shape for r in self.rows})
         return (f"matches expected() in float64 at {', '.join(shapes)} ({where}): worst max relative error "
@@ -129,6 +131,8 @@ def compare_saved(workload: Workload, rundir: Path, world: int,
     try:
         report = json.loads(run.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
+        report = None
+    if not isinstance(report, dict):  # nothing, or a line the workload's own code printed last
         tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
         return (), f"comparing with expected() failed: {tail}"
     rows = tuple(OutputAgreement(shape=r["shape"], rank=int(r["rank"]), output=r["output"], passed=bool(r["passed"]),

@@ -27,13 +27,14 @@ PERTURBED_CHECK = 500
 TRACE_SLOTS = 4096  # wait-trace slots per rank (0: tracing off, to measure what it costs)
 
 # How the ranks start each timed repetition together (harness/timing.py). "device": after the host
-# barrier, an all-reduce and a fixed pause on each rank's stream, so every rank's start event fires
+# barrier, a fixed pause and an all-reduce on each rank's stream, so every rank's start event fires
 # within the all-reduce's own skew and no rank's time holds another's host launch latency. "host":
 # the host barrier alone, as every figure before 2026-11-27 was timed (to compare with them).
 ALIGNS = ("device", "host")
-# The pause after the aligning all-reduce: longer than a host takes to enqueue a candidate's launch
-# (tens of µs), so that the launch is queued when the pause ends; it is outside the timed events.
-# A repetition where it ran out first is counted (Timed.late_candidate, late_reference).
+# The pause before the aligning all-reduce: longer than a host takes to enqueue the all-reduce and a
+# candidate's launch (tens of µs), so that the launch is queued when the ranks are lined up; it is
+# outside the timed events. A repetition where the stream got there first is counted
+# (Timed.late_candidate, late_reference).
 SETTLE_US = 300
 
 

@@ -109,15 +109,16 @@ class RankGroup:
         self.watchdog.disarm()
 
     def align_on_device(self, settle_us: int = SETTLE_US, mark: Any = None) -> None:
-        """Line the ranks' streams up without the host: an all-reduce (it ends within a few µs on
-        every rank), then a pause of `settle_us` on the GPU, during which this rank's host enqueues
-        what is timed next. A host barrier alone releases the ranks' hosts up to a poll interval
-        and a launch latency apart, and a candidate that waits for a peer's data counts the gap.
-        `mark`: a CUDA event recorded after the pause, where it ends. (Recorded before it, the mark
-        would also hold the host's launch of the pause kernel, tens of µs from Python, since the
-        all-reduce ends at once on an idle stream: seen on an H200, 19 of 20 starts read late.)"""
-        self._reduce_flag()
+        """Line the ranks' streams up without the host: a pause of `settle_us` on the GPU, during
+        which this rank's host enqueues the rest, then an all-reduce, which every rank leaves within
+        a few µs of the others: what is timed next starts there on every rank. (A host barrier alone
+        releases the ranks' hosts up to a poll interval and a launch latency apart, and a candidate
+        that waits for a peer's data counts the gap. With the all-reduce first and the pause after,
+        the rank whose host arrived last at the all-reduce started its pause a Python launch later
+        than the others, and so its timed call, every repetition.)
+        `mark`: a CUDA event recorded after the all-reduce, where the ranks are lined up."""
         self._settle((1,), (1,), (self.cupy.uint64(settle_us * 1000),), stream=self.stream)
+        self._reduce_flag()
         if mark is not None:
             mark.record(self.stream)
 

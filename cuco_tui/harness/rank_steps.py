@@ -169,7 +169,7 @@ class ProfiledLaunches(RankStep):
         # recorded: what started before this moment (the host's clock, which CUPTI stamps with)
         # is theirs, not the candidate's, and is left out.
         since = recorder.now_ns()
-        # The launches start as the timed ones do; what precedes the pause's end is the harness's.
+        # The launches start as the timed ones do; what precedes the lined-up point is the harness's.
         if g.plan.device_aligned:
             g.align_on_device()
         try:
@@ -216,12 +216,17 @@ def rank_steps(plan: RunPlan, log: EventLog) -> list[RankStep]:
 
 def candidates_own(activities: list[Activity], since: int) -> list[Activity]:
     """The activities of the profiled launches: those that started after `since` (the host's
-    clock at the barrier) and, on the harness's stream, after the aligning pause kernel's end,
-    when there was one (the all-reduce before it is the harness's, not the candidate's). What the
-    candidate started on a stream of its own during the pause, not ordered after the harness's
-    stream, is kept: it ran ahead of the timed start, and the timeline must show it."""
+    clock at the barrier) and, on the harness's stream, after the alignment when there was one
+    (the pause kernel, then the all-reduce that lines the ranks up: the first all-reduce kernel to
+    start there once the pause ended; both the harness's, not the candidate's). What the candidate
+    started on a stream of its own during the alignment, not ordered after the harness's stream,
+    is kept: it ran ahead of the timed start, and the timeline must show it."""
     pauses = [a for a in activities if a.kind == KERNEL and SETTLE_NAME in a.name]
     cut = max([since] + [a.end_ns for a in pauses])
     harness = {(a.device, a.stream) for a in pauses}
+    lining_up = [a for a in activities if a.kind == KERNEL and "AllReduce" in a.name and a.start_ns >= cut
+                 and (a.device, a.stream) in harness]
+    if lining_up:
+        cut = min(lining_up, key=lambda a: a.start_ns).end_ns
     return [a for a in activities
             if a.start_ns >= cut or (a.start_ns >= since and (a.device, a.stream) not in harness)]

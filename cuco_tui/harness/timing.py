@@ -1,5 +1,5 @@
 """Timing in a rank: before each repetition the L2 is flushed and the ranks are aligned (an
-all-reduce and a host wait, then, unless the plan says "host", an all-reduce and a fixed pause on
+all-reduce and a host wait, then, unless the plan says "host", a fixed pause and an all-reduce on
 the GPU: RankGroup.align_on_device); CUDA events bracket only the timed call. Also the step limits that
 follow from the reference's time, the trace on/off comparison and the copy-engine ceiling."""
 
@@ -12,9 +12,6 @@ from cuco_tui.harness.plan import ShapePlan
 from cuco_tui.harness.rank_events import TraceTimed
 from cuco_tui.harness.rank_group import RankGroup
 
-# On time, `start` fires right after the pause's end mark (both were enqueued while the pause ran).
-# This much later or more, the stream idled for this rank's host: it reached the timed call late.
-LATE_MARGIN_US = 20
 
 
 # What time_pair times, by name: the keys of Timing.late.
@@ -63,23 +60,24 @@ class Timing:
         """One repetition: L2 flushed, ranks aligned, events around `fn` alone."""
         g = self.group
         cp = g.cupy
-        start, end, pause_end = cp.cuda.Event(), cp.cuda.Event(), cp.cuda.Event()  # made before the pause
+        start, end, lined_up = cp.cuda.Event(), cp.cuda.Event(), cp.cuda.Event()  # made before the pause
         with g.stream:
             g.scratch.fill(0)  # evict the inputs from L2: each repetition reads from HBM
         g.barrier()  # no rank's host runs ahead into the next repetition
         aligned = self.plan.device_aligned
         if aligned:
-            g.align_on_device(mark=pause_end)
+            g.align_on_device(mark=lined_up)
         start.record(g.stream)
+        # Late: the stream had already passed the lined-up point when this host recorded `start`,
+        # so it idled there for this host and the timed call began after the other ranks'. Asked
+        # on the host before fn: after it, a launch that waits on the host for its own work (MoE's
+        # counts) would read late; and not on the GPU's clock, where two events recorded back to
+        # back by a late host are as close as by one on time.
+        if aligned and lined_up.done:
+            self.late[what] = self.late.get(what, 0) + 1
         fn()
         end.record(g.stream)
         g.wait_stream(what, limit)
-        # Late: this host recorded `start` after the pause had run out, so the stream idled there
-        # for it. Read on the GPU's clock once all ran: a host's query right after the record could
-        # miss it (the GPU may not have reached the record yet), and one after fn would count a
-        # launch that waits on the host for its own work (MoE's counts) as late.
-        if aligned and cp.cuda.get_elapsed_time(pause_end, start) > LATE_MARGIN_US / 1000.0:
-            self.late[what] = self.late.get(what, 0) + 1
         return cp.cuda.get_elapsed_time(start, end)
 
     def time_trace_ab(self, shape: ShapePlan, ctx: abi.CContext, launch: Callable[[], None]) -> None:

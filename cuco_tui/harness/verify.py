@@ -58,9 +58,18 @@ def poison(xp: Any, array: Any, dtype: str) -> None:
     array.view(getattr(xp, word)).fill(value)
 
 
-def unwritten_count(xp: Any, array: Any, dtype: str) -> int:
+INTEGERS = ("i32", "i64", "u8")
+
+
+def unwritten_count(xp: Any, array: Any, dtype: str, want: Any = None) -> int:
+    """Elements still holding the poison; where `want` holds that very value too (an integer
+    output may: u8's poison is 165), they count as written."""
     word, value = POISONS[dtype]
-    return int((array.view(getattr(xp, word)) == value).sum())
+    left = array.view(getattr(xp, word)) == value
+    if want is not None and dtype in INTEGERS:  # a float poison is a NaN no answer holds
+        same = (want == value) if want.dtype == xp.float64 else (want.view(getattr(xp, word)) == value)
+        left = left & ~same
+    return int(left.sum())
 
 
 def as_float(xp: Any, array: Any, dtype: str) -> Any:
@@ -82,7 +91,7 @@ def compare(xp: Any, got: Any, want: Any, dtype: str, floor: float = 0.0) -> Com
     attention's softmax-weighted values: there most elements are far smaller than the terms they
     average, so rounding the terms (bf16 probabilities) shows as a large error relative to the
     result and to its rms. With a floor, passing also needs the relative L2 error within rtol."""
-    unwritten = unwritten_count(xp, got, dtype)
+    unwritten = unwritten_count(xp, got, dtype, want)
     g = as_float(xp, got, dtype).astype(xp.float64)
     # float64 `want`: a workload's expected() (`cuco workload check --gpu`); else a buffer like `got`
     w = want if want.dtype == xp.float64 else as_float(xp, want, dtype).astype(xp.float64)
@@ -93,6 +102,8 @@ def compare(xp: Any, got: Any, want: Any, dtype: str, floor: float = 0.0) -> Com
     if floor > 0 and w.size:
         rms = max(rms, floor * float(xp.max(xp.abs(w))))
     rel = diff / (xp.abs(w) + (rms if rms > 0 else 1.0))
+    if dtype in INTEGERS:  # counts and indices are right or wrong: any difference fails
+        rel = xp.where(diff > 0.5, xp.inf, 0.0)
     rel = xp.where(finite, rel, xp.inf)
     flat = int(xp.argmax(rel)) if rel.size else 0
     idx = tuple(int(i) for i in np.unravel_index(flat, rel.shape)) if rel.size else ()

@@ -112,3 +112,13 @@ def test_group_flags_without_gpu_or_out_of_the_workload_are_refused_in_one_line(
     err = capsys.readouterr().err
     assert rc == 2
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_with_gpu_a_broken_manifest_is_a_finding_not_a_crash(tmp_path, capsys):
+    from cuco_tui.cli import cuco
+
+    (tmp_path / "manifest.toml").write_text("name = [broken\n")
+    rc = cuco.main(["workload", "check", str(tmp_path), "--gpu", "--world", "2", "--json"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert '"item": "manifest"' in out and '"level": "error"' in out and "reference on GPU" not in out

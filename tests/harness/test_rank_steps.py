@@ -38,11 +38,12 @@ def test_an_interposer_that_cannot_be_loaded_is_a_warning_and_no_rounds(tmp_path
 
 def test_a_profile_keeps_the_launches_and_leaves_out_the_harness_alignment_before_them():
     barrier = Activity(KERNEL, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 90, 120, 0, 7)
-    align = Activity(KERNEL, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 130, 150, 0, 7)
-    pause = Activity(KERNEL, "cuco_settle", 150, 450, 0, 7)
+    pause = Activity(KERNEL, "cuco_settle", 130, 430, 0, 7)
+    align = Activity(KERNEL, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 432, 450, 0, 7)
     gemm = Activity(KERNEL, "fused_gemm_kernel", 455, 900, 0, 7)
     copy = Activity(MEMCPY, "memcpy ptop 1->0", 460, 640, 1, 9, copy_kind="ptop", bytes=1 << 26)
-    assert candidates_own([barrier, align, pause, gemm, copy], since=125) == [gemm, copy]
+    own_reduce = Activity(KERNEL, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 910, 990, 0, 7)  # the candidate's
+    assert candidates_own([barrier, pause, align, gemm, copy, own_reduce], since=125) == [gemm, copy, own_reduce]
     assert candidates_own([barrier, gemm, copy], since=125) == [gemm, copy]  # aligned by the host alone
 
 
@@ -50,8 +51,8 @@ def test_a_profile_shows_what_the_candidate_started_on_its_own_stream_during_the
     """Work a candidate began on a side stream not ordered after the harness's stream runs during
     the pause, before the timed start: the timeline keeps it instead of cutting it with the
     harness's own kernels."""
-    align = Activity(KERNEL, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 130, 150, 0, 7)
-    pause = Activity(KERNEL, "cuco_settle", 150, 450, 0, 7)
+    pause = Activity(KERNEL, "cuco_settle", 130, 430, 0, 7)
+    align = Activity(KERNEL, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 432, 450, 0, 7)
     early = Activity(MEMCPY, "memcpy ptop 0->1", 200, 380, 0, 9, copy_kind="ptop", bytes=1 << 26)
     gemm = Activity(KERNEL, "fused_gemm_kernel", 455, 900, 0, 7)
-    assert candidates_own([align, pause, early, gemm], since=125) == [early, gemm]
+    assert candidates_own([pause, align, early, gemm], since=125) == [early, gemm]

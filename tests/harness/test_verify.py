@@ -143,3 +143,19 @@ def test_outputs_of_every_manifest_dtype_are_poisoned_and_compared(dtype, kind):
     fresh[3, 4] = fresh[3, 4] + (0x1000 if dtype == "f16" else 7)
     bad = compare(np, fresh, want, dtype)
     assert bad.unwritten == 0 and bad.worst_index == (3, 4) and not bad.passed(0.02)
+
+
+def test_integer_outputs_must_be_exact_and_their_poison_value_may_be_an_answer():
+    idx = np.arange(1000, 1064, dtype=np.int64)
+    got = idx.copy()
+    got[7] += 3  # an index off by 3 is small against 1000s, and wrong
+    c = compare(np, got, idx.astype(np.float64), "i64")
+    assert not c.passed(0.02) and c.worst_index == (7,) and (c.worst_got, c.worst_want) == (1010.0, 1007.0)
+    big = np.full(8, 10**9, dtype=np.int64)
+    assert not compare(np, big + 100000, big.astype(np.float64), "i64").passed(0.02)
+    codes = np.arange(256, dtype=np.uint8)  # holds 165, the u8 poison, as an answer
+    ok = compare(np, codes.copy(), codes.astype(np.float64), "u8")
+    assert ok.unwritten == 0 and ok.passed(0.02)
+    left = codes.copy()
+    poison(np, left[:4], "u8")
+    assert compare(np, left, codes.astype(np.float64), "u8").unwritten == 4

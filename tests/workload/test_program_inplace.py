@@ -46,3 +46,18 @@ def test_a_program_that_leaves_its_inputs_alone_runs_on_them_without_copies():
     calls = []
     guard.call(lambda *a: calls.append(a), [grad, x])
     assert calls[0][0] is grad  # the buffer itself, not a copy
+
+
+def test_a_named_tuple_result_that_is_a_written_input_comes_back_as_what_was_computed():
+    from collections import namedtuple
+
+    Grads = namedtuple("Grads", "a b")
+    grad = torch.tensor([1.0, 2.0])
+
+    def named(g):
+        g.add_(1.0)
+        return Grads(g, g * 10)
+
+    out = InputGuard(torch, ["grad"]).call(named, [grad])
+    assert isinstance(out, Grads) and out.a.tolist() == [2.0, 3.0] and out.b.tolist() == [20.0, 30.0]
+    assert grad.tolist() == [1.0, 2.0]

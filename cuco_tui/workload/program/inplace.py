@@ -51,7 +51,8 @@ class InputGuard:
         if self._tensor(out):
             return out.clone() if out.untyped_storage().data_ptr() in ptrs else out
         if isinstance(out, (tuple, list)):
-            return type(out)(self._apart(o, written) for o in out)
+            parts = [self._apart(o, written) for o in out]
+            return type(out)(*parts) if hasattr(out, "_fields") else type(out)(parts)  # a namedtuple, too
         return out
 
     def _tensor(self, value: Any) -> bool:
