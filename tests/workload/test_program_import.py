@@ -358,3 +358,27 @@ def test_a_program_too_large_to_size_on_the_cpu_is_refused_in_one_line(tmp_path,
     message = str(err.value)
     assert "\n" not in message and ".item()" in message and "512 MiB of inputs at bench" in message
     assert not (tmp_path / "out").exists()
+
+
+def test_the_tolerance_leaves_room_for_the_programs_own_rounding(imported):
+    """A running sum in bf16 drifts from float64 past the 4 % a summed output gets: the import
+    measures how far (the program in bf16 on the CPU, the float64 run's inputs rounded to it) and
+    widens the tolerance to twice that, saying so; a plain all-reduce keeps the default."""
+    drift = load_workload(imported("running_sum").root, search=imported("running_sum").root.parent)
+    text = (drift.root / "manifest.toml").read_text()
+    assert drift.rtol > 0.04, text
+    assert "widened from 0.04: the program itself in bfloat16 is" in text
+    plain = load_workload(imported("replicated_sum").root, search=imported("replicated_sum").root.parent)
+    assert plain.rtol == 0.04
+    assert "the program itself in bfloat16 is" in (plain.root / "manifest.toml").read_text()
+
+
+def test_the_widened_tolerance_is_rounded_up_and_a_failed_measurement_keeps_the_default_and_says_why():
+    from cuco_tui.workload.program.precision import widened
+
+    assert widened(0.04, "w", 0.0301, "", "bfloat16", "verify") == (
+        0.061, "w; widened from 0.04: the program itself in bfloat16 is 0.03 from float64 at verify (CPU), and a "
+               "candidate may round as far again")
+    assert widened(0.02, "w", 0.004, "", "bfloat16", "verify")[0] == 0.02
+    assert widened(0.02, "w", None, "the program in bfloat16 on the CPU failed (no kernel)", "bfloat16", "v") == (
+        0.02, "w (the program's own rounding not measured: the program in bfloat16 on the CPU failed (no kernel))")

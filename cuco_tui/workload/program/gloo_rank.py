@@ -124,6 +124,8 @@ def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
                 specs = job["inputs"][rank]
                 inputs = tuple(to_program(torch.from_numpy(np.load(jobdir / f"in_{index}_{rank}_{i}.npy")), spec)
                                for i, spec in enumerate(specs))
+                if job.get("cast"):  # the program in its own dtype, on these inputs rounded to it
+                    inputs = tuple(t.to(getattr(torch, job["cast"])) if t.is_floating_point() else t for t in inputs)
             recorder = OpRecorder(dataflow=True) if job.get("trace") and rank == 0 and index == 0 else None
             try:  # in the grad mode solution sets itself (@torch.no_grad(), or its own autograd: a gradient step)
                 if recorder is not None:
@@ -137,7 +139,9 @@ def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
                               conv.path) from None
             outputs = as_tuple(out, "solution")
             for j, t in enumerate(outputs):
-                if t.is_floating_point() and t.dtype != torch.float64:
+                if job.get("cast") and t.is_floating_point():
+                    t = t.to(torch.float64)
+                elif t.is_floating_point() and t.dtype != torch.float64:
                     raise ProgramError(f"solution returns output {j} as {t.dtype} from float64 inputs: compute in the "
                                        f"dtype of the inputs (the tool checks against float64)")
                 np.save(jobdir / f"out_{index}_{rank}_{j}.npy", t.detach().contiguous().numpy())

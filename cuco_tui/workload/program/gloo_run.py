@@ -167,12 +167,14 @@ class GlooRanks:
 
     def run(self, program: Path, shapes: dict[str, dict[str, int]], folder: Path, *, mode: str = "make",
             inputs: list[list[dict[str, Any]]] | None = None, trace: bool = False,
-            timeout: float = 600.0) -> GlooRun:
+            timeout: float = 600.0, cast: str = "") -> GlooRun:
         """Run `program`'s solution at `shapes` on the W ranks in `folder` (which must exist).
         mode "make": inputs from make_inputs (float64, CPU); "files": from in_*.npy the caller wrote, in
-        the harness's layout, with `inputs` each rank's layout specs (layout.to_program)."""
+        the harness's layout, with `inputs` each rank's layout specs (layout.to_program), and with
+        `cast` (a torch dtype's name) their floating inputs rounded to it first, the outputs saved in
+        float64."""
         job = {"program": str(Path(program).resolve()), "world": self.world, "shapes": shapes, "mode": mode,
-               "inputs": inputs or [], "trace": trace, "collective_timeout_s": max(30.0, timeout / 2)}
+               "inputs": inputs or [], "trace": trace, "collective_timeout_s": max(30.0, timeout / 2), "cast": cast}
         (folder / "store").unlink(missing_ok=True)  # the job's FileStore starts empty
         request = {"kind": "run", "folder": str(folder), "job": job}
         answers, timed_out = self._exchange({r: request for r in range(self.world)}, timeout)

@@ -26,6 +26,7 @@ from cuco_tui.workload.program.generate import PATTERN_SPLITS, ImportPlan, rende
 from cuco_tui.workload.program.gloo_run import GlooRanks, ProgramRunError, temporary_folder
 from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout
 from cuco_tui.workload.program.patterns import recognize, summary
+from cuco_tui.workload.program.precision import own_rounding, widened
 from cuco_tui.workload.program.record import RECORD
 from cuco_tui.workload.scaffold import valid_name
 
@@ -207,6 +208,10 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
             else:
                 layout = lay
         rtol, why = _tolerance(conv["dtype"], trace)
+        first_verify = next(s for s in conv["shapes"] if s.startswith("verify"))
+        worst, not_measured = own_rounding(ranks, source, run, first_verify, conv["shapes"][first_verify],
+                                           conv["dtype"], timeout)
+        rtol, why = widened(rtol, why, worst, not_measured, conv["dtype"], first_verify)
         plan = ImportPlan(name=name, title=f"{source.stem} (imported PyTorch program)", source=str(source),
                           world=world, world_sizes=sorted(int(w) for w in sizes), convention=conv, sizes=sizes,
                           split_dims=report["split_dims"], trace=trace, summary=summary(trace), patterns=matches,
