@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import shutil
 from pathlib import Path
-from typing import Any
 
 from cuco_tui.workload.program.gloo_run import GlooRanks, GlooRun, ProgramRunError, temporary_folder
 
