@@ -275,6 +275,20 @@ def test_bounds_measuring_then_known():
     assert s.bounds is None and s.bounds_note.startswith("no GPU")
 
 
+def test_a_reference_that_differs_from_float64_stays_in_the_bound_fact():
+    from dataclasses import replace as with_
+
+    from cuco_tui.app.widgets.search.state_panel import bound_fact
+
+    bounds = Bounds("gemm_allgather", 2, (0, 1), (ShapeBound("square-8k", 2.0, 1.0, work=Work(5, 7)),))
+    s = apply(DashboardState(), ev.BoundsKnown(bounds=bounds, work={"square-8k": Work(5, 7)}))
+    assert bound_fact(s) == "2.00x"
+    wrong = apply(DashboardState(), ev.BoundsKnown(bounds=with_(bounds, reference_ok=False, reference_check="differs"),
+                                                   work={"square-8k": Work(5, 7)}))
+    assert bound_fact(wrong) == "2.00x · the reference differs from float64 on these GPUs"
+    assert bound_fact(wrong, short=True) == "2.00x · reference ≠ float64"
+
+
 def test_plateau_notices_are_kept_in_order():
     s = replay([ev.Plateau(stage="warn", generations=3, best_speedup=1.2, message="plateau: a"),
                 ev.Plateau(stage="diversify", generations=4, best_speedup=1.2, message="plateau: b")])

@@ -53,7 +53,10 @@ def bound_fact(s: DashboardState, short: bool = False) -> str:
     best = next((e for e in s.board if e.candidate == s.best_id), None)
     pct = mean_pct_of_bound(all_figures(best.timings, s.bounds, s.work)) if best is not None else None
     reached = f", best at {pct:.0f}%" if pct is not None else ""
-    return f"{s.bounds.speedup:.2f}x{reached}"
+    # Kept in sight while the session lasts (the EngineError said it once): every verdict rests on it.
+    wrong = "" if s.bounds.reference_ok else (" · reference ≠ float64" if short else
+                                              " · the reference differs from float64 on these GPUs")
+    return f"{s.bounds.speedup:.2f}x{reached}{wrong}"
 
 
 def best_speedup(s: DashboardState, spec: str) -> str:
