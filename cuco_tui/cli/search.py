@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -165,23 +166,43 @@ class Interrupts:
     flight finish and are committed (a Slurm search cancels its jobs instead). The second leaves
     at once (KeyboardInterrupt; the compiles and GPU runs in flight are killed). The handler
     stays ours until the run returns: restoring the one before would lose the second Ctrl-C
-    where that one ignores SIGINT (a search started in the background of a script)."""
+    where that one ignores SIGINT (a search started in the background of a script).
 
-    def __init__(self, stop: Any, stream: TextIO, jobs: bool) -> None:
+    A KeyboardInterrupt raised into whatever the main thread runs can be lost: seen on 2 busy
+    cores, the main thread sat in Condition.wait's re-acquiring of the engine's lock, a C call
+    that runs no signal handler, and the search went on compiling. So the second Ctrl-C also
+    starts a watchdog that, if the process is still here once the normal way out has had its
+    time (LEAVE_S and a margin), kills what the run started and leaves with `leaving`'s words."""
+
+    def __init__(self, stop: Any, stream: TextIO, jobs: bool, leaving: str = "") -> None:
         self._stop = stop
         self._stream = stream
         self._jobs = jobs
+        self._leaving = leaving
         self.count = 0
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.count += 1
         if self.count > 1:
+            if self.count == 2:
+                threading.Thread(target=self._leave_if_still_here, name="cuco-leave", daemon=True).start()
             raise KeyboardInterrupt
         self._stream.write("stopping: cancelling the search's Slurm jobs (Ctrl-C again to leave at once)\n"
                            if self._jobs else
                            "stopping after the evaluations in flight (Ctrl-C again to leave at once)\n")
         self._stream.flush()
         self._stop()
+
+    def _leave_if_still_here(self) -> None:
+        from cuco_tui.toolchain.process import kill_child_groups
+
+        time.sleep(LEAVE_S + 5.0)
+        kill_child_groups()
+        try:
+            self._stream.write(self._leaving or "cuco: interrupted\n")
+            self._stream.flush()
+        finally:
+            os._exit(EXIT_INTERRUPTED)
 
 
 # The flags of `cuco search` that set SearchConfig fields of the same name.
@@ -240,7 +261,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     err = sys.stderr
     bus.subscribe(ProgressPrinter(err))
     try:
-        interrupts = Interrupts(engine.stop, err, jobs=isinstance(executor, JobExecutor))
+        leaving = (f"cuco: interrupted: evaluations in flight were dropped, every committed candidate is kept; "
+                   f"continue with `cuco search --resume {resume_name(repo.path, args)}`\n")
+        interrupts = Interrupts(engine.stop, err, jobs=isinstance(executor, JobExecutor), leaving=leaving)
         previous = signal.signal(signal.SIGINT, interrupts)
         try:
             summary = engine.run()
@@ -255,8 +278,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             while engine.working and time.monotonic() < ends:
                 time.sleep(0.05)
                 kill_child_groups()
-            err.write(f"cuco: interrupted: evaluations in flight were dropped, every committed candidate is kept; "
-                      f"continue with `cuco search --resume {resume_name(repo.path, args)}`\n")
+            err.write(leaving)
             raise
         finally:
             signal.signal(signal.SIGINT, previous)
