@@ -382,3 +382,12 @@ def test_the_widened_tolerance_is_rounded_up_and_a_failed_measurement_keeps_the_
     assert widened(0.02, "w", 0.004, "", "bfloat16", "verify")[0] == 0.02
     assert widened(0.02, "w", None, "the program in bfloat16 on the CPU failed (no kernel)", "bfloat16", "v") == (
         0.02, "w (the program's own rounding not measured: the program in bfloat16 on the CPU failed (no kernel))")
+    kept, why = widened(0.04, "w", 0.61, "", "bfloat16", "verify")  # a flipped choice: no tolerance can help
+    assert kept == 0.04 and "kept, though the program itself in bfloat16 is 0.61 from float64" in why
+
+
+def test_an_index_output_does_not_widen_the_tolerance_of_the_values(imported):
+    """Integer outputs must match exactly whatever rtol says; an argmax that bf16 flips must not
+    widen the tolerance of the sums beside it (it once made rtol 1.3, where zeros would pass)."""
+    w = load_workload(imported("sum_and_argmax").root, search=imported("sum_and_argmax").root.parent)
+    assert w.rtol == 0.04, (w.root / "manifest.toml").read_text()

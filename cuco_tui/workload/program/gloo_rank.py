@@ -135,8 +135,8 @@ def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
                 else:
                     out = module.solution(*inputs)
             except Exception as exc:
-                raise failure(f"solution at {shape} (rank {rank} of {world}, float64 on the CPU under gloo)", exc,
-                              conv.path) from None
+                raise failure(f"solution at {shape} (rank {rank} of {world}, {job.get('cast') or 'float64'} on the CPU "
+                              f"under gloo)", exc, conv.path) from None
             outputs = as_tuple(out, "solution")
             for j, t in enumerate(outputs):
                 if job.get("cast") and t.is_floating_point():

@@ -208,10 +208,9 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
             else:
                 layout = lay
         rtol, why = _tolerance(conv["dtype"], trace)
-        first_verify = next(s for s in conv["shapes"] if s.startswith("verify"))
-        worst, not_measured = own_rounding(ranks, source, run, first_verify, conv["shapes"][first_verify],
-                                           conv["dtype"], timeout)
-        rtol, why = widened(rtol, why, worst, not_measured, conv["dtype"], first_verify)
+        verify = {s: conv["shapes"][s] for s in conv["shapes"] if s.startswith("verify")}  # as _cpu_run ran them
+        worst, at, not_measured = own_rounding(ranks, source, run, verify, conv["dtype"], timeout)
+        rtol, why = widened(rtol, why, worst, not_measured, conv["dtype"], at)
         plan = ImportPlan(name=name, title=f"{source.stem} (imported PyTorch program)", source=str(source),
                           world=world, world_sizes=sorted(int(w) for w in sizes), convention=conv, sizes=sizes,
                           split_dims=report["split_dims"], trace=trace, summary=summary(trace), patterns=matches,
