@@ -49,6 +49,7 @@ class RankGroup:
         self.watchdog = watchdog
         self.device = plan.gpus[rank]
         self._settle: Any = None  # the pause kernel of align_on_device, compiled when joining
+        self._paused: Any = None  # an event after that pause, made at its first use
 
     def join(self) -> None:
         self.watchdog.phase = "setup"
@@ -108,7 +109,7 @@ class RankGroup:
             time.sleep(0.0001)
         self.watchdog.disarm()
 
-    def align_on_device(self, settle_us: int = SETTLE_US, mark: Any = None) -> None:
+    def align_on_device(self, settle_us: int = SETTLE_US, mark: Any = None) -> bool:
         """Line the ranks' streams up without the host: a pause of `settle_us` on the GPU, during
         which this rank's host enqueues the rest, then an all-reduce, which every rank leaves within
         a few µs of the others: what is timed next starts there on every rank. (A host barrier alone
@@ -116,11 +117,18 @@ class RankGroup:
         that waits for a peer's data counts the gap. With the all-reduce first and the pause after,
         the rank whose host arrived last at the all-reduce started its pause a Python launch later
         than the others, and so its timed call, every repetition.)
-        `mark`: a CUDA event recorded after the all-reduce, where the ranks are lined up."""
+        `mark`: a CUDA event recorded after the all-reduce, where the ranks are lined up.
+        True when this host reached the all-reduce after its pause had run out: the other ranks
+        waited there for it, and the timed call starts only as its host gets to it."""
+        if self._paused is None:
+            self._paused = self.cupy.cuda.Event(disable_timing=True)
         self._settle((1,), (1,), (self.cupy.uint64(settle_us * 1000),), stream=self.stream)
+        self._paused.record(self.stream)
+        late = self._paused.done
         self._reduce_flag()
         if mark is not None:
             mark.record(self.stream)
+        return late
 
     def _reduce_flag(self) -> None:
         """The one-float all-reduce of `flag` on the harness's stream, not waited for."""

@@ -182,7 +182,7 @@ class ProfiledLaunches(RankStep):
         if problem:
             g.log.emit(ProfileCaptured(shape=spec.shape, launches=spec.launches, problem=problem))
             return
-        activities = candidates_own(activities, since)
+        activities = candidates_own(activities, since, g.world)
         name = f"profile-rank{g.rank}.json"
         (self.rundir / name).write_text(json.dumps({
             "shape": spec.shape, "launches": spec.launches, "dropped": recorder.dropped,
@@ -214,7 +214,7 @@ def rank_steps(plan: RunPlan, log: EventLog) -> list[RankStep]:
     return steps
 
 
-def candidates_own(activities: list[Activity], since: int) -> list[Activity]:
+def candidates_own(activities: list[Activity], since: int, world: int = 2) -> list[Activity]:
     """The activities of the profiled launches: those that started after `since` (the host's
     clock at the barrier) and, on the harness's stream, after the alignment when there was one
     (the pause kernel, then the all-reduce that lines the ranks up: the first all-reduce kernel to
@@ -224,9 +224,11 @@ def candidates_own(activities: list[Activity], since: int) -> list[Activity]:
     pauses = [a for a in activities if a.kind == KERNEL and SETTLE_NAME in a.name]
     cut = max([since] + [a.end_ns for a in pauses])
     harness = {(a.device, a.stream) for a in pauses}
-    lining_up = [a for a in activities if a.kind == KERNEL and "AllReduce" in a.name and a.start_ns >= cut
-                 and (a.device, a.stream) in harness]
-    if lining_up:
-        cut = min(lining_up, key=lambda a: a.start_ns).end_ns
+    # At W=1 NCCL's in-place all-reduce launches no kernel: the first one after the pause is the
+    # candidate's own. So is any kernel but the first on that stream.
+    after = sorted((a for a in activities if a.kind == KERNEL and a.start_ns >= cut and (a.device, a.stream) in harness),
+                   key=lambda a: a.start_ns)
+    if world > 1 and after and after[0].name.startswith("nccl") and "AllReduce" in after[0].name:
+        cut = after[0].end_ns
     return [a for a in activities
             if a.start_ns >= cut or (a.start_ns >= since and (a.device, a.stream) not in harness)]

@@ -65,15 +65,15 @@ class Timing:
             g.scratch.fill(0)  # evict the inputs from L2: each repetition reads from HBM
         g.barrier()  # no rank's host runs ahead into the next repetition
         aligned = self.plan.device_aligned
-        if aligned:
-            g.align_on_device(mark=lined_up)
+        late = g.align_on_device(mark=lined_up) if aligned else False
         start.record(g.stream)
         # Late: the stream had already passed the lined-up point when this host recorded `start`,
-        # so it idled there for this host and the timed call began after the other ranks'. Asked
+        # so it idled there for this host and the timed call began after the other ranks' (or this
+        # host came to the all-reduce after its pause ran out, and the others waited for it there). Asked
         # on the host before fn: after it, a launch that waits on the host for its own work (MoE's
         # counts) would read late; and not on the GPU's clock, where two events recorded back to
         # back by a late host are as close as by one on time.
-        if aligned and lined_up.done:
+        if aligned and (late or lined_up.done):
             self.late[what] = self.late.get(what, 0) + 1
         fn()
         end.record(g.stream)

@@ -63,9 +63,10 @@ def test_a_host_that_arrives_after_the_pause_is_counted_late(group, monkeypatch)
     t = Timing(group)
     aligned = group.align_on_device
 
-    def slow_host(*args, **kwargs) -> None:
-        aligned(*args, **kwargs)
+    def slow_host(*args, **kwargs) -> bool:
+        late = aligned(*args, **kwargs)
         time.sleep(3 * PAUSE_MS / 1000.0)  # this host descheduled until the pause has run out
+        return late
 
     monkeypatch.setattr(group, "align_on_device", slow_host)
     for _ in range(3):
@@ -86,3 +87,19 @@ def test_a_launch_that_waits_for_its_own_work_is_not_late(group):
     for _ in range(5):
         t.time_once(syncing, "syncing", 10.0)
     assert t.late.get("syncing", 0) <= 1, t.late
+
+
+def test_a_host_that_comes_to_the_all_reduce_after_its_pause_is_late(group):
+    """The other ranks wait in the all-reduce for such a host, so the lined-up point is its own and
+    its timed call still starts a host launch after it: counted, where the event query alone would
+    not see it."""
+    assert group.align_on_device() is False  # at once after the pause's launch: on time
+    group.wait_stream("the alignment", 10.0)
+    cp = group.cupy
+    settle = group._settle
+    group._settle = lambda *a, **k: (settle(*a, **k), cp.cuda.runtime.streamSynchronize(group.stream.ptr))
+    try:
+        assert group.align_on_device() is True  # the host waited past the pause before the all-reduce
+    finally:
+        group._settle = settle
+    group.wait_stream("the alignment", 10.0)

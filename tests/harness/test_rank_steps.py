@@ -45,6 +45,9 @@ def test_a_profile_keeps_the_launches_and_leaves_out_the_harness_alignment_befor
     own_reduce = Activity(KERNEL, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 910, 990, 0, 7)  # the candidate's
     assert candidates_own([barrier, pause, align, gemm, copy, own_reduce], since=125) == [gemm, copy, own_reduce]
     assert candidates_own([barrier, gemm, copy], since=125) == [gemm, copy]  # aligned by the host alone
+    # One rank: NCCL's in-place all-reduce launches no kernel, so an all-reduce after the pause is the candidate's
+    assert candidates_own([barrier, pause, gemm, own_reduce], since=125, world=1) == [gemm, own_reduce]
+    assert candidates_own([barrier, pause, gemm, own_reduce], since=125) == [gemm, own_reduce]  # not first: kept
 
 
 def test_a_profile_shows_what_the_candidate_started_on_its_own_stream_during_the_pause():
