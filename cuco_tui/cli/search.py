@@ -158,8 +158,10 @@ def shorten(text: str, width: int) -> str:
 EXIT_ENDED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
 
 
-# After a second Ctrl-C: how long to keep killing what the run's threads start as they wind down.
+# After a second Ctrl-C: how long to keep killing what the run's threads start as they wind down,
+# and how much longer the watchdog of Interrupts gives the normal way out before it ends the process.
 LEAVE_S = 10.0
+LEAVE_MARGIN_S = 5.0
 
 class Interrupts:
     """SIGINT during a search. The first stops it: nothing new is proposed, the evaluations in
@@ -168,24 +170,32 @@ class Interrupts:
     stays ours until the run returns: restoring the one before would lose the second Ctrl-C
     where that one ignores SIGINT (a search started in the background of a script).
 
-    A KeyboardInterrupt raised into whatever the main thread runs can be lost: seen on 2 busy
-    cores, the main thread sat in Condition.wait's re-acquiring of the engine's lock, a C call
-    that runs no signal handler, and the search went on compiling. So the second Ctrl-C also
-    starts a watchdog that, if the process is still here once the normal way out has had its
-    time (LEAVE_S and a margin), kills what the run started and leaves with `leaving`'s words."""
+    The KeyboardInterrupt of the second Ctrl-C was seen lost (1 run in 10-20 on 2 busy cores: the
+    main thread went on looping in the engine's drain, no interrupt raised, the search compiling
+    on; the cause is not known). So the second Ctrl-C also wakes a watchdog that, if the process
+    is still here once the normal way out has had its time (LEAVE_S and a margin), kills what the
+    run started, lets the session's write in progress end (`hold`) and leaves with `leaving`'s
+    words and 130."""
 
-    def __init__(self, stop: Any, stream: TextIO, jobs: bool, leaving: str = "") -> None:
+    def __init__(self, stop: Any, stream: TextIO, jobs: bool, leaving: str = "",
+                 hold: Callable[[], Any] | None = None) -> None:
         self._stop = stop
         self._stream = stream
         self._jobs = jobs
         self._leaving = leaving
+        self._hold = hold  # before leaving without unwinding: let the session's write in progress end
+        self._second = threading.Event()
+        self._said = False
+        self._closed = False
         self.count = 0
+        # Started here, not in the handler: a thread started inside a signal handler can hang the
+        # main thread when it was itself starting one.
+        threading.Thread(target=self._leave_if_still_here, name="cuco-leave", daemon=True).start()
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.count += 1
         if self.count > 1:
-            if self.count == 2:
-                threading.Thread(target=self._leave_if_still_here, name="cuco-leave", daemon=True).start()
+            self._second.set()
             raise KeyboardInterrupt
         self._stream.write("stopping: cancelling the search's Slurm jobs (Ctrl-C again to leave at once)\n"
                            if self._jobs else
@@ -193,13 +203,28 @@ class Interrupts:
         self._stream.flush()
         self._stop()
 
+    def close(self) -> None:
+        """The run returned by itself: the watchdog ends unused."""
+        self._closed = True
+        self._second.set()
+
+    def leaving(self) -> str:
+        """The line that says the search left (said once: by the normal way out or the watchdog)."""
+        said, self._said = self._said, True
+        return "" if said else self._leaving
+
     def _leave_if_still_here(self) -> None:
         from cuco_tui.toolchain.process import kill_child_groups
 
-        time.sleep(LEAVE_S + 5.0)
+        self._second.wait()
+        if self._closed:
+            return
+        time.sleep(LEAVE_S + LEAVE_MARGIN_S)
         kill_child_groups()
         try:
-            self._stream.write(self._leaving or "cuco: interrupted\n")
+            if self._hold is not None:
+                self._hold()
+            self._stream.write(self.leaving())
             self._stream.flush()
         finally:
             os._exit(EXIT_INTERRUPTED)
@@ -263,10 +288,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     try:
         leaving = (f"cuco: interrupted: evaluations in flight were dropped, every committed candidate is kept; "
                    f"continue with `cuco search --resume {resume_name(repo.path, args)}`\n")
-        interrupts = Interrupts(engine.stop, err, jobs=isinstance(executor, JobExecutor), leaving=leaving)
+        interrupts = Interrupts(engine.stop, err, jobs=isinstance(executor, JobExecutor), leaving=leaving,
+                                hold=lambda: repo.hold_for_exit(5.0))
         previous = signal.signal(signal.SIGINT, interrupts)
         try:
             summary = engine.run()
+            interrupts.close()
         except (PlacementError, WorkloadError, SlurmError) as exc:
             raise UsageError(placement_hint(str(exc), workload, config)) from exc
         except KeyboardInterrupt:
@@ -278,7 +305,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             while engine.working and time.monotonic() < ends:
                 time.sleep(0.05)
                 kill_child_groups()
-            err.write(leaving)
+            err.write(interrupts.leaving())
             raise
         finally:
             signal.signal(signal.SIGINT, previous)

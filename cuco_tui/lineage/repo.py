@@ -204,6 +204,12 @@ class SessionRepo:
         if scratch is not None:  # a bundle imported only to be read: nothing of it outlives the reader
             shutil.rmtree(scratch, ignore_errors=True)
 
+    def hold_for_exit(self, timeout: float) -> bool:
+        """Let a write in progress end (up to `timeout`) and take the lock for good, for a process
+        about to leave without unwinding (os._exit): a commit cut in half would leave a ref's lock
+        file that the next run of the session could not get past. False when it could not."""
+        return self._lock.acquire(timeout=timeout)
+
     def remove_on_close(self, folder: Path) -> None:
         """Delete `folder` (holding this session) when the repository is closed."""
         self._remove_on_close = Path(folder)
