@@ -19,7 +19,7 @@ from cuco_tui.core.bounds import Bounds, ShapeBound, Work
 from cuco_tui.core.machine import MachineInfo
 from cuco_tui.core.result import Spread
 from cuco_tui.harness.launcher import GroupRun, run_group
-from cuco_tui.harness.plan import SETTLE_US
+from cuco_tui.harness.plan import SETTLE_US, RunPlan
 from cuco_tui.harness.rank_events import BaselineMeasured, Done, Failed, TimedOut
 from cuco_tui.core.workload import Workload
 
@@ -156,23 +156,40 @@ def measure_baseline(workload: Workload, options: EvalOptions = EvalOptions(), r
     if not gpus:
         raise BaselineError(why.removeprefix("no_gpu: "))
     workload.check_world(len(gpus))
+    group, plan, _ = run_reference_alone(workload, options, "baseline", gpus, run_root)
+    return read_baseline(group, workload.name, plan.align)
+
+
+def run_reference_alone(workload: Workload, options: EvalOptions, mode: str, gpus: list[int],
+                        run_root: Path | None = None) -> tuple[GroupRun, RunPlan, Path]:
+    """A run of the workload's reference with no candidate on `gpus` (`mode`: "baseline", or
+    "reference" for evaluate/reference_check.py), the harness libraries it may use preloaded, in a
+    run folder of its own: (the group's run, its plan, the folder)."""
     cache = BuildCache()
     preload, _, note = harness_libraries(workload, None, discover(), cache, lambda p: None)
-    plan = replace(make_plan(workload, None, options, "baseline"), preload=tuple(preload),
+    plan = replace(make_plan(workload, None, options, mode), preload=tuple(preload),
                    notes=(note,) if note else ())
-    root = run_root or runs_root(options, cache)
-    rundir = new_rundir(root, f"baseline-{workload.name}")
-    return read_baseline(run_group(plan, gpus, rundir, run_deadline(plan)), workload.name, plan.align)
+    rundir = new_rundir(run_root or runs_root(options, cache), f"{mode}-{workload.name}")
+    return run_group(plan, gpus, rundir, run_deadline(plan)), plan, rundir
+
+
+def group_failure(group: GroupRun, unfinished: str) -> str:
+    """Why a run of the reference alone failed, in one line (each rank's failure, else `unfinished`
+    with the ranks' last words); "" when every rank finished."""
+    problems = [f"rank {o.rank}: {e.message}" for o in group.ranks for e in o.of(Failed) + o.of(TimedOut)]
+    if not problems and all(o.last(Done) for o in group.ranks):
+        return ""
+    tails = "; ".join(o.stderr_tail.strip().splitlines()[-1] for o in group.ranks if o.stderr_tail.strip())
+    return "; ".join(problems) or f"{unfinished} ({tails or 'no output'})"
 
 
 def read_baseline(group: GroupRun, workload: str, align: str = "device") -> Baseline:
     """The Baseline the ranks of a `cuco baseline` run reported, or BaselineError when one failed;
     `align`: the run plan's (RunPlan.align), recorded on each shape."""
     gpus = [o.gpu for o in group.ranks]
-    problems = [f"rank {o.rank}: {e.message}" for o in group.ranks for e in o.of(Failed) + o.of(TimedOut)]
-    if problems or not all(o.last(Done) for o in group.ranks):
-        tails = "; ".join(o.stderr_tail.strip().splitlines()[-1] for o in group.ranks if o.stderr_tail.strip())
-        raise BaselineError("; ".join(problems) or f"the baseline run did not finish ({tails or 'no output'})")
+    failed = group_failure(group, "the baseline run did not finish")
+    if failed:
+        raise BaselineError(failed)
     shapes = []
     by_shape: dict[str, list[BaselineMeasured]] = {}
     for o in group.ranks:

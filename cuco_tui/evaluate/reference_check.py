@@ -18,13 +18,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cuco_tui.core.workload import Workload
-from cuco_tui.evaluate.cascade import (EvalOptions, choose_gpus, harness_libraries, make_plan, new_rundir,
-                                      reference_messages, run_deadline, runs_root)
+from cuco_tui.evaluate.baseline import group_failure, run_reference_alone
+from cuco_tui.evaluate.cascade import EvalOptions, choose_gpus, reference_messages
 from cuco_tui.harness.env import child_env
-from cuco_tui.harness.launcher import run_group
-from cuco_tui.harness.rank_events import Done, Failed, ReferenceSaved, TimedOut
-from cuco_tui.toolchain import BuildCache
-from cuco_tui.toolchain.toolchain import discover
+from cuco_tui.harness.rank_events import ReferenceSaved
 
 COMPARE_TIMEOUT_S = 600.0  # expected() in float64: an imported program runs W gloo processes at each verify shape
 
@@ -97,20 +94,11 @@ def check_reference(workload: Workload, options: EvalOptions, run_root: Path | N
         workload.check_world(len(gpus))
     except ValueError as exc:
         return replace(empty, problem=str(exc))
-    cache = BuildCache()
-    preload, _, note = harness_libraries(workload, None, discover(), cache, lambda p: None)
-    plan = replace(make_plan(workload, None, options, "reference"), preload=tuple(preload),
-                   notes=(note,) if note else ())
-    rundir = new_rundir(run_root or runs_root(options, cache), f"reference-{workload.name}")
-    group = run_group(plan, gpus, rundir, run_deadline(plan))
-    warnings = tuple(reference_messages(group.ranks))
-    done = replace(empty, warnings=warnings)
-    failures = [f"rank {o.rank}: {e.message}" for o in group.ranks for e in o.of(Failed) + o.of(TimedOut)]
-    if failures or not all(o.last(Done) for o in group.ranks):
-        tails = "; ".join(o.stderr_tail.strip().splitlines()[-1] for o in group.ranks if o.stderr_tail.strip())
-        return replace(done, problem="the reference failed on the GPUs: " + ("; ".join(failures) or tails
-                                                                             or "no output"),
-                       seconds=time.monotonic() - t0)
+    group, _, rundir = run_reference_alone(workload, options, "reference", gpus, run_root)
+    done = replace(empty, warnings=tuple(reference_messages(group.ranks)))
+    failed = group_failure(group, "it did not finish")
+    if failed:
+        return replace(done, problem=f"the reference failed on the GPUs: {failed}", seconds=time.monotonic() - t0)
     saved = {e.shape for o in group.ranks for e in o.of(ReferenceSaved)}
     lacking = [s.name for s in workload.verify_shapes if s.name not in saved]
     if lacking:

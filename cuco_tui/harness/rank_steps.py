@@ -226,9 +226,9 @@ def candidates_own(activities: list[Activity], since: int, world: int = 2) -> li
     harness = {(a.device, a.stream) for a in pauses}
     # At W=1 NCCL's in-place all-reduce launches no kernel: the first one after the pause is the
     # candidate's own. So is any kernel but the first on that stream.
-    after = sorted((a for a in activities if a.kind == KERNEL and a.start_ns >= cut and (a.device, a.stream) in harness),
-                   key=lambda a: a.start_ns)
-    if world > 1 and after and after[0].name.startswith("nccl") and "AllReduce" in after[0].name:
-        cut = after[0].end_ns
+    first = min((a for a in activities if a.kind == KERNEL and a.start_ns >= cut and (a.device, a.stream) in harness),
+                key=lambda a: a.start_ns, default=None)
+    if world > 1 and first is not None and first.name.startswith("nccl") and "AllReduce" in first.name:
+        cut = first.end_ns
     return [a for a in activities
             if a.start_ns >= cut or (a.start_ns >= since and (a.device, a.stream) not in harness)]

@@ -13,7 +13,6 @@ from cuco_tui.harness.rank_events import TraceTimed
 from cuco_tui.harness.rank_group import RankGroup
 
 
-
 # What time_pair times, by name: the keys of Timing.late.
 REFERENCE, CANDIDATE = "the reference", "candidate launch"
 
@@ -69,8 +68,8 @@ class Timing:
         start.record(g.stream)
         # Late: the stream had already passed the lined-up point when this host recorded `start`,
         # so it idled there for this host and the timed call began after the other ranks' (or this
-        # host came to the all-reduce after its pause ran out, and the others waited for it there). Asked
-        # on the host before fn: after it, a launch that waits on the host for its own work (MoE's
+        # host came to the all-reduce after its pause ran out, and the others waited for it there).
+        # Asked on the host before fn: after it, a launch that waits on the host for its own work (MoE's
         # counts) would read late; and not on the GPU's clock, where two events recorded back to
         # back by a late host are as close as by one on time.
         if aligned and (late or lined_up.done):

@@ -22,6 +22,7 @@ POISON_F32 = 0x7FA5A5A5
 # unlikely to hold (an imported program's counts or indices), counted as unwritten where it stays.
 POISONS = {"bf16": ("uint16", POISON_BF16), "f32": ("uint32", POISON_F32), "f16": ("uint16", 0x7DA5),
            "i32": ("int32", 0x7FA5A5A5), "i64": ("int64", 0x7FA5A5A5A5A5A5A5), "u8": ("uint8", 0xA5)}
+INTEGERS = ("i32", "i64", "u8")
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,6 @@ def poison(xp: Any, array: Any, dtype: str) -> None:
     array.view(getattr(xp, word)).fill(value)
 
 
-INTEGERS = ("i32", "i64", "u8")
-
-
 def unwritten_count(xp: Any, array: Any, dtype: str, want: Any = None) -> int:
     """Elements still holding the poison; where `want` holds that very value too (an integer
     output may: u8's poison is 165), they count as written."""
@@ -79,7 +77,7 @@ def as_float(xp: Any, array: Any, dtype: str) -> Any:
         return array.view(xp.float16).astype(xp.float32)
     if dtype == "f32":
         return array.astype(xp.float32, copy=False)
-    if dtype in ("i32", "i64", "u8"):
+    if dtype in INTEGERS:
         return array.astype(xp.float64)
     raise ValueError(f"cannot compare outputs of dtype {dtype}")
 

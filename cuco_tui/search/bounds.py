@@ -1,8 +1,9 @@
 """The session's bounds (core/bounds.py): measured once per session, on a GPU group lent alone,
 when the search starts, and stored in the lineage; a resumed search reads them back. Measuring
 runs the workload's reference, each of its parts alone and a peer copy (evaluate/baseline.py),
-about a minute, after the reference alone against its float64 answer, whose line the bounds keep. Without a GPU nothing is measured; the work per shape (FLOPs, bytes) comes from
-the workload's reference either way."""
+about a minute, after the reference alone against its float64 answer, whose line the bounds keep.
+Without a GPU nothing is measured; the work per shape (FLOPs, bytes) comes from the workload's
+reference either way."""
 
 from __future__ import annotations
 

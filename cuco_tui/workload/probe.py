@@ -16,10 +16,11 @@ from cuco_tui.core.workload import Workload
 from cuco_tui.workload.manifest import load_workload
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """An exception of the workload's code as one line, with the file and line it came from."""
     frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     where = f" ({Path(frame.filename).name}:{frame.lineno})" if frame else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{where}"
 
 
 def probe(w: Workload) -> dict[str, list[str]]:
@@ -28,7 +29,7 @@ def probe(w: Workload) -> dict[str, list[str]]:
     try:
         ref = load_reference(w.reference)
     except BaseException as exc:  # the user's module: anything may come out of it
-        return {"problems": [f"{w.reference.name} cannot be imported: {_one_line(exc)}"], "notes": []}
+        return {"problems": [f"{w.reference.name} cannot be imported: {one_line(exc)}"], "notes": []}
     missing = ref.missing()
     if missing:
         problems.append(f"{w.reference.name} lacks {', '.join(missing)} (docs/workloads.md: the reference's API)")
@@ -45,7 +46,7 @@ def probe(w: Workload) -> dict[str, list[str]]:
                 try:
                     problems += ref.spec_problems(dict(shape.dims), world, rank, where)
                 except BaseException as exc:
-                    problems.append(f"io_spec{where} failed: {_one_line(exc)}")
+                    problems.append(f"io_spec{where} failed: {one_line(exc)}")
                 if len(problems) > 5:
                     return {"problems": problems, "notes": notes}
     import numpy as np
@@ -65,12 +66,12 @@ def probe(w: Workload) -> dict[str, list[str]]:
                                     f"random values (constant inputs hide indexing bugs)")
             all_inputs.append(inputs)
     except BaseException as exc:
-        problems.append(f"fill_inputs({smallest.name}, world {world}) with NumPy failed: {_one_line(exc)}")
+        problems.append(f"fill_inputs({smallest.name}, world {world}) with NumPy failed: {one_line(exc)}")
         return {"problems": problems, "notes": notes}
     try:
         want = ref.expected(all_inputs, dims, world)
     except BaseException as exc:
-        problems.append(f"expected({smallest.name}, world {world}) failed: {_one_line(exc)}")
+        problems.append(f"expected({smallest.name}, world {world}) failed: {one_line(exc)}")
         return {"problems": problems, "notes": notes}
     if not isinstance(want, list) or len(want) != world:
         problems.append(f"expected() must return one dict per rank ({world}), not {type(want).__name__}")

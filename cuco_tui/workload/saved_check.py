@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,11 @@ from cuco_tui.core.reference import load_reference
 from cuco_tui.core.workload import Workload
 from cuco_tui.harness.verify import compare
 from cuco_tui.workload.manifest import load_workload
+from cuco_tui.workload.probe import one_line
 
 
 def saved_file(rundir: Path, shape: str, rank: int) -> Path:
     return Path(rundir) / f"reference-{shape}-rank{rank}.npz"
-
-
-def _one_line(exc: BaseException) -> str:
-    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    where = f" ({Path(frame.filename).name}:{frame.lineno})" if frame else ""
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{where}"
 
 
 def _as_numpy_convention(array: Any, dtype: str) -> Any:
@@ -44,7 +38,7 @@ def check_saved(w: Workload, rundir: Path, world: int) -> dict[str, list]:
     try:
         ref = load_reference(w.reference)
     except BaseException as exc:  # the user's module: anything may come out of it
-        return {"rows": [], "problems": [f"{w.reference.name} cannot be imported: {_one_line(exc)}"]}
+        return {"rows": [], "problems": [f"{w.reference.name} cannot be imported: {one_line(exc)}"]}
     for shape in w.verify_shapes:
         dims = dict(shape.dims)
         specs = [ref.io_spec(dims, world, rank) for rank in range(world)]
@@ -58,7 +52,7 @@ def check_saved(w: Workload, rundir: Path, world: int) -> dict[str, list]:
         try:
             want = ref.expected(inputs, dims, world)
         except BaseException as exc:
-            problems.append(f"expected({shape.name}, world {world}) failed: {_one_line(exc)}")
+            problems.append(f"expected({shape.name}, world {world}) failed: {one_line(exc)}")
             continue
         for rank in range(world):
             for b in specs[rank].outputs:

@@ -243,19 +243,27 @@ def _folder(root: Path) -> Path:
     return root
 
 
-def _rows(text: str) -> dict[int, list[str]]:
-    return {int(line.split(" | ")[0][2:]): line.strip("| ").split(" | ") for line in text.splitlines()
-            if line.startswith("| ") and line[2].isdigit()}
-
-
-def test_the_table_takes_the_gpu_columns_from_a_calls_folder_and_keeps_the_cpu_ones(tmp_path):
-    script = _module("pkb_script_gpu", SCRIPT)
+def _table_only(tmp_path: Path, name: str):
+    """The script loaded as `name`, a clone, a scratch folder holding problem 12's CPU results, and
+    the arguments of a `--table-only` run writing tmp_path/table.md: (script, scratch, table, cpu
+    results, arguments)."""
+    script = _module(name, SCRIPT)
     pkb, scratch, table = _clone(tmp_path / "pkb"), tmp_path / "scratch", tmp_path / "table.md"
     scratch.mkdir()
     cpu = {"pkb_commit": "abc", "problems": {"12": _cpu(12, "12_allgather_gemm", "all-gather along K → matmul "
                                                                                   "(mapped)")}}
     (scratch / "results.json").write_text(json.dumps(cpu))
     common = [str(pkb), "--table-only", "--worlds", "2,4", "--scratch", str(scratch), "--table", str(table)]
+    return script, scratch, table, cpu, common
+
+
+def _rows(text: str) -> dict[int, list[str]]:
+    return {int(line.split(" | ")[0][2:]): line.strip("| ").split(" | ") for line in text.splitlines()
+            if line.startswith("| ") and line[2].isdigit()}
+
+
+def test_the_table_takes_the_gpu_columns_from_a_calls_folder_and_keeps_the_cpu_ones(tmp_path):
+    script, scratch, table, cpu, common = _table_only(tmp_path, "pkb_script_gpu")
     assert script.main(common + ["--gpu-results", str(_folder(tmp_path / "out")), "--world", "2",
                                  "--device", "4 x H200 (nvidia-h100-x4), 2026-11-27"]) == 0
     text = table.read_text()
@@ -362,17 +370,11 @@ def test_the_reference_column_reads_each_folders_findings_and_says_why_one_is_mi
 
 
 def test_the_table_takes_the_reference_column_and_keeps_it_for_the_next_table(tmp_path):
-    script = _module("pkb_script_ref", SCRIPT)
-    pkb, scratch, table = _clone(tmp_path / "pkb"), tmp_path / "scratch", tmp_path / "table.md"
-    scratch.mkdir()
-    cpu = {"pkb_commit": "abc", "problems": {"12": _cpu(12, "12_allgather_gemm", "all-gather along K → matmul "
-                                                                                  "(mapped)")}}
-    (scratch / "results.json").write_text(json.dumps(cpu))
+    script, scratch, table, cpu, common = _table_only(tmp_path, "pkb_script_ref")
     out = tmp_path / "out"
     out.mkdir()
     (out / "reference_12_w2.json").write_text(json.dumps(_finding("ok", MATCHES)))
     (out / "reference_12_w4.json").write_text(json.dumps(_finding("error", DIFFERS)))
-    common = [str(pkb), "--table-only", "--worlds", "2,4", "--scratch", str(scratch), "--table", str(table)]
     assert script.main(common + ["--reference-results", str(out)]) == 0
     text = table.read_text()
     rows = _rows(text)

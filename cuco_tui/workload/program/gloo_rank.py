@@ -75,10 +75,10 @@ def _all_to_all_as_nccl_does(dist: Any) -> None:
             if "does not support alltoall" not in str(exc):
                 raise
         sent = torch.cat([t.reshape(-1) for t in input_tensor_list])
-        got = torch.empty(sum(t.numel() for t in output_tensor_list), dtype=sent.dtype, device=sent.device)
-        dist.all_to_all_single(got, sent, [t.numel() for t in output_tensor_list],
-                               [t.numel() for t in input_tensor_list], group=group)
-        for part, out in zip(got.split([t.numel() for t in output_tensor_list]), output_tensor_list):
+        sizes = [t.numel() for t in output_tensor_list]
+        got = torch.empty(sum(sizes), dtype=sent.dtype, device=sent.device)
+        dist.all_to_all_single(got, sent, sizes, [t.numel() for t in input_tensor_list], group=group)
+        for part, out in zip(got.split(sizes), output_tensor_list):
             out.copy_(part.view(out.shape))
         return _Finished() if async_op else None
 

@@ -92,9 +92,14 @@ def _templates(plan: ImportPlan) -> None:
         plan.divisible[d] = max(plan.divisible.get(d, 1), unit)
 
 
+def _verify_shapes(conv: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """The convention's verify shapes, in its order (the float64 run's shape indices)."""
+    return {s: conv["shapes"][s] for s in conv["shapes"] if s.startswith("verify")}
+
+
 def _cpu_run(ranks: GlooRanks, source: Path, world: int, conv: dict[str, Any], sizes: dict[str, Any],
              timeout: float):
-    verify = {s: conv["shapes"][s] for s in conv["shapes"] if s.startswith("verify")}
+    verify = _verify_shapes(conv)
     tmp = temporary_folder()
     try:
         run = ranks.run(source, verify, Path(tmp.name), trace=True, timeout=timeout)
@@ -208,8 +213,7 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
             else:
                 layout = lay
         rtol, why = _tolerance(conv["dtype"], trace)
-        verify = {s: conv["shapes"][s] for s in conv["shapes"] if s.startswith("verify")}  # as _cpu_run ran them
-        worst, at, not_measured = own_rounding(ranks, source, run, verify, conv["dtype"], timeout)
+        worst, at, not_measured = own_rounding(ranks, source, run, _verify_shapes(conv), conv["dtype"], timeout)
         rtol, why = widened(rtol, why, worst, not_measured, conv["dtype"], at)
         plan = ImportPlan(name=name, title=f"{source.stem} (imported PyTorch program)", source=str(source),
                           world=world, world_sizes=sorted(int(w) for w in sizes), convention=conv, sizes=sizes,
