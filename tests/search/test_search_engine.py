@@ -75,7 +75,10 @@ def test_the_agent_sees_the_schedule_the_parents_and_the_summary(tmp_path):
 
 def test_failures_become_feedback_on_their_island(tmp_path):
     agent = ScriptedAgent()
-    engine, repo, bus = make(tmp_path, agent=agent, evaluator=FakeEvaluator(fail={2}), generations=2)
+    # Without the look-ahead: with it, generation 2 may be proposed while the failing candidate
+    # (the last of generation 1) still runs, which is its documented price, not this test's subject.
+    engine, repo, bus = make(tmp_path, agent=agent, evaluator=FakeEvaluator(fail={2}), generations=2,
+                             lookahead=False)
     engine.run()
     failed = [r for r in repo.records() if r.status == "compile_error"]
     assert len(failed) == 1 and failed[0].result["reason"].startswith("compile error")

@@ -86,6 +86,41 @@ def _all_to_all_as_nccl_does(dist: Any) -> None:
     dist.all_to_all = by_single
 
 
+def _reduce_as_nccl_does(dist: Any) -> None:
+    """dist.reduce defines the result on the destination rank only. NCCL (the reference's backend)
+    leaves the tensor of every other rank as it was; gloo leaves partial sums there. A program that
+    returns that tensor on every rank (ParallelKernelBench's 4_reduce) would differ from its own
+    float64 run on those ranks: here the other ranks get their tensor back as it was, as under NCCL."""
+    import inspect
+
+    reduce = dist.reduce
+    if getattr(reduce, "cuco_root_only", False):
+        return
+    signature = inspect.signature(reduce)
+
+    def root_only(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        given = bound.arguments
+        group = given.get("group")
+        if given.get("group_dst") is not None:
+            mine = dist.get_rank(group) == given["group_dst"]
+        else:
+            mine = dist.get_rank() == given.get("dst")
+        if mine:
+            return reduce(*args, **kwargs)
+        tensor = given["tensor"]
+        kept = tensor.clone()
+        work = reduce(*args, **kwargs)
+        if work is not None:
+            work.wait()
+        tensor.copy_(kept)
+        return _Finished() if given.get("async_op") else None
+
+    root_only.cuco_root_only = True  # type: ignore[attr-defined]
+    dist.reduce = root_only
+
+
 def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
     import numpy as np
     import torch
@@ -99,6 +134,7 @@ def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
     world = int(job["world"])
     _gather_stacked_as_nccl_does(dist)  # before the program is loaded: it may import the function by name
     _all_to_all_as_nccl_does(dist)
+    _reduce_as_nccl_does(dist)
     module, conv = load_program(job["program"])
     names = list(conv.input_names)
     store = dist.FileStore(str(jobdir / "store"), world)
