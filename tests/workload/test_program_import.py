@@ -195,7 +195,9 @@ def test_a_matmul_copied_before_its_all_reduce_is_the_pattern(imported, ranks):
 
 
 @pytest.mark.parametrize("name,pattern", [("moe_alltoall", "all-to-all → 1 matmul(s) → all-to-all"),
-                                          ("cp_attention_kv", "all-gather of K/V (2 gather(s)) → attention")])
+                                          ("cp_attention_kv", "all-gather of K/V (2 gather(s)) → attention"),
+                                          ("ulysses_attention", "all-to-all → attention → all-to-all (sequence "
+                                                                "parallel, as Ulysses)")])
 def test_expert_and_attention_patterns_are_named_but_not_mapped(imported, name, pattern):
     made = imported(name)
     assert any(line.startswith(f"pattern: {pattern}") and "not mapped" in line for line in made.lines), made.lines

@@ -5,7 +5,7 @@ of: the patterns the tool knows, found by following values from the collectives 
   nn.Linear stores it, [N/W, K]; a bias; an elementwise epilogue of residual/bias adds)
 - matmul → reduce-scatter (sum, rows scattered) (+ the same epilogue)
 - matmul → all-reduce (sum) (+ the same epilogue); for both, the matmul's result may be copied first
-- all-to-all → per-expert matmuls → all-to-all
+- all-to-all → per-expert matmuls → all-to-all; all-to-all → attention → all-to-all (Ulysses)
 - all-gather of K/V → attention
 - all-gather along K → matmul, matmul → all-gather along dim 1 (gather_patterns.py)
 
@@ -152,14 +152,22 @@ def _matmul_collective(g: Graph, k: int, world: int) -> Match | None:
     return Match(pattern, desc, roles, problem)
 
 
-def _alltoall_experts(g: Graph, a2a: list[int]) -> Match | None:
+def _alltoall_around(g: Graph, a2a: list[int]) -> Match | None:
+    """all-to-all → matmuls → all-to-all. With a softmax among the ops between them it is attention
+    with the sequence traded for heads (Ulysses), not experts: its two matmuls are QK^T and PV."""
+    attn = [j for j, op in enumerate(g.ops) if any(a in op["name"] for a in ATTENTION)]
     for first in a2a:
         start = {w["value"] for w in g.ops[first]["writes"]}
         mms = [j for j, op in enumerate(g.ops) if op["name"] in ANY_MATMUL and g.reaches(start, j)]
         for second in a2a:
             if second == first:
                 continue
-            via = [j for j in mms if g.reaches({w["value"] for w in g.ops[j]["writes"]}, second)]
+            back = lambda j: g.reaches({w["value"] for w in g.ops[j]["writes"]}, second)  # noqa: E731
+            if any(g.reaches(start, j) and back(j) for j in attn):
+                return Match("alltoall_attention", "all-to-all → attention → all-to-all (sequence parallel, as "
+                             "Ulysses)", problem="no seed for attention from a program yet: search it with the "
+                                                 "Claude agent, or see workloads/cp_attention")
+            via = [j for j in mms if back(j)]
             if via:
                 return Match("alltoall_experts",
                              f"all-to-all → {len(via)} matmul(s) → all-to-all (expert parallel)",
@@ -191,7 +199,7 @@ def recognize(trace: dict[str, Any], world: int) -> list[Match]:
                                          matmul_allgather(g, k, world))]
     found += [m for k, op in coll if op["collective"] in ("reduce_scatter", "all_reduce")
               if (m := _matmul_collective(g, k, world))]
-    experts = _alltoall_experts(g, [k for k, op in coll if op["collective"] == "all_to_all"])
+    experts = _alltoall_around(g, [k for k, op in coll if op["collective"] == "all_to_all"])
     if experts:
         found.append(experts)
     return found

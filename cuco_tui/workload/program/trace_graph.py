@@ -22,7 +22,7 @@ ALLOC = ("aten::empty", "aten::empty_strided", "aten::new_empty", "aten::new_emp
 @dataclass(frozen=True)
 class Match:
     pattern: str  # allgather_matmul | matmul_reducescatter | matmul_allreduce | allgather_k_matmul |
-    # matmul_allgather | alltoall_experts | allgather_attention
+    # matmul_allgather | alltoall_experts | alltoall_attention | allgather_attention
     description: str  # one line, as `cuco workload import` prints it
     roles: dict[str, Any] = field(default_factory=dict)  # role -> input index, "b_layout", "output"
     problem: str = ""  # why it cannot be mapped onto a seed and templates ("" when it can)
