@@ -25,7 +25,7 @@ pytest.importorskip("torch")
 
 PROGRAMS = Path(__file__).parent / "programs"
 MAPPED = ["ag_linear", "matmul_rs_residual", "linear_ar", "ag_k_cat", "ag_k_transposed", "mm_allgather_cols",
-          "matmul_ar_fixed_k"]
+          "matmul_ar_fixed_k", "ag_linear_gelu", "matmul_ar_silu"]
 # The seed's overlapping variants (its knobs changed): program -> knob values.
 OVERLAP = [("ag_k_cat", {"kPerPeer": 1}), ("ag_k_transposed", {"kPerPeer": 1}),
            ("ag_k_transposed", {"kPerPeer": 1, "kNcclMaxCtas": 16}), ("mm_allgather_cols", {"kChunks": 4}),

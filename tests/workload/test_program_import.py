@@ -22,6 +22,7 @@ from cuco_tui.core.workload import WorkloadError  # noqa: E402
 from cuco_tui.workload.program.gloo_run import GlooRanks  # noqa: E402
 from cuco_tui.workload.program.importer import import_program  # noqa: E402
 from cuco_tui.workload.program.record import NO_SEED_MARK  # noqa: E402
+from cuco_tui.toolchain.toolchain import discover  # noqa: E402
 
 from program_helpers import BAD, BAD_AT_THE_CLI, program_variant  # noqa: E402
 
@@ -393,3 +394,47 @@ def test_an_index_output_does_not_widen_the_tolerance_of_the_values(imported):
     widen the tolerance of the sums beside it (it once made rtol 1.3, where zeros would pass)."""
     w = load_workload(imported("sum_and_argmax").root, search=imported("sum_and_argmax").root.parent)
     assert w.rtol == 0.04, (w.root / "manifest.toml").read_text()
+
+
+def _gelu_tanh(v: np.ndarray) -> np.ndarray:
+    return 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))
+
+
+def test_an_activation_after_the_linear_is_part_of_the_epilogue(imported, ranks):
+    """all-gather → linear + bias → gelu (tanh form): mapped, the seed's epilogue kernel adds the bias
+    then applies the same GELU, it compiles where nvcc is, and expected() is the program's answer."""
+    made = imported("ag_linear_gelu")
+    root = made.root
+    assert any("all-gather → linear + bias → gelu_tanh: mapped" in line for line in made.lines), made.lines
+    seed = load_workload(root).seed.read_text()
+    kernel = seed[seed.index("__global__ void program_epilogue"):seed.index("static int launch_epilogue")]
+    assert kernel.index("bias[i % cols]") < kernel.index("tanhf(0.79788456080286536f")
+    ref = _reference(root)
+    dims = dict(load_workload(root).verify_shapes[0].dims)
+    inputs = _buffers(ref, dims, 2, seed=4)
+    full = np.concatenate([_f64(r["x"]) for r in inputs])
+    for rank, got in enumerate(_expected(ref, inputs, dims, ranks)):
+        want = _gelu_tanh(full @ _f64(inputs[rank]["b"]) + _f64(inputs[rank]["bias"]))
+        assert np.allclose(got["y"], want, rtol=1e-10, atol=1e-10)
+    findings = check_workload(root, compile_seed=discover().can_compile, probe_timeout=900)
+    assert not [f for f in findings if f.level == "error"], findings
+
+
+def test_the_epilogue_keeps_the_programs_order_of_activation_and_residual(imported, ranks):
+    """matmul → all-reduce → silu + residual: silu(y) + r, not silu(y + r), in the seed and expected()."""
+    made = imported("matmul_ar_silu")
+    root = made.root
+    assert any("matmul → all-reduce → silu + residual: mapped" in line for line in made.lines), made.lines
+    assert _record(root)["patterns"][0]["roles"]["epilogue"] == ["silu", "residual"]
+    seed = load_workload(root).seed.read_text()
+    kernel = seed[seed.index("__global__ void program_epilogue"):seed.index("static int launch_epilogue")]
+    assert kernel.index("v = v / (1.0f + expf(-v));") < kernel.index("v += __bfloat162float(residual[i]);")
+    ref = _reference(root)
+    dims = dict(load_workload(root).verify_shapes[0].dims)
+    inputs = _buffers(ref, dims, 2, seed=6)
+    total = sum(_f64(r["x"]) @ _f64(r["b"]) for r in inputs)
+    for rank, got in enumerate(_expected(ref, inputs, dims, ranks)):
+        want = total / (1 + np.exp(-total)) + _f64(inputs[rank]["residual"])
+        assert np.allclose(got["y"], want, rtol=1e-10, atol=1e-10)
+    findings = check_workload(root, compile_seed=discover().can_compile, probe_timeout=900)
+    assert not [f for f in findings if f.level == "error"], findings

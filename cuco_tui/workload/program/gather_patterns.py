@@ -104,7 +104,8 @@ def allgather_k_matmul(g: Graph, k: int, world: int) -> Match | None:
     used.add(j)
     value, epi, stop = epilogue(g, g.ops[j]["writes"][0]["value"], used)
     if bias is not None or epi:
-        problem = problem or "a bias or residual added after the matmul: not mapped for a K-gathered matmul yet"
+        problem = problem or "an epilogue after the matmul (a bias, a residual or an activation): not mapped for a " \
+                              "K-gathered matmul yet"
     problem = problem or (f"after the matmul, solution runs {stop}" if stop else "") or \
         finish(g, value, used, roles, "matmul")
     if not problem and out_t:
@@ -143,7 +144,7 @@ def matmul_allgather(g: Graph, k: int, world: int) -> Match | None:
     used = {producer, k, cat}
     value, epi, stop = epilogue(g, g.ops[cat]["writes"][0]["value"], used)
     if epi:
-        problem = problem or "a bias or residual added after the all-gather: not mapped yet"
+        problem = problem or "an epilogue after the all-gather (a bias, a residual or an activation): not mapped yet"
     problem = problem or (f"after the all-gather, solution runs {stop}" if stop else "") or \
         finish(g, value, used, roles, "all-gather")
     return Match("matmul_allgather", desc, roles, problem)

@@ -15,6 +15,7 @@ import jinja2
 from cuco_tui.workload.manifest import REPO_WORKLOADS
 from cuco_tui.workload.program.layout import HARNESS_DTYPES, Layout
 from cuco_tui.workload.program.patterns import Match
+from cuco_tui.workload.program.trace_graph import epilogue_words
 
 SKELETON = Path(__file__).resolve().parent / "skeleton"
 SHIPPED_AG = REPO_WORKLOADS / "gemm_allgather" / "templates"
@@ -111,6 +112,8 @@ def _role_words(plan: ImportPlan) -> dict[str, Any]:
     lay = plan.layout
     names = plan.program_names
     words: dict[str, Any] = {"bias": None, "residual": None, "transposed": "", "mapping": ""}
+    # The epilogue's steps in the program's order (adds of the bias and residual, activations).
+    words["steps"] = list(plan.mapped.roles.get("epilogue", [])) if plan.mapped else []
     for b in lay.inputs:
         if b.role in ("bias", "residual"):
             words[b.role] = names[b.index]
@@ -166,9 +169,9 @@ def _fast(plan: ImportPlan, words: dict[str, Any]) -> str:
     if not pattern:
         return ("No pattern was mapped, so there is no seed to start from: the time to beat is the program's own. "
                 f"Its trace ({plan.summary}) says where the time goes; write the host-driven version first.")
-    epi = [r for r in ("bias", "residual") if words[r]]
-    epi_words = f", then adds the {' and the '.join(epi)} (a kernel of its own in the seed)" if epi else ""
-    fold = "; the epilogue can move into the GEMM's or the collective's last step" if epi else ""
+    steps = words["steps"]
+    epi_words = f", then its epilogue (y{epilogue_words(steps)}: a kernel of its own in the seed)" if steps else ""
+    fold = "; the epilogue can move into the GEMM's or the collective's last step" if steps else ""
     return FAST[pattern].format(epi=epi_words, fold=fold)
 
 
@@ -202,7 +205,7 @@ def render(plan: ImportPlan) -> dict[str, str]:
     env = _env()
     words = _role_words(plan)
     pattern = plan.layout.pattern
-    epilogue = bool(words["bias"] or words["residual"])
+    epilogue = bool(words["steps"])
     derived = ", ".join(d for d in plan.dims if d not in plan.convention["dims"])
     names = plan.program_names
     common = {
@@ -212,7 +215,8 @@ def render(plan: ImportPlan) -> dict[str, str]:
         "input_list": ", ".join(f'"{b.name}"' for b in plan.layout.inputs),
         "output_list": ", ".join(f'"{b.name}"' for b in plan.layout.outputs),
         "description": plan.mapped.description if plan.mapped else "", "pattern": pattern,
-        "bias": words["bias"], "residual": words["residual"], "epilogue": epilogue, "mapping": words["mapping"],
+        "bias": words["bias"], "residual": words["residual"], "epilogue": epilogue, "steps": words["steps"],
+        "epilogue_text": epilogue_words(words["steps"]), "mapping": words["mapping"],
     }
     kernel = env.get_template("epilogue_kernel.cu.j2").render(**common).rstrip("\n") if epilogue else ""
     if pattern == "allgather_matmul":

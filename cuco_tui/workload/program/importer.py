@@ -275,7 +275,7 @@ def _pattern_lines(plan: ImportPlan) -> list[str]:
             moved = [b for b in plan.layout.inputs if b.layout == "transposed"]
             if moved:
                 what += f"; the program's {plan.program_names[moved[0].index]} is given to candidates transposed (b)"
-            if any(b.role in ("bias", "residual") for b in plan.layout.inputs):
+            if m.roles.get("epilogue"):
                 what += "; the epilogue is a kernel of its own after the pattern's output"
             out.append(f"pattern: {m.description}: mapped ({what})")
             if plan.templates_why and plan.templates != ["all"]:

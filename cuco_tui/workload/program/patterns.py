@@ -2,7 +2,8 @@
 of: the patterns the tool knows, found by following values from the collectives to the matmuls.
 
 - all-gather → matmul (rows gathered, then mm/addmm/linear; the weight as stored, [K, N/W], or as
-  nn.Linear stores it, [N/W, K]; a bias; an elementwise epilogue of residual/bias adds)
+  nn.Linear stores it, [N/W, K]; a bias; an elementwise epilogue of residual/bias adds and unary
+  activations: relu, silu, gelu, sigmoid, tanh)
 - matmul → reduce-scatter (sum, rows scattered) (+ the same epilogue)
 - matmul → all-reduce (sum) (+ the same epilogue); for both, the matmul's result may be copied first
 - all-to-all → per-expert matmuls → all-to-all; all-to-all → attention → all-to-all (Ulysses)
@@ -20,7 +21,8 @@ from typing import Any
 
 from cuco_tui.workload.program.gather_patterns import allgather_k_matmul, matmul_allgather
 from cuco_tui.workload.program.trace_graph import (ALLOC, ANY_MATMUL, ATTENTION, COPY, MATMUL, Graph, Match,
-                                                   contiguous, epilogue, finish, matmul_operands, numel, plain, short)
+                                                   contiguous, epilogue, epilogue_words, finish, matmul_operands, numel,
+                                                   plain, short)
 
 
 def _gathered(g: Graph, k: int, world: int) -> tuple[int | None, set[int], str]:
@@ -77,8 +79,11 @@ def _allgather_matmul(g: Graph, k: int, world: int) -> Match | None:
     value, epi, stop = epilogue(g, g.ops[j]["writes"][0]["value"], used)
     if "bias" in epi and "bias" in roles:
         problem = problem or "two biases"
+    steps = (["bias"] if "bias" in roles else []) + epi.pop("epilogue", [])  # the addmm's bias comes first
     roles.update(epi)
-    desc += "".join(f" + {r}" for r in ("bias", "residual") if r in roles)
+    if steps:
+        roles["epilogue"] = steps
+    desc += epilogue_words(steps)
     problem = problem or (f"after the matmul, solution runs {stop}" if stop else "") or \
         finish(g, value, used, roles, "matmul")
     return Match("allgather_matmul", desc, roles, problem)
@@ -146,7 +151,7 @@ def _matmul_collective(g: Graph, k: int, world: int) -> Match | None:
     used = {producer, k} | copies
     value, epi, stop = epilogue(g, op["writes"][0]["value"], used)
     roles.update(epi)
-    desc += "".join(f" + {r}" for r in ("bias", "residual") if r in roles)
+    desc += epilogue_words(epi.get("epilogue", []))
     problem = problem or (f"after the {arrow}, solution runs {stop}" if stop else "") or \
         finish(g, value, used, roles, arrow)
     return Match(pattern, desc, roles, problem)

@@ -133,19 +133,46 @@ def matmul_operands(op: dict[str, Any]) -> tuple[dict, dict, dict | None]:
     return (reads[1], reads[2], reads[0]) if op["name"] == "aten::addmm" else (reads[0], reads[1], None)
 
 
-def epilogue(g: Graph, value: int, used: set[int]) -> tuple[int, dict[str, int], str]:
-    """Follow residual/bias adds of program inputs from `value`; returns the final value, the roles
-    found ({"bias": i, "residual": j}) and, when an op other than those reads it, that op's name."""
-    roles: dict[str, int] = {}
+# Elementwise functions of one value an epilogue may apply (the step names of `epilogue`; the seed's
+# epilogue kernel computes each in fp32). gelu is named by its approximation.
+ACTIVATIONS = {"aten::relu": "relu", "aten::silu": "silu", "aten::gelu": "gelu", "aten::sigmoid": "sigmoid",
+               "aten::tanh": "tanh"}
+
+
+def _activation(op: dict[str, Any]) -> str:
+    """The step name of a unary activation op (in place or not), "" for any other op."""
+    step = ACTIVATIONS.get(op["name"].removesuffix("_"), "")
+    if step == "gelu" and op.get("scalars", {}).get("approximate", "none") == "tanh":
+        return "gelu_tanh"
+    return step
+
+
+def epilogue(g: Graph, value: int, used: set[int]) -> tuple[int, dict[str, Any], str]:
+    """Follow residual/bias adds of program inputs and unary activations from `value`; returns the
+    final value, the roles found ({"bias": i, "residual": j, "epilogue": [steps in order]}, a step
+    "bias"/"residual" adding that input, any other an ACTIVATIONS name) and, when an op other than
+    those reads it, that op's name."""
+    roles: dict[str, Any] = {}
+    steps: list[str] = []
     shape = None
     while True:
         readers = [k for k in g.readers(value) if k not in used]
+        if steps:
+            roles["epilogue"] = list(steps)
         if not readers:
             return value, roles, ""
         if len(readers) > 1:
             return value, roles, ", ".join(short(g.ops[k]["name"]) for k in readers)
         k = readers[0]
         op = g.ops[k]
+        act = _activation(op)
+        if act:
+            if len(op["reads"]) != 1 or op["reads"][0]["value"] != value or len(op["writes"]) != 1:
+                return value, roles, short(op["name"])
+            steps.append(act)
+            used.add(k)
+            value = op["writes"][0]["value"]
+            continue
         if not op["name"].startswith(ADD) or not plain(op) or len(op["reads"]) != 2:
             return value, roles, short(op["name"])
         mine = next((r for r in op["reads"] if r["value"] == value), None)
@@ -161,8 +188,14 @@ def epilogue(g: Graph, value: int, used: set[int]) -> tuple[int, dict[str, int],
         if not role or role in roles:
             return value, roles, f"{short(op['name'])} of input {i} (neither a bias nor a residual of the output)"
         roles[role] = i
+        steps.append(role)
         used.add(k)
         value = op["writes"][0]["value"]
+
+
+def epilogue_words(steps: list[str]) -> str:
+    """' + bias → silu + residual': the steps as a pattern's description continues."""
+    return "".join(f" + {s}" if s in ("bias", "residual") else f" → {s}" for s in steps)
 
 
 def finish(g: Graph, value: int, used: set[int], roles: dict[str, Any], what: str) -> str:

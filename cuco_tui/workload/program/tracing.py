@@ -107,8 +107,8 @@ class OpRecorder(TorchDispatchMode):
         name = schema.name
         reads = [self.describe(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         record: dict[str, Any] = {"op": str(func), "name": name, "reads": reads}
-        scalars = {n: v for n, v in bound.items() if isinstance(v, (bool, int, float))}
-        if scalars:  # alpha/beta of addmm and add, a cat's dim: what says whether an op is plain
+        scalars = {n: v for n, v in bound.items() if isinstance(v, (bool, int, float, str))}
+        if scalars:  # alpha/beta of addmm and add, a cat's dim, gelu's approximation: what says whether an op is plain
             record["scalars"] = scalars
         if name in COLLECTIVES:  # what it reads, before it writes (an all-reduce reads and writes one buffer)
             record["inputs"] = self._reads_of(bound, COLLECTIVES[name][2])
