@@ -15,6 +15,7 @@ import math
 import shutil
 from pathlib import Path
 
+from cuco_tui.core.workload import WorkloadError
 from cuco_tui.workload.program.gloo_run import GlooRanks, GlooRun, ProgramRunError, temporary_folder
 
 TORCH_DTYPE = {"bfloat16": "bfloat16", "float16": "float16"}  # the dtypes whose own rounding is measured
@@ -29,7 +30,9 @@ def own_rounding(ranks: GlooRanks, program: Path, run: GlooRun, verify: dict[str
                  timeout: float) -> tuple[float | None, str, str]:
     """(the largest relative error of a floating output element of the program in `dtype` against
     its float64 run over the verify shapes, or None; the shape of it; why it was not measured).
-    Integer outputs are left out: they must match exactly whatever the tolerance."""
+    Integer outputs must match exactly whatever the tolerance: one that the program's rounding
+    changes raises WorkloadError (PKB's 79, a k-nearest-neighbour search returning indices, whose
+    reference differed from float64 on an H100 on 2026-12-07)."""
     if dtype not in TORCH_DTYPE:
         return None, "", f"{dtype} is not rounded beyond what the default tolerance allows for"
     worst, where = 0.0, ""
@@ -38,6 +41,8 @@ def own_rounding(ranks: GlooRanks, program: Path, run: GlooRun, verify: dict[str
             got = _one_shape(ranks, program, run, index, shape, dims, dtype, min(timeout, CAST_TIMEOUT_S))
         except ProgramRunError as exc:
             return None, "", f"the program in {dtype} on the CPU failed ({str(exc)[:160]})"
+        except WorkloadError:
+            raise  # an integer output its rounding changes: the import is refused
         except (OSError, ValueError) as exc:  # its outputs in bf16 are not those of float64 (count, size)
             return None, "", f"the program in {dtype} on the CPU gave other outputs ({str(exc)[:120]})"
         if isinstance(got, str):
@@ -56,6 +61,7 @@ def _one_shape(ranks: GlooRanks, program: Path, run: GlooRun, index: int, shape:
              for rep in run.ranks]
     outs = run.ranks[0]["shapes"][shape]["outputs"]
     floating = [j for j, (_, kind) in enumerate(outs) if kind.startswith(("float", "bfloat"))]
+    integer = [j for j, (_, kind) in enumerate(outs) if j not in floating]
     worst = 0.0
     with temporary_folder() as tmp:
         folder = Path(tmp)
@@ -73,6 +79,16 @@ def _one_shape(ranks: GlooRanks, program: Path, run: GlooRun, index: int, shape:
                 rms = float(np.sqrt(np.mean(want * want))) if want.size else 0.0
                 rel = np.abs(got - want) / (np.abs(want) + (rms if rms > 0 else 1.0))
                 worst = max(worst, float(rel.max()) if rel.size else 0.0)
+            for j in integer:
+                want = np.asarray(run.output(index, r, j))
+                differ = int(np.count_nonzero(np.asarray(rounded.output(0, r, j)).reshape(want.shape) != want))
+                if differ:
+                    raise WorkloadError(
+                        f"{program.name}: output {j} ({outs[j][1]}) of solution in {dtype} differs from its float64 "
+                        f"run at {differ} of {want.size} elements (rank {r}, {shape}, on the CPU): integers chosen by "
+                        f"rounded values (an argmax, a top-k) cannot be checked against float64, so no candidate "
+                        f"could pass; return the values they pick, or make the choice in float32 (nothing was "
+                        f"written)")
     return worst
 
 

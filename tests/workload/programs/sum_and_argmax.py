@@ -1,5 +1,5 @@
 """An all-reduce and, of its result, each row's argmax: the index output must match exactly, and
-bf16 rounding may flip it (a tie in bf16), which says nothing of how far the sums may be off."""
+bf16 rounding flips it (a tie in bf16), so the import refuses the program."""
 import torch
 import torch.distributed as dist
 
