@@ -198,7 +198,8 @@ def test_a_matmul_copied_before_its_all_reduce_is_the_pattern(imported, ranks):
 @pytest.mark.parametrize("name,pattern", [("moe_alltoall", "all-to-all → 1 matmul(s) → all-to-all"),
                                           ("cp_attention_kv", "all-gather of K/V (2 gather(s)) → attention"),
                                           ("ulysses_attention", "all-to-all → attention → all-to-all (sequence "
-                                                                "parallel, as Ulysses)")])
+                                                                "parallel, as Ulysses)"),
+                                          ("moe_router", "all-to-all → 2 matmul(s) → all-to-all (expert parallel)")])
 def test_expert_and_attention_patterns_are_named_but_not_mapped(imported, name, pattern):
     made = imported(name)
     assert any(line.startswith(f"pattern: {pattern}") and "not mapped" in line for line in made.lines), made.lines
@@ -441,3 +442,12 @@ def test_the_epilogue_keeps_the_programs_order_of_activation_and_residual(import
         assert np.allclose(got["y"], want, rtol=1e-10, atol=1e-10)
     findings = check_workload(root, compile_seed=discover().can_compile, probe_timeout=900)
     assert not [f for f in findings if f.level == "error"], findings
+
+
+def test_an_activation_on_part_of_the_result_is_not_mapped(imported):
+    """relu_ of half the all-reduced columns: the seed's epilogue kernel covers every element, so the
+    pattern is named and not mapped, saying why."""
+    made = imported("ar_half_relu")
+    assert any(line.startswith("pattern: matmul → all-reduce: not mapped (after the all-reduce, solution runs "
+                               "relu_ on part of the result)") for line in made.lines), made.lines
+    assert NO_SEED_MARK in (made.root / "seed.cu").read_text()

@@ -102,7 +102,7 @@ def allgather_k_matmul(g: Graph, k: int, world: int) -> Match | None:
     elif w is None:
         problem = f"the weight: {layout}"
     used.add(j)
-    value, epi, stop = epilogue(g, g.ops[j]["writes"][0]["value"], used)
+    value, epi, stop = epilogue(g, g.ops[j]["writes"][0], used)
     if bias is not None or epi:
         problem = problem or "an epilogue after the matmul (a bias, a residual or an activation): not mapped for a " \
                               "K-gathered matmul yet"
@@ -142,7 +142,7 @@ def matmul_allgather(g: Graph, k: int, world: int) -> Match | None:
     elif bias is not None or numel(src["shape"]) != numel(mm["writes"][0]["shape"]):
         problem = "the all-gather gathers more than the matmul's plain product"
     used = {producer, k, cat}
-    value, epi, stop = epilogue(g, g.ops[cat]["writes"][0]["value"], used)
+    value, epi, stop = epilogue(g, g.ops[cat]["writes"][0], used)
     if epi:
         problem = problem or "an epilogue after the all-gather (a bias, a residual or an activation): not mapped yet"
     problem = problem or (f"after the all-gather, solution runs {stop}" if stop else "") or \

@@ -109,12 +109,18 @@ def _reduce_as_nccl_does(dist: Any) -> None:
             mine = dist.get_rank() == given.get("dst")
         if mine:
             return reduce(*args, **kwargs)
+        import torch
+        from torch.utils._python_dispatch import _disable_current_modes
+
         tensor = given["tensor"]
-        kept = tensor.clone()
+        # The keeping is the backend's, not the program's: out of the op recorder's trace.
+        with _disable_current_modes(), torch.no_grad():
+            kept = tensor.clone()
         work = reduce(*args, **kwargs)
         if work is not None:
             work.wait()
-        tensor.copy_(kept)
+        with _disable_current_modes(), torch.no_grad():
+            tensor.copy_(kept)
         return _Finished() if given.get("async_op") else None
 
     root_only.cuco_root_only = True  # type: ignore[attr-defined]

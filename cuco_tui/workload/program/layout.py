@@ -98,12 +98,20 @@ def pattern_dims(pattern: str, roles: dict[str, Any], rank: dict[str, Any], worl
     if k_b != (k_x * world if pattern == "allgather_k_matmul" else k_x):
         raise ValueError(f"the weight's K ({k_b}) is not the rows' K ({k_x})")
     if pattern == "allgather_matmul":
-        return {"M": rows * world, "K": k_x, "N": n_b * world}
-    if pattern == "allgather_k_matmul":
-        return {"M": rows, "K": k_b, "N": n_b}
-    if pattern == "matmul_allgather":
-        return {"M": rows, "K": k_x, "N": n_b * world}
-    return {"M": rows, "K": k_x * world, "N": n_b}
+        dims, out = {"M": rows * world, "K": k_x, "N": n_b * world}, rows * world * n_b
+    elif pattern == "allgather_k_matmul":
+        dims, out = {"M": rows, "K": k_b, "N": n_b}, rows * n_b
+    elif pattern == "matmul_allgather":
+        dims, out = {"M": rows, "K": k_x, "N": n_b * world}, rows * n_b * world
+    else:
+        dims, out = {"M": rows, "K": k_x * world, "N": n_b}, rows * n_b // (world if pattern == "matmul_reducescatter"
+                                                                           else 1)
+    # The seed writes the pattern's whole result: an output that is part of it (an epilogue on
+    # a slice) is another program.
+    got = rank["outputs"][roles["output"]][0]
+    if _numel(got) != out:
+        raise ValueError(f"the output {list(got)} is not the pattern's result ({out} elements)")
+    return dims
 
 
 # The patterns whose K is split across the ranks: a program may fix each rank's K/W instead of the

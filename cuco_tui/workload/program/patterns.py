@@ -76,7 +76,7 @@ def _allgather_matmul(g: Graph, k: int, world: int) -> Match | None:
         if bi is None or len(g.inputs[bi]["shape"]) != 1 or not plain(g.ops[j]):
             problem = problem or "the addmm's bias is not a 1-D input added as is"
         roles["bias"] = bi
-    value, epi, stop = epilogue(g, g.ops[j]["writes"][0]["value"], used)
+    value, epi, stop = epilogue(g, g.ops[j]["writes"][0], used)
     if "bias" in epi and "bias" in roles:
         problem = problem or "two biases"
     steps = (["bias"] if "bias" in roles else []) + epi.pop("epilogue", [])  # the addmm's bias comes first
@@ -149,7 +149,7 @@ def _matmul_collective(g: Graph, k: int, world: int) -> Match | None:
     if bias is not None:
         problem = problem or f"a bias added before the {arrow} (summed over the ranks): not mapped"
     used = {producer, k} | copies
-    value, epi, stop = epilogue(g, op["writes"][0]["value"], used)
+    value, epi, stop = epilogue(g, op["writes"][0], used)
     roles.update(epi)
     desc += epilogue_words(epi.get("epilogue", []))
     problem = problem or (f"after the {arrow}, solution runs {stop}" if stop else "") or \
@@ -158,9 +158,21 @@ def _matmul_collective(g: Graph, k: int, world: int) -> Match | None:
 
 
 def _alltoall_around(g: Graph, a2a: list[int]) -> Match | None:
-    """all-to-all → matmuls → all-to-all. With a softmax among the ops between them it is attention
-    with the sequence traded for heads (Ulysses), not experts: its two matmuls are QK^T and PV."""
-    attn = [j for j, op in enumerate(g.ops) if any(a in op["name"] for a in ATTENTION)]
+    """all-to-all → matmuls → all-to-all. With attention among the ops between them it is the
+    sequence traded for heads (Ulysses), not experts: its two matmuls are QK^T and PV. A softmax
+    counts as attention when it reads scores of two exchanged operands (QK^T); a router's softmax
+    reads tokens times a weight of the program's."""
+    exchanged = {w["value"] for k in a2a for w in g.ops[k]["writes"]}
+
+    def from_exchange(read: dict[str, Any]) -> bool:
+        k = g.writer.get(read["value"])
+        return read["value"] in exchanged or (k is not None and g.reaches(exchanged, k))
+
+    scores = [m for m, op in enumerate(g.ops) if op["name"] in ANY_MATMUL and len(op["reads"]) >= 2
+              and all(from_exchange(r) for r in op["reads"][-2:])]
+    attn = [j for j, op in enumerate(g.ops) if "scaled_dot_product" in op["name"] or (
+        any(a in op["name"] for a in ATTENTION) and any(g.reaches({w["value"] for w in g.ops[m]["writes"]}, j)
+                                                        for m in scores))]
     for first in a2a:
         start = {w["value"] for w in g.ops[first]["writes"]}
         mms = [j for j, op in enumerate(g.ops) if op["name"] in ANY_MATMUL and g.reaches(start, j)]

@@ -85,8 +85,8 @@ def _one_shape(ranks: GlooRanks, program: Path, run: GlooRun, index: int, shape:
                 if differ:
                     raise WorkloadError(
                         f"{program.name}: output {j} ({outs[j][1]}) of solution in {dtype} differs from its float64 "
-                        f"run at {differ} of {want.size} elements (rank {r}, {shape}, on the CPU): integers chosen by "
-                        f"rounded values (an argmax, a top-k) cannot be checked against float64, so no candidate "
+                        f"run at {differ} of {want.size} elements (rank {r}, {shape}, on the CPU): integers or flags chosen "
+                        f"by rounded values (an argmax, a top-k, a comparison) cannot be checked against float64, so no candidate "
                         f"could pass; return the values they pick, or make the choice in float32 (nothing was "
                         f"written)")
     return worst

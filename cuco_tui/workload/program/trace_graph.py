@@ -147,14 +147,20 @@ def _activation(op: dict[str, Any]) -> str:
     return step
 
 
-def epilogue(g: Graph, value: int, used: set[int]) -> tuple[int, dict[str, Any], str]:
-    """Follow residual/bias adds of program inputs and unary activations from `value`; returns the
-    final value, the roles found ({"bias": i, "residual": j, "epilogue": [steps in order]}, a step
-    "bias"/"residual" adding that input, any other an ACTIVATIONS name) and, when an op other than
-    those reads it, that op's name."""
+def epilogue(g: Graph, start: dict[str, Any], used: set[int]) -> tuple[int, dict[str, Any], str]:
+    """Follow residual/bias adds of program inputs and unary activations from the value `start`
+    describes (the pattern's result); returns the final value, the roles found ({"bias": i,
+    "residual": j, "epilogue": [steps in order]}, a step "bias"/"residual" adding that input, any
+    other an ACTIVATIONS name) and, when an op other than those reads it, that op's name. Each step
+    must read and write the whole result: storage versions cannot tell an op on a view of it (a
+    relu_ of some columns) from one on all of it, and the seed's kernel covers every element."""
     roles: dict[str, Any] = {}
     steps: list[str] = []
-    shape = None
+    value, size = start["value"], numel(start["shape"])
+
+    def whole(d: dict[str, Any]) -> bool:
+        return numel(d["shape"]) == size and d["offset"] == start["offset"] and contiguous(d)
+
     while True:
         readers = [k for k in g.readers(value) if k not in used]
         if steps:
@@ -165,9 +171,12 @@ def epilogue(g: Graph, value: int, used: set[int]) -> tuple[int, dict[str, Any],
             return value, roles, ", ".join(short(g.ops[k]["name"]) for k in readers)
         k = readers[0]
         op = g.ops[k]
+        mine = next((r for r in op["reads"] if r["value"] == value), None)
+        if mine is not None and not whole(mine) or len(op["writes"]) != 1 or not whole(op["writes"][0]):
+            return value, roles, f"{short(op['name'])} on part of the result"
         act = _activation(op)
         if act:
-            if len(op["reads"]) != 1 or op["reads"][0]["value"] != value or len(op["writes"]) != 1:
+            if len(op["reads"]) != 1 or mine is None:
                 return value, roles, short(op["name"])
             steps.append(act)
             used.add(k)
@@ -175,14 +184,13 @@ def epilogue(g: Graph, value: int, used: set[int]) -> tuple[int, dict[str, Any],
             continue
         if not op["name"].startswith(ADD) or not plain(op) or len(op["reads"]) != 2:
             return value, roles, short(op["name"])
-        mine = next((r for r in op["reads"] if r["value"] == value), None)
         other = next((r for r in op["reads"] if r["value"] != value), None)
         if mine is None or other is None:
             return value, roles, short(op["name"])
-        shape = shape or mine["shape"]
         i = g.input_of.get(other["value"])
         if i is None:
             return value, roles, f"{short(op['name'])} of a value computed inside solution"
+        shape = mine["shape"]
         role = "bias" if len(g.inputs[i]["shape"]) == 1 and g.inputs[i]["shape"][0] == shape[-1] else \
             "residual" if numel(g.inputs[i]["shape"]) == numel(shape) and g.whole_input(other) is not None else ""
         if not role or role in roles:
