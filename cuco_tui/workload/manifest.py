@@ -104,6 +104,18 @@ def _tolerance(table: dict, path: Path) -> dict[str, float]:
     return out
 
 
+def _utf8(path: Path) -> str:
+    """The file's text; WorkloadError naming the first byte that is not UTF-8 and where it lies
+    (a file saved in another encoding, or a binary one named by mistake), never a traceback."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as exc:  # a folder of that name, a file this user may not read
+        raise WorkloadError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                            "save it as UTF-8") from None
+
+
 def load_workload(name_or_path: str | Path, search: Path = REPO_WORKLOADS) -> Workload:
     """Load a workload by name (a folder under `workloads/`) or by the path of its folder."""
     root = Path(name_or_path)
@@ -114,7 +126,7 @@ def load_workload(name_or_path: str | Path, search: Path = REPO_WORKLOADS) -> Wo
         known = sorted(p.name for p in search.iterdir() if (p / "manifest.toml").exists()) if search.is_dir() else []
         raise WorkloadError(f"no workload {name_or_path!r}; known workloads: {', '.join(known) or 'none'}")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(_utf8(path))
     except tomllib.TOMLDecodeError as exc:
         raise WorkloadError(f"{path}: not valid TOML: {exc}") from exc
     for key in ("name", "world_sizes", "dims", "seed", "reference"):
@@ -132,6 +144,10 @@ def load_workload(name_or_path: str | Path, search: Path = REPO_WORKLOADS) -> Wo
         f = root / rel
         if not f.exists():
             raise WorkloadError(f"{path}: `{key}` names {rel}, which does not exist in {root}")
+        if key != "reference":  # Python source may declare another encoding; its import says so
+            # Read here so that every command that loads the workload refuses a bad file the same
+            # way, before the evaluator or the agents' prompt would stumble on it with a traceback.
+            _utf8(f)
         files[key] = f
     tol = _tolerance(data.get("tolerance", {}), path)
     timing = data.get("timing", {})

@@ -294,11 +294,11 @@ async def test_timings_per_shape_and_per_rank(tmp_path):
         assert screen.tabs.active == "timings"
         assert "diff" not in " ".join(screen.tabs.ids)  # a seed has no parent
         text = section_text(screen, "timings")
-        shape = next(line.split() for line in text.splitlines() if line.strip().startswith("square-8k"))
-        # the speedup and % of the bound first, then one rank's TFLOP/s and GB/s (gemm_allgather's counts
-        # at world 2); no bound: the session keeps none
-        assert shape == ["square-8k", "1.20x", "±3%", "-", "1.000", "0.980-1.020", "1.200", "1.180-1.220", "4.0",
-                         "550", "67", "-", "30"]
+        shape, spread = [line.split() for line in text.splitlines() if line.strip().startswith("square-8k")][:2]
+        # the speedup and % of the bound first (no bound: the session keeps none), the times; then their
+        # spread and one rank's TFLOP/s and GB/s (gemm_allgather's counts at world 2)
+        assert shape == ["square-8k", "1.20x", "±3%", "-", "-", "1.000", "1.200"]
+        assert spread == ["square-8k", "0.980-1.020", "1.180-1.220", "4.0", "30", "550", "67"]
         assert "geometric mean speedup 1.13x ±2% over 2 shape(s)" in text
         ranks = [line.split() for line in text.splitlines() if "-" in line and line.split()[:1] in (["mlp-up"], ["1"])]
         assert ["mlp-up", "0", "2.600", "2.580-2.620", "2.560-2.660", "30"] in ranks
@@ -387,6 +387,28 @@ async def test_speedup_and_pct_of_bound_are_in_view_at_80_columns(tmp_path):
 
 
 @pytest.mark.asyncio
+async def test_every_timings_column_is_in_view_at_80_columns(tmp_path):
+    """A new user's 80x24: the one per-shape table was cut after "reference"; two tables now fit."""
+    from cuco_tui.app.widgets.candidate.timings import SHAPE_COLUMNS, SPREAD_COLUMNS
+
+    repo = build_session(tmp_path / "demo")
+    repo.set_bounds(Bounds("gemm_allgather", 2, (0, 1), (ShapeBound("square-8k", 1.0, 0.6, work=Work(1, 1)),
+                                                          ShapeBound("mlp-up", 2.0, 1.5, work=Work(1, 1))), H200))
+    app = CucoApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_candidate(app, pilot, repo, "c0000")
+        assert screen.tabs.active == "timings"
+        await pilot.pause()
+        lines = screen_lines(app)
+        for columns in (SHAPE_COLUMNS, SPREAD_COLUMNS):
+            header = next(line for line in lines if line.strip().startswith("shape") and columns[1] in line)
+            assert [c for c in columns if c not in header] == []
+        spread = next(line.split() for line in lines if "0.980-1.020" in line)
+        assert spread[:7] == ["square-8k", "0.980-1.020", "1.180-1.220", "4.0", "30", "0", "0"]  # to GB/s, the last
+    repo.close()
+
+
+@pytest.mark.asyncio
 async def test_crossover_has_a_diff_per_parent_and_its_verification_error(tmp_path):
     repo = build_session(tmp_path / "demo")
     app = CucoApp()
@@ -413,7 +435,7 @@ async def test_an_unknown_id_says_so(tmp_path):
 
 
 @pytest.mark.asyncio
-async def test_export_writes_the_files_and_says_where(tmp_path, monkeypatch):
+async def test_export_writes_what_cuco_export_writes_and_says_where(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     repo = build_session(tmp_path / "demo")
     app = CucoApp()
@@ -421,12 +443,11 @@ async def test_export_writes_the_files_and_says_where(tmp_path, monkeypatch):
         await open_candidate(app, pilot, repo, "c0001")
         await pilot.press("w")
         folder = tmp_path / "export" / "demo-c0001"
-        assert await wait_until(pilot, lambda: any("export" == n.title for n in app._notifications), 5)
+        assert await wait_until(pilot, lambda: any("export" == n.title for n in app._notifications))
         assert any(str(folder) in n.message for n in app._notifications)
-    assert (folder / "c0001.cu").read_text() == BROKEN
+    assert (folder / "demo-c0001.cu").read_text() == BROKEN
     assert json.loads((folder / "result.json").read_text())["status"] == "compile_error"
-    assert (folder / "rationale.md").read_text() == "diff from c0000\n"
-    assert json.loads((folder / "design.json").read_text())["backend"] == "nccl_host"
+    assert "nvcc " in (folder / "README.md").read_text() and (folder / "cuco_runtime.cuh").is_file()
     repo.close()
 
 

@@ -49,10 +49,10 @@ KNOB_DIFF = ("--- c0003/candidate.cu\n+++ c0004/candidate.cu\n@@ -5,3 +5,3 @@\n 
 
 
 class QueueApp(App):
-    """The proposal queue alone, as wide as the dashboard's right column at 80x24 (46 cells)."""
+    """The proposal queue alone, as wide as the dashboard's right column at 80x24 (40 cells)."""
 
     CSS_PATH = Path(sys.modules[CucoApp.__module__].__file__).with_name(CucoApp.CSS_PATH)
-    CSS = "ProposalQueue { width: 46; } #proposal-detail { height: 1fr; }"
+    CSS = "ProposalQueue { width: 40; } #proposal-detail { height: 1fr; }"
 
     def compose(self):
         yield ProposalQueue()
@@ -70,7 +70,7 @@ async def test_a_change_past_the_panes_edge_is_in_view_and_marked():
         assert await wait_until(pilot, lambda: proposals.shown == "c0004")
         await pilot.pause()
         static = proposals.query_one("#proposal-diff", Static)
-        assert static.size.width <= 46
+        assert static.size.width <= 40
         strips = static.render_lines(Region(0, 0, static.size.width, static.size.height))
         lines = [strip.text.rstrip() for strip in strips]
         old = next(i for i, line in enumerate(lines) if line.startswith("-// cuco-design"))

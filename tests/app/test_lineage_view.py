@@ -63,6 +63,57 @@ async def test_speedup_backend_and_parents_are_in_view_and_every_key(tmp_path, s
 
 
 @pytest.mark.asyncio
+async def test_at_80x24_a_session_with_failures_shows_every_column_whole(tmp_path):
+    """Compile errors, crossovers and copy engines widen the columns: the island column read "isl"."""
+    from cuco_tui.app.widgets.lineage.candidate_table import COLUMNS
+
+    import_bundle(EXAMPLES / "gemm_allgather-failures-shared-gpu.bundle", tmp_path / "failures").close()
+    app = CucoApp(open_session=tmp_path / "failures")
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
+        await pilot.pause()
+        width = app.screen.query_one(CandidateTable).scrollable_content_region.width  # not its scrollbar
+        lines = [line[:width] for line in screen_lines(app)]
+        assert next(line for line in lines if line.startswith("graph")).split() == list(COLUMNS)
+        rows = [line.split() for line in lines if " c00" in line and not line.startswith(" ")]
+        summaries = {s.id: s for s in app.screen.repo.summaries()}
+        assert rows and all(row[-1] == str(summaries[row[1]].island) for row in rows)
+        assert "compile_error" in {row[2] for row in rows}
+
+
+@pytest.mark.asyncio
+async def test_w_writes_what_cuco_export_writes_and_says_where(tmp_path, monkeypatch, capsys):
+    """Issue: w wrote the .cu, result.json, rationale.md and design.json, a folder that did not build."""
+    from cuco_tui.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    import_bundle(BUNDLE, tmp_path / "example").close()
+    app = CucoApp(open_session=tmp_path / "example")
+    folder = tmp_path / "export" / "example-c0011"
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
+        app.screen.jump_to("c0011")
+        await pilot.press("w")
+        assert await wait_until(pilot, lambda: any(n.title == "export" for n in app._notifications))
+        said = next(n.message for n in app._notifications if n.title == "export")
+        assert f"into {folder}" in said and "README.md (how to build it)" in said
+        (folder / "README.md").write_text("my notes\n")  # the user's own: never overwritten
+        await pilot.press("w")
+        assert await wait_until(pilot, lambda: any(n.severity == "error" for n in app._notifications))
+        refused = next(n.message for n in app._notifications if n.severity == "error")
+        assert refused.startswith("export of c0011 failed: ") and "was not written by `cuco export`" in refused
+        assert (folder / "README.md").read_text() == "my notes\n"
+    (folder / "README.md").unlink()
+    assert main(["export", str(tmp_path / "example"), "--candidate", "c0011", "--out", str(folder)]) == 0
+    capsys.readouterr()
+    cli = tmp_path / "cli"
+    assert main(["export", str(tmp_path / "example"), "--candidate", "c0011", "--out", str(cli)]) == 0
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in cli.iterdir())
+    assert "example-c0011.cu" in {p.name for p in cli.iterdir()} and (cli / "cuco_runtime.cuh").is_file()
+    assert all((folder / p.name).read_bytes() == p.read_bytes() for p in cli.iterdir() if p.name != "README.md")
+
+
+@pytest.mark.asyncio
 async def test_example_lineage(tmp_path):
     import_bundle(BUNDLE, tmp_path / "example").close()
     app = CucoApp(open_session=tmp_path / "example")  # a session folder

@@ -1,6 +1,6 @@
 """What the eye checks, at the sizes a new user tries (80x24, 120x40 and 160x48): the dashboard,
 the candidate screen and the lineage screen (pytest-textual-snapshot); at 80x24 the speedups,
-% of bound and every key in view, at 120x40 nothing cut. Fixed seeds, a fake
+the statuses, the candidate's % of bound and every key in view, at 120x40 nothing cut. Fixed seeds, a fake
 evaluator, hand-made records or a fixed recorded bundle, GPUs hidden: the same picture on every
 machine. The 80x24 dashboard is a machine without GPUs (compile only: chart and GPUs one line
 each); the larger ones have a GPU group and its bounds (the chart's bound line, % of bound)."""

@@ -142,3 +142,33 @@ def test_the_manifest_dtypes_are_the_abis():
     from cuco_tui.harness.abi import DTYPES as ABI_DTYPES
 
     assert set(DTYPES) == set(ABI_DTYPES)
+
+
+@pytest.mark.parametrize("name", ["manifest.toml", "seed.cu", "task.md"])
+def test_a_file_that_is_not_utf8_is_named_with_its_byte(tmp_path, name):
+    root = _write(tmp_path, BASE)
+    path = root / name
+    text = path.read_bytes()
+    at = min(12, len(text) - 1)
+    path.write_bytes(text[:at] + b"\xff" + text[at:])
+    with pytest.raises(WorkloadError) as caught:
+        load_workload(root)
+    message = str(caught.value)
+    assert message == f"{path} is not UTF-8 text (byte 0xff at offset {at}); save it as UTF-8"
+    assert "\n" not in message
+
+
+def test_the_commands_that_load_a_workload_say_so_in_one_line(tmp_path, capsys, monkeypatch):
+    from cuco_tui.cli import main, tui_main
+    from cli_helpers import one_line_error
+
+    monkeypatch.setenv("CUCO_NO_GPU", "1")
+    root = _write(tmp_path, BASE)
+    (root / "task.md").write_bytes(b"caf\xe9\n")  # latin-1
+    said = f"{root / 'task.md'} is not UTF-8 text (byte 0xe9 at offset 3)"
+    for run, args in ((main, ["eval", str(root / "seed.cu")]),
+                      (main, ["search", "--workload", str(root)]), (tui_main, ["--workload", str(root)])):
+        one_line_error(capsys, run(args), said)
+    assert main(["workload", "check", str(root), "--no-compile"]) == 1  # a finding, in check's own table
+    out = capsys.readouterr()
+    assert [line for line in out.out.splitlines() if said in line] and "Traceback" not in out.out + out.err

@@ -30,7 +30,7 @@ from cuco_tui.app.commands import CandidateCommands
 from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.messages import ProfileFinished, ProfileStarted
 from cuco_tui.app.profiles import Profiles, ProfileTarget, RunsProfiles, ask_profile, clock, same_session
-from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, export_candidate
+from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, ExportFailed, default_folder, export_candidate
 from cuco_tui.app.widgets.candidate.model import CandidateView, load_candidate
 from cuco_tui.app.widgets.candidate.tabs import CandidateTabs
 from cuco_tui.app.widgets.lineage.rows import status_style
@@ -239,17 +239,16 @@ class CandidateScreen(Screen):
     def action_export(self) -> None:
         if self.explain_disabled("export") or self.view is None:
             return
-        self._export(self.view, default_folder(self.view.session, self.view.id, self.export_root))
+        self._export(self.view.id, default_folder(self.view.session, self.view.id, self.export_root))
 
     @work(thread=True, group="candidate-actions", exit_on_error=False)
-    def _export(self, view: CandidateView, folder: Path) -> None:
+    def _export(self, candidate_id: str, folder: Path) -> None:
         try:
-            done = export_candidate(view.record, folder)
-        except OSError as e:
-            self.app.call_from_thread(self.notify, f"export of {view.id} failed: {e}", severity="error")
+            done = export_candidate(self.repo.path, candidate_id, folder)
+        except ExportFailed as e:
+            self.app.call_from_thread(self.notify, f"export of {candidate_id} failed: {e}", severity="error")
             return
-        names = ", ".join(p.name for p in done.files)
-        self.app.call_from_thread(self.notify, f"wrote {names} to {done.folder.resolve()}", title="export")
+        self.app.call_from_thread(self.notify, done.said, title="export", timeout=15)
 
     # ---- profile ---------------------------------------------------------------------------
 

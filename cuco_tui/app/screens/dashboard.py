@@ -54,8 +54,9 @@ from cuco_tui.core.records import id_number
 from cuco_tui.lineage import SessionError
 from cuco_tui.search.config import REVIEW_MODES
 
-NO_GPU_SEARCH = ("No GPU on this machine: every candidate is compiled (no_gpu), not verified or timed. "
-                 "Press b to browse the example sessions recorded on GPU hosts.")
+# After "No GPU (reason): ", in two lines at 80 columns for the usual reasons (harness/gpus.inventory).
+NO_GPU_SEARCH = ("candidates are compiled only (no_gpu), not verified or timed; b browses the example sessions "
+                 "recorded on GPU hosts.")
 NO_GPU_CHART = "Chart: nothing is timed without a GPU."
 NARROW, SHORT, WIDE = 110, 36, 140  # below NARROW columns / SHORT lines the panels say less; from WIDE on
 # the left column (state, leaderboard, evaluations) is wider
@@ -134,6 +135,8 @@ class DashboardScreen(Screen):
         self.set_class(short, "-short")
         self.query_one(StatePanel).compact = short or narrow
         self.query_one(ProposalQueue).compact = short or narrow
+        self.query_one(Leaderboard).compact = short
+        self.query_one(InFlightTable).compact = short
 
     def on_unmount(self) -> None:
         self.search.stop()

@@ -1,6 +1,6 @@
 """The evaluate screen: a workload's candidates on the left, the selected one's last result on
 the right; `r` runs the selected candidate through the cascade, `R` all of them, one after
-another; `o` opens its source (keys mean the same on every screen: README, "Keys").
+another; `o` or Enter opens its source (keys mean the same on every screen: README, "Keys").
 
 Evaluations run in a thread worker that drains a queue, so a GPU group is never shared by two
 candidates and the event loop never waits on nvcc or a GPU. Progress comes back as messages."""
@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Header, Label, TextArea
+from textual.widgets import Header, Label, ListView, TextArea
 from textual.worker import get_current_worker
 
 from cuco_tui.app.commands import EvaluateCommands
@@ -39,10 +39,8 @@ from cuco_tui.core.workload import Workload
 # evaluate(candidate, workload, options, progress=callback) -> CascadeResult
 EvaluateFn = Callable[..., CascadeResult]
 
-NO_GPU_BANNER = (
-    "No GPU on this machine: candidates are compiled (L0 + L1) but not run; verification (L2) and "
-    "timing (L3) need a machine with NVIDIA GPUs."
-)
+NO_GPU_BANNER = ("candidates are compiled (L0 + L1) but not run; verification (L2) and timing (L3) need a machine "
+                 "with NVIDIA GPUs.")
 
 
 def candidate_files(workload: Workload) -> list[Path]:
@@ -58,7 +56,7 @@ class EvaluateScreen(Screen):
     BINDINGS = [
         Binding("r", "evaluate_selected", "Run"),
         Binding("R", "evaluate_all", "Run all"),
-        Binding("o", "view_source", "Open source"),
+        Binding("o,enter", "view_source", "Open source"),
     ]
     COMMANDS = {EvaluateCommands}
 
@@ -149,6 +147,11 @@ class EvaluateScreen(Screen):
         self.post_message(EvaluationFinished(path, result))
 
     # --- messages -----------------------------------------------------------------------------
+
+    def on_list_view_selected(self, event: ListView.Selected) -> None:
+        # The focused list takes Enter before the screen's binding sees it, as its Selected.
+        event.stop()
+        self.action_view_source()
 
     def on_candidate_highlighted(self, message: CandidateHighlighted) -> None:
         self._show(message.path)

@@ -28,7 +28,7 @@ from cuco_tui.app.live_search import LiveSearch
 from cuco_tui.app.profiles import ProfileTarget, ask_profile
 from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.screens.compare import CompareScreen
-from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, default_folder, export_candidate
+from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, ExportFailed, default_folder, export_candidate
 from cuco_tui.app.widgets.lineage.candidate_details import CandidateDetails
 from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
 from cuco_tui.app.widgets.lineage.rows import LineageFilter, LineageRow, candidate_id_of, lineage_rows
@@ -293,13 +293,12 @@ class LineageScreen(Screen):
     @work(thread=True, group="lineage-export", exit_on_error=False)
     def _export(self, candidate_id: str) -> None:
         try:
-            record = self.repo.record(candidate_id)
-            done = export_candidate(record, default_folder(self.repo.path.name, candidate_id, self.export_root))
-        except (SessionError, OSError) as e:
+            done = export_candidate(self.repo.path, candidate_id,
+                                    default_folder(self.repo.path.name, candidate_id, self.export_root))
+        except ExportFailed as e:
             self.app.call_from_thread(self.notify, f"export of {candidate_id} failed: {e}", severity="error")
             return
-        names = ", ".join(p.name for p in done.files)
-        self.app.call_from_thread(self.notify, f"wrote {names} to {done.folder.resolve()}", title="export")
+        self.app.call_from_thread(self.notify, done.said, title="export", timeout=15)
 
     # ---- profile ---------------------------------------------------------------------------
 

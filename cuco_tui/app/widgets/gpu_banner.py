@@ -1,5 +1,7 @@
 """A banner shown only when this machine has no usable GPU: it probes NVML in a thread (the
-driver can take a while to answer) and says what still works."""
+driver can take a while to answer) and says why there is none, then what still works. The reason
+comes first and the banner wraps to the lines it needs: at 80 columns a banner cut at two lines
+lost the reason, the one part a person can act on."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from cuco_tui.harness.gpus import GpuInventory, inventory
 
 
 class GpuBanner(Static):
-    """`message`: what the screen can still do without a GPU; the probe's reason is appended."""
+    """`message`: what the screen can still do without a GPU, a clause after "No GPU (reason): "."""
 
     DEFAULT_CSS = """
     GpuBanner {
@@ -46,8 +48,11 @@ class GpuBanner(Static):
     def show_inventory(self, inv: GpuInventory) -> None:
         self.inventory = inv
         if inv.count == 0:
-            problem = f" ({inv.problem})" if inv.problem else ""
-            self.update(self.message + problem)
+            self.update(banner_text(self.message, inv.problem))
             self.add_class("-visible")
         else:
             self.remove_class("-visible")
+
+
+def banner_text(message: str, problem: str) -> str:
+    return f"No GPU ({problem}): {message}" if problem else f"No GPU on this machine: {message}"

@@ -1,42 +1,67 @@
-"""Export of one candidate: its source, result and rationale (and design) as plain files in a
-folder, by default ./export/<session>-<id>/, the same bytes the session's commit holds."""
+"""Export of one candidate from the TUI (`w` on the lineage and candidate screens): exactly what
+`cuco export SESSION --candidate ID --out FOLDER` writes, a folder that builds on its own (the .cu,
+the runtime headers it includes, result.json, a README with the nvcc line), by default
+./export/<session>-<id>/.
+
+The CLI owns what an export holds (cli/export.py), and app/ stands below cli/ (docs/architecture.md),
+so the command runs in a process of its own, as a profile does (app/profile_run.py): one owner,
+no second copy of the export here. Blocking: the screens call it from a thread worker."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuco_tui.lineage.files import dump_json
-from cuco_tui.core.records import CandidateRecord
+from cuco_tui.harness.env import child_env
 
 DEFAULT_ROOT = Path("export")
+TIMEOUT_S = 120.0  # reading the record and finding the toolchain for the README's nvcc line: seconds
+
+
+class ExportFailed(Exception):
+    """Why the export did not happen, in one line (the CLI's refusal when it gave one)."""
 
 
 @dataclass(frozen=True)
 class Exported:
-    folder: Path
-    files: tuple[Path, ...]
+    folder: Path  # absolute
+    said: str  # the command's own line: the files it wrote and where
 
 
 def default_folder(session: str, candidate_id: str, root: Path = DEFAULT_ROOT) -> Path:
     return Path(root) / f"{session}-{candidate_id}"
 
 
-def export_candidate(record: CandidateRecord, folder: Path) -> Exported:
-    """Write <id>.cu, result.json, rationale.md and design.json into `folder` (made if missing;
-    files there of the same names are replaced). Raises OSError with the path on failure."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    rationale = record.rationale if record.rationale.endswith("\n") or not record.rationale else record.rationale + "\n"
-    contents = {
-        f"{record.id}.cu": record.source,
-        "result.json": dump_json(record.result if record.result is not None else {"status": record.status}),
-        "rationale.md": rationale,
-        "design.json": dump_json(record.design),
-    }
-    written = []
-    for name, text in contents.items():
-        path = folder / name
-        path.write_text(text)
-        written.append(path)
-    return Exported(folder, tuple(written))
+def cuco_export_command(session: Path, candidate_id: str, folder: Path) -> list[str]:
+    return [sys.executable, "-m", "cuco_tui.cli", "export", str(session), "--candidate", candidate_id,
+            "--out", str(folder)]
+
+
+def export_candidate(session: Path, candidate_id: str, folder: Path) -> Exported:
+    """Run `cuco export` for the candidate of the session folder into `folder` (relative: to this
+    process's working folder, not the child's). ExportFailed with a sentence when it refuses or
+    cannot run."""
+    folder = Path(folder).absolute()
+    try:
+        done = subprocess.run(cuco_export_command(Path(session).absolute(), candidate_id, folder), env=child_env(),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
+                              timeout=TIMEOUT_S)
+    except OSError as exc:
+        raise ExportFailed(f"`cuco export` could not start: {exc}") from exc
+    except subprocess.TimeoutExpired:
+        raise ExportFailed(f"`cuco export` did not end within {TIMEOUT_S:.0f} s") from None
+    if done.returncode != 0:
+        raise ExportFailed(failure_line(done.returncode, done.stderr))
+    said = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return Exported(folder, said[-1] if said else f"wrote the export into {folder}")
+
+
+def failure_line(returncode: int, stderr: str) -> str:
+    """The CLI's refusal ("cuco: ..." on stderr), else stderr's last line, else the exit status."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    refusal = [line for line in lines if line.startswith("cuco: ")]
+    if refusal:
+        return refusal[-1].removeprefix("cuco: ")
+    return lines[-1] if lines else f"`cuco export` exited with status {returncode} and said nothing"

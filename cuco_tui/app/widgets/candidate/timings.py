@@ -39,26 +39,38 @@ def summary_text(geomean: float | None, figures: tuple[ShapeFigures, ...] = (), 
     return text
 
 
-# Two spaces between columns, none at the edges: every column fits a pane of 120 columns.
+# Two spaces between columns, none at the edges.
 TABLE_STYLE = dict(box=box.SIMPLE_HEAD, expand=False, show_edge=False, pad_edge=False, collapse_padding=True)
-# Most telling first: a pane of 80 columns shows the shape, its speedup, % of the bound and the
-# candidate's time; the spreads, rates and sample count follow (the pane scrolls sideways).
-SHAPE_COLUMNS = ("shape", "speedup", "% bound", "candidate", "cand p25-p75", "reference", "ref p25-p75", "IQR %",
-                 "TFLOP/s", "GB/s", "bound", "n")
+# Two tables, each narrower than a pane of 80 columns (one of twelve columns was cut after
+# "reference" there): what the time is worth first, then its spread and what it means as rates.
+SHAPE_COLUMNS = ("shape", "speedup", "% bound", "bound", "candidate", "reference")
+SPREAD_COLUMNS = ("shape", "cand p25-p75", "ref p25-p75", "IQR %", "n", "TFLOP/s", "GB/s")
+
+
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    table = Table(title=title, title_justify="left", **TABLE_STYLE)
+    for name in columns:
+        table.add_column(name, justify="left" if name == "shape" else "right", no_wrap=True)
+    return table
 
 
 def shape_table(figures: tuple[ShapeFigures, ...]) -> Table:
-    table = Table(title="Per shape (ms): per repetition the slowest rank's time; median and p25-p75",
-                  title_justify="left", **TABLE_STYLE)
-    for name in SHAPE_COLUMNS:
-        table.add_column(name, justify="left" if name == "shape" else "right", no_wrap=True)
+    table = _table("Per shape (ms): median of the slowest rank's time", SHAPE_COLUMNS)
     for f in figures:
         tone = "green" if f.speedup >= 1.0 else "red"
-        tflops, gbps, bound, pct = figure_cells(f)
-        table.add_row(f.shape, Text(f.speedup_band.label(), style=f"bold {tone}"), Text(pct, style="bold"),
-                      _ms(f.time_ms), _range(f.time_band.low, f.time_band.high), _ms(f.reference_ms),
-                      _range(f.reference_band.low, f.reference_band.high),
-                      f"{f.iqr_pct:.1f}", tflops, gbps, bound, str(f.samples))
+        _, _, bound, pct = figure_cells(f)
+        table.add_row(f.shape, Text(f.speedup_band.label(), style=f"bold {tone}"), Text(pct, style="bold"), bound,
+                      _ms(f.time_ms), _ms(f.reference_ms))
+    return table
+
+
+def spread_table(figures: tuple[ShapeFigures, ...]) -> Table:
+    table = _table("Spread (ms, p25-p75 of n repetitions) and rates of one rank", SPREAD_COLUMNS)
+    for f in figures:
+        tflops, gbps, _, _ = figure_cells(f)
+        table.add_row(f.shape, _range(f.time_band.low, f.time_band.high),
+                      _range(f.reference_band.low, f.reference_band.high), f"{f.iqr_pct:.1f}", str(f.samples),
+                      tflops, gbps)
     return table
 
 
@@ -86,8 +98,8 @@ def rank_table(timings: list[ShapeTiming]) -> Table | None:
 
 def timings_parts(timings: list[ShapeTiming], geomean: float | None, figures: tuple[ShapeFigures, ...],
                   no_bound: str = "") -> tuple[Text | Table, ...]:
-    """The Timings tab: the summary line, the per-shape table (a row of `figures`, all_figures of
+    """The Timings tab: the summary line, the per-shape tables (a row of `figures`, all_figures of
     `timings`, per shape), the per-rank table (or why none)."""
     ranks = rank_table(timings)
-    return (summary_text(geomean, figures, no_bound, timings), shape_table(figures),
+    return (summary_text(geomean, figures, no_bound, timings), shape_table(figures), spread_table(figures),
             ranks if ranks is not None else Text("Per-rank timings are not stored in this result.", style="dim"))

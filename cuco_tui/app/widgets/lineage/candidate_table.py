@@ -18,8 +18,8 @@ from textual.strip import Strip
 
 from cuco_tui.app.widgets.lineage.rows import LineageRow, status_style
 
-# Most telling first: a table narrower than its columns (80 columns with compile errors) cuts the
-# kind and the island (shown in the details) before the status, speedup, backend or parents.
+# Most telling first: a table narrower than its columns cuts the kind and the island (shown in the
+# details) before the status, speedup, backend or parents.
 COLUMNS = ("graph", "id", "status", "speedup", "backend", "parents", "kind", "island")
 RIGHT_ALIGNED = {"island", "speedup"}
 HEADER_STYLE = Style(bold=True, underline=True)
@@ -27,6 +27,9 @@ ID_STYLE = Style(bold=True)
 DIM = Style(dim=True)
 CURSOR_STYLE = Style(reverse=True)
 GAP = 2
+# Where two spaces between columns would push the last ones out of view, one: at 80 columns a
+# session with compile errors and crossovers then shows its island column whole (it read "isl").
+NARROW_GAP = 1
 
 
 def _cells(row: LineageRow) -> tuple[str, ...]:
@@ -65,6 +68,7 @@ class CandidateTable(ScrollView, can_focus=True):
         self._rows: list[LineageRow] = []
         self._positions: dict[str, int] = {}
         self._widths: list[int] = [len(c) for c in COLUMNS]
+        self._gap = GAP
         self._cache: dict[int, tuple[str, ...]] = {}  # row index -> cell texts, filled as drawn
 
     # ---- data ------------------------------------------------------------------------------
@@ -85,8 +89,18 @@ class CandidateTable(ScrollView, can_focus=True):
             widths[6] = max(widths[6], len(s.kind))
         widths[3] = max(widths[3], 7)
         self._widths = widths
-        self.virtual_size = Size(sum(widths) + GAP * len(widths), len(rows) + 1)
+        self._fit()
         self.cursor = 0
+
+    def _fit(self) -> None:
+        """The gap between columns for the width on screen, and the scrollable size with it."""
+        widths = self._widths
+        self._gap = GAP if sum(widths) + GAP * (len(widths) - 1) <= self.scrollable_content_region.width else NARROW_GAP
+        self.virtual_size = Size(sum(widths) + self._gap * len(widths), len(self._rows) + 1)
+
+    def on_resize(self) -> None:
+        self._fit()
+        self.refresh()
 
     @property
     def row_count(self) -> int:
@@ -163,5 +177,5 @@ class CandidateTable(ScrollView, can_focus=True):
                 style = Style()
             if overlay is not None:
                 style = style + overlay
-            segments.append(Segment(padded + " " * GAP, style))
+            segments.append(Segment(padded + " " * self._gap, style))
         return Strip(segments)

@@ -4,7 +4,8 @@ reason, running, lost) and nodes, in three columns added when the first job show
 search never has them). A compile shows how long it has run and how many builds wait for a CPU
 builder ("compiling 0:42 (2 queued)"; a fused CUTLASS candidate takes a minute), redrawn every
 second from the time its state says it began. The dashboard hands it the evaluations of its
-state and the build queue (show); the table keeps what it drew."""
+state and the build queue (show); the table keeps what it drew. `compact` (a short terminal) puts
+the title into the top border."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Callable
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.reactive import reactive
 from textual.widgets import DataTable, Label
 
 from cuco_tui.app.search_state import BUILD_WAITING, BUILDING, Evaluation
@@ -55,6 +57,8 @@ def _cells(e: Evaluation, jobs: bool, now: float, queued: int) -> dict[str, str]
 
 
 class InFlightTable(Vertical):
+    compact: reactive[bool] = reactive(False)
+
     def __init__(self, *args, clock: Callable[[], float] = time.time, **kwargs) -> None:
         """`clock`: wall-clock seconds, what the events' `at` are in (a test gives its own)."""
         super().__init__(*args, **kwargs)
@@ -65,7 +69,7 @@ class InFlightTable(Vertical):
         self._queued = 0
 
     def compose(self) -> ComposeResult:
-        yield Label("Evaluating", classes="panel-title")
+        yield Label("Evaluating", id="in-flight-title", classes="panel-title")
         table: DataTable = DataTable(cursor_type="none", zebra_stripes=False)
         # fixed widths: what the table shows must not depend on rows already gone
         table.add_column("id", key="candidate", width=5)
@@ -76,6 +80,12 @@ class InFlightTable(Vertical):
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self.tick)  # the compile times count up
+        self.watch_compact(self.compact)
+
+    def watch_compact(self, compact: bool) -> None:
+        if self.is_mounted:
+            self.query_one("#in-flight-title", Label).display = not compact
+            self.border_title = "Evaluating" if compact else None
 
     @property
     def candidates(self) -> list[str]:

@@ -4,7 +4,8 @@ GB/s and the speedup of each bench shape. Every speedup carries its spread ('1.4
 half-width of its band of noise, core/noise.py), and a measured row within noise of the row
 that opened its place shares the place, marked '≈' ('≈1': not told apart from the first).
 Enter on a row asks the dashboard to open that candidate (Leaderboard.Chosen). The dashboard
-hands it the board of its state, the bounds and the work."""
+hands it the board of its state, the bounds and the work, and sets `compact` on a short terminal
+(the title goes into the top border: a line more for rows)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
+from textual.reactive import reactive
 from textual.widgets import DataTable, Label
 
 from cuco_tui.app.search_state import BoardEntry
 from cuco_tui.core.bounds import Bounds, Work, all_figures, format_figure, mean_pct_of_bound
 from cuco_tui.core.noise import Band, exceeds
 
-# What matters most first: a narrow column shows these and scrolls sideways for the rest.
-FIXED = ("#", "id", "speedup", "% bound", "status", "strategy", "ms", "TFLOP/s", "GB/s")
+# What matters most first: a narrow column shows these and scrolls sideways for the rest. The
+# status comes before % bound, which says nothing without a GPU: at 80 columns "no_gpu" and
+# "compile_error" read whole (the dashboard's left column is as wide as these four need).
+FIXED = ("#", "id", "speedup", "status", "% bound", "strategy", "ms", "TFLOP/s", "GB/s")
 TIE = "≈"
 
 
@@ -65,8 +69,8 @@ def row(entry: BoardEntry, shapes: list[str], bounds: Bounds | None, work: Mappi
     ms, tflops, gbps = totals(entry, work)
     by_shape = {f.shape: f for f in figures}
     band = entry.band
-    cells = [place, entry.candidate, band.label() if band is not None else "-",
-             format_figure(pct, ".0f", "%"), entry.status, entry.strategy,
+    cells = [place, entry.candidate, band.label() if band is not None else "-", entry.status,
+             format_figure(pct, ".0f", "%"), entry.strategy,
              format_figure(ms, ".3f"), format_figure(tflops, ".0f"), format_figure(gbps, ".0f")]
     cells += [_shape_speedup(by_shape[s].speedup_band) if s in by_shape else "-" for s in shapes]
     return tuple(cells)
@@ -77,6 +81,8 @@ def _shape_speedup(band: Band | None) -> str:
 
 
 class Leaderboard(Vertical):
+    compact: reactive[bool] = reactive(False)
+
     class Chosen(Message):
         """Enter on a row: open this candidate."""
 
@@ -88,11 +94,26 @@ class Leaderboard(Vertical):
         super().__init__(*args, **kwargs)
         self._columns: list[tuple[str, int]] = []  # (label, width) on screen
         self._rows: dict[str, tuple[str, ...]] = {}  # candidate -> the cells on screen, in board order
+        self._title = "Leaderboard"
 
     def compose(self) -> ComposeResult:
         yield Label("Leaderboard", id="leaderboard-title", classes="panel-title")
         table: DataTable = DataTable(id="leaderboard-table", cursor_type="row", zebra_stripes=False)
         yield table
+
+    def watch_compact(self) -> None:
+        self._show_title()
+
+    def on_mount(self) -> None:
+        self._show_title()
+
+    def _show_title(self) -> None:
+        if not self.is_mounted:
+            return
+        label = self.query_one("#leaderboard-title", Label)
+        label.update(self._title)
+        label.display = not self.compact
+        self.border_title = self._title if self.compact else None
 
     @property
     def candidates(self) -> list[str]:
@@ -142,8 +163,8 @@ class Leaderboard(Vertical):
             table.add_row(*cells, key=cid)
         self._rows = rows
         measured = sum(1 for e in board if e.measured)
-        self.query_one("#leaderboard-title", Label).update(
-            f"Leaderboard · {measured} measured of {len(board)}")  # short: the narrow column shows it whole
+        self._title = f"Leaderboard · {measured} measured of {len(board)}"  # short: the narrow column shows it whole
+        self._show_title()
         if keep in rows:
             table.move_cursor(row=list(rows).index(keep), animate=False)
 
