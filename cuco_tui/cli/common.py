@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import os
 import sys
 from pathlib import Path
@@ -22,8 +23,8 @@ from cuco_tui.core.bounds import all_figures
 from cuco_tui.core.noise import speedup_of
 from cuco_tui.core.result import CascadeResult, Status
 from cuco_tui.core.workload import DEFAULT_WORKLOAD, Workload, WorkloadError
-from cuco_tui.harness.gpus import parse_gpu_list
-from cuco_tui.workload.manifest import load_workload
+from cuco_tui.harness.gpus import GpuNamedTwice, parse_gpu_list
+from cuco_tui.workload.manifest import REPO_WORKLOADS, load_workload
 
 if TYPE_CHECKING:  # the executors import the cascade: only `--executor slurm` needs them at run time
     from cuco_tui.executors import Executor
@@ -36,6 +37,10 @@ WORKLOAD_HELP = ("the workload: a name (`cuco workloads` lists them) or a worklo
 SHARE_GPU_HELP = ("run every rank on one GPU (the one --gpus names, else 0; --world ranks, else the workload's "
                   "smallest world): checks correctness on a machine with fewer GPUs than ranks; times nothing")
 SHARE_GPU_HINT = "with fewer GPUs, --share-gpu checks correctness with every rank on one GPU (nothing timed)"
+# After a GPU named twice: a command with --share-gpu names it; one without (cuco-tui, search,
+# baseline) points to the command that has it.
+_SHARE_GPU_HERE = " (--share-gpu puts every rank on one GPU)"
+_SHARE_GPU_ELSEWHERE = " (to check a candidate with every rank on one GPU: `cuco eval CANDIDATE --share-gpu`)"
 
 STATUS_STYLE = {
     Status.MEASURED: "bold green",
@@ -52,17 +57,15 @@ STATUS_STYLE = {
 # ---------------------------------------------------------------------------- options
 
 
-def gpu_list(text: str | None) -> list[int] | None:
+def gpu_list(text: str | None, offers_share_gpu: bool = False) -> list[int] | None:
     """--gpus as indices (None when not given): a GPU named twice, or one this machine does not
-    have, is a usage error; on a machine with no usable GPU a warning says that nothing will run."""
+    have, is a usage error; on a machine with no usable GPU a warning says that nothing will run.
+    `offers_share_gpu`: the command has --share-gpu, which the refusal of a GPU named twice may suggest."""
     if text is None:
         return None
     from cuco_tui.harness.gpus import inventory, missing_gpus  # looked up when asked: tests stand in GPUs
 
-    try:
-        gpus = parse_gpu_list(text)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+    gpus = _parsed(text, offers_share_gpu)
     inv = inventory()
     absent = missing_gpus(gpus, inv)
     if absent:
@@ -73,18 +76,29 @@ def gpu_list(text: str | None) -> list[int] | None:
     return gpus
 
 
-def _parsed(text: str) -> list[int]:
+def _parsed(text: str, offers_share_gpu: bool) -> list[int]:
     try:
         return parse_gpu_list(text)
+    except GpuNamedTwice as exc:
+        raise UsageError(str(exc) + (_SHARE_GPU_HERE if offers_share_gpu else _SHARE_GPU_ELSEWHERE)) from exc
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
 
 def workload_named(name: str) -> Workload:
-    """--workload: a workload's name or folder."""
+    """--workload: a workload's name or folder. A folder or file that is none is refused as such:
+    load_workload's "no workload" would read as a name it does not know."""
     try:
         return load_workload(name)
     except WorkloadError as exc:
+        given = Path(name)
+        shipped = (REPO_WORKLOADS / name / "manifest.toml").is_file()
+        if given.is_dir() and not shipped and not (given / "manifest.toml").is_file():
+            raise UsageError(f"{name} is a folder without a manifest.toml, so no workload: give a workload's folder "
+                             f"(`cuco workload new NAME` makes one) or a name (`cuco workloads` lists them)") from exc
+        if given.is_file() and not shipped:
+            raise UsageError(f"{name} is a file, not a workload: give a workload's folder (the one holding "
+                             f"manifest.toml) or a name (`cuco workloads` lists them)") from exc
         raise UsageError(str(exc)) from exc
 
 
@@ -103,7 +117,7 @@ def check_group(workload: Workload, args: argparse.Namespace) -> None:
     compile first and, without a GPU, never look at them. With --share-gpu, --gpus names the one
     GPU every rank shares, so only --world counts."""
     world = getattr(args, "world", None)
-    gpus = _parsed(args.gpus) if getattr(args, "gpus", None) else None
+    gpus = _parsed(args.gpus, hasattr(args, "share_gpu")) if getattr(args, "gpus", None) else None
     shared = getattr(args, "share_gpu", False)
     if world is not None:
         _check_world(workload, world, f"--world {world}")
@@ -121,9 +135,15 @@ def _check_world(workload: Workload, world: int, given: str) -> None:
 
 
 def bench_shapes(workload: Workload, text: str | None) -> tuple[str, ...]:
-    """--shapes as bench shape names of `workload`; a name it lacks is refused, naming those it has."""
-    names = tuple(s.strip() for s in (text or "").split(",") if s.strip())
+    """--shapes as bench shape names of `workload`; a name it lacks is refused, naming those it has,
+    and so is an empty name (`--shapes ,` or `--shapes ""`), which would otherwise mean every shape."""
+    if text is None:
+        return ()
     known = [s.name for s in workload.bench_shapes]
+    names = tuple(s.strip() for s in text.split(","))
+    if not all(names):
+        raise UsageError(f"--shapes {text!r} has an empty name: give comma-separated bench shape names of "
+                         f"{workload.name} ({', '.join(known)}), or drop --shapes to measure them all")
     for name in names:
         if name not in known:
             raise UsageError(f"--shapes: {workload.name} has no bench shape {name!r}; its bench shapes are "
@@ -135,7 +155,7 @@ def share_gpu_asked(args: argparse.Namespace) -> bool:
     """--share-gpu, refused where it cannot mean what it says."""
     if not args.share_gpu:
         return False
-    if args.gpus and len(_parsed(args.gpus)) > 1:
+    if args.gpus and len(_parsed(args.gpus, True)) > 1:
         raise UsageError("--share-gpu puts every rank on one GPU: name one with --gpus, e.g. --gpus 0")
     if getattr(args, "shapes", None):
         raise UsageError("--share-gpu checks correctness only and times nothing: drop --shapes")
@@ -164,12 +184,54 @@ def config_overrides(args: argparse.Namespace, agent_kind: str, keys: tuple[str,
         raise UsageError(f"--evaluations is the number of candidates to evaluate: give 1 or more, "
                          f"not {overrides['evaluations']}")
     if args.gpus is not None:  # checked against this machine by gpu_list, which every command calls
-        overrides["gpus"] = tuple(_parsed(args.gpus))
+        overrides["gpus"] = tuple(_parsed(args.gpus, False))
     if args.budget is not None:
         overrides["budget_usd"] = args.budget
     elif agent_kind == "claude" and not args.resume:
         overrides["budget_usd"] = DEFAULT_CLAUDE_BUDGET
     return overrides
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type for a time limit: a finite number of seconds above 0 (NaN would pass a
+    `<= 0` check, and a limit of NaN or inf never ends a wait)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds, not {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, not {text!r}")
+    return value
+
+
+def dollars(text: str) -> float:
+    """An argparse type for a budget: a finite number of dollars, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of dollars, not {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"a number of dollars, 0 or more, not {text!r}")
+    return value
+
+
+class IntermixedParser(argparse.ArgumentParser):
+    """A subcommand's parser that takes options and positionals in any order (`cuco show S --json
+    c0011`): plain argparse matches an optional positional (nargs="?") at the first positional and
+    leaves it empty when an option comes between. Parsers of subcommands of their own (`cuco
+    workload`), which intermixed parsing does not support, parse as usual."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        nested = any(a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in self._get_positional_actions())
+        if nested or self._intermixing:  # Python 3.11/3.12's intermixed parsing calls back in here
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
 
 
 # ---------------------------------------------------------------------------- pacing

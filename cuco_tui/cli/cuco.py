@@ -7,10 +7,11 @@ result, printed like any other, with exit code 1."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
-from cuco_tui.cli.common import package_version
+from cuco_tui.cli.common import IntermixedParser, package_version
 from cuco_tui.cli.doctor import add_doctor_parser
 from cuco_tui.cli.evaluate import add_eval_parsers, add_selftest_parsers
 from cuco_tui.cli.export import add_export_parser
@@ -23,7 +24,8 @@ from cuco_tui.core.errors import UsageError
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cuco", description="co-design of computation and communication in multi-GPU CUDA kernels")
     p.add_argument("--version", action="version", version=f"cuco {package_version()}")
-    sub = p.add_subparsers(dest="command", required=True)
+    # every subcommand (and `workload`'s) takes its options and positionals in any order
+    sub = p.add_subparsers(dest="command", required=True, parser_class=IntermixedParser)
     # the order of `cuco --help`
     add_eval_parsers(sub)  # eval, baseline
     add_doctor_parser(sub)
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # inside the try: a reader that left shows here, not at exit
         return rc
     except UsageError as exc:
+        with contextlib.suppress(OSError):  # what was said before the refusal shows before it, in a shared log
+            sys.stdout.flush()
         print(f"cuco: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `cuco show ... | head`: the reader left, which is no error

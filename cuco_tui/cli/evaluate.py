@@ -13,8 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from cuco_tui.cli.common import (SHARE_GPU_HELP, WORKLOAD_HELP, bench_shapes, check_group, gpu_list, render_result,
-                                 share_gpu_asked, share_gpu_hint, stderr_console, stdout_console, workload_named,
-                                 workload_of_file)
+                                 positive_seconds, share_gpu_asked, share_gpu_hint, stderr_console, stdout_console,
+                                 workload_named, workload_of_file)
 from cuco_tui.cli.profile import (SessionCandidate, add_profile_arguments, keep_in_session, profile_lines,
                                   profile_shape, session_candidate)
 from cuco_tui.core.errors import UsageError
@@ -35,16 +35,25 @@ def evaluate_file(args: argparse.Namespace, from_session: SessionCandidate | Non
     from cuco_tui.evaluate.cascade import EvalOptions, evaluate
 
     path = Path(args.file) if from_session is None else from_session.file
+    if path.is_dir():
+        seed = " (a workload's seed is its folder's seed.cu)" if (path / "seed.cu").is_file() else ""
+        raise UsageError(f"{path} is a folder, not a candidate file: give the candidate's .cu{seed}")
     if not path.is_file():
         raise UsageError(f"no such candidate file: {path}")
     too_large = source_too_large(path.stat().st_size, str(path))  # before a byte of it is read
     if too_large:
         raise UsageError(too_large)
     inside = None
-    if args.workload is not None:
+    if from_session is not None:
+        recorded = from_session.workload or DEFAULT_WORKLOAD
+        workload = workload_named(recorded if args.workload is None else args.workload)
+        # another workload's frozen regions would only reject the candidate at L0, saying nothing of why
+        if args.workload is not None and not _is_workload(recorded, workload):
+            raise UsageError(f"session {from_session.session.name} searches {Path(recorded).name}, not "
+                             f"{args.workload}: drop --workload to evaluate {from_session.candidate_id} against the "
+                             f"session's workload")
+    elif args.workload is not None:
         workload = workload_named(args.workload)
-    elif from_session is not None:
-        workload = workload_named(from_session.workload or DEFAULT_WORKLOAD)
     else:
         inside = workload_of_file(path)
         workload = workload_named(str(inside) if inside is not None else DEFAULT_WORKLOAD)
@@ -61,7 +70,7 @@ def evaluate_file(args: argparse.Namespace, from_session: SessionCandidate | Non
     check_group(workload, args)
     profile = profile_shape(workload, args, shapes)
     options = EvalOptions(
-        gpus=gpu_list(args.gpus), world=args.world, bench=not args.no_bench, shapes=shapes,
+        gpus=gpu_list(args.gpus, offers_share_gpu=True), world=args.world, bench=not args.no_bench, shapes=shapes,
         share_gpu=share_gpu_asked(args), sanitize=args.sanitize, profile=profile, align=args.align or "device",
         **perturb_options(args),
     )
@@ -82,6 +91,16 @@ def evaluate_file(args: argparse.Namespace, from_session: SessionCandidate | Non
     if hint:
         print(f"hint: {hint}", file=sys.stderr)
     return 0 if result.status.ok else 1
+
+
+def _is_workload(recorded: str, workload: Workload) -> bool:
+    """Whether a session's recorded workload (a name, or a folder) is `workload`: by folder where it
+    loads here, else by name (a session made on another machine names a folder this one lacks, and
+    --workload then says where its copy is)."""
+    try:
+        return workload_named(recorded).root.resolve() == workload.root.resolve()
+    except UsageError:
+        return Path(recorded).name == workload.name
 
 
 def sanitize_hint(args: argparse.Namespace, workload: str, result: CascadeResult) -> str:
@@ -162,7 +181,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     workload = workload_named(args.workload)
     check_group(workload, args)
     only = fault_names(workload, args.only)
-    options = EvalOptions(gpus=gpu_list(args.gpus), world=args.world,
+    options = EvalOptions(gpus=gpu_list(args.gpus, offers_share_gpu=True), world=args.world,
                           first_launch_timeout_s=args.launch_timeout, share_gpu=share_gpu_asked(args),
                           **perturb_options(args))
     gpus, why = choose_gpus(workload, options)
@@ -264,7 +283,7 @@ def add_selftest_parsers(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--only", help="comma-separated fault names of the workload's suite (faults/expected.toml; "
                                    "default: all)")
     st.add_argument("--share-gpu", action="store_true", help=SHARE_GPU_HELP)
-    st.add_argument("--launch-timeout", type=float, default=10.0,
+    st.add_argument("--launch-timeout", type=positive_seconds, default=10.0, metavar="SECONDS",
                     help="time limit of a candidate's first launch, in seconds (default 10)")
     add_perturb_arguments(st)
     st.set_defaults(fn=cmd_selftest)

@@ -186,7 +186,8 @@ def add_export_parser(sub: argparse._SubParsersAction) -> None:
     ex.add_argument("session", help="a session folder, a name in the sessions folder (--root), or a .bundle")
     ex.add_argument("--out", metavar="DIR", help="the folder to write into (default: export/; made if missing)")
     ex.add_argument("--best", metavar="DIR", help="the same as --out DIR (the best measured candidate, as before)")
-    ex.add_argument("--candidate", metavar="ID", help="export this candidate instead of the best measured one")
+    ex.add_argument("--candidate", metavar="ID", help="export this candidate instead of the best measured one "
+                                                      "(c0004, or c4, 0004, 4)")
     ex.add_argument("--root", metavar="DIR", help="where sessions live, for a session given by name "
                                                   "(default: the sessions folder, as for `cuco sessions`)")
     ex.set_defaults(fn=cmd_export)

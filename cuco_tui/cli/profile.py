@@ -59,28 +59,36 @@ class SessionCandidate:
 
 @contextmanager
 def session_candidate(args: argparse.Namespace) -> Iterator[SessionCandidate | None]:
-    """With --session, FILE is a candidate id of that session: its source in a temporary folder
-    (removed after) as `<id>.cu`; without, None."""
+    """With --session, FILE is a candidate id of that session (a folder, a name under the sessions
+    folder, or a .bundle, opened as `cuco show` opens it; the id spelled as there): its source in a
+    temporary folder (removed after) as `<id>.cu`; without, None."""
     if args.session is None:
         yield None
         return
-    from cuco_tui.lineage import SessionError, SessionRepo
-    from cuco_tui.search.sessions import resolve_session
+    from cuco_tui.cli.sessions import candidate_named, open_named, shown_as
 
-    try:
-        path = resolve_session(args.session)
-        with SessionRepo.open(path) as repo:
-            if args.file not in repo:
-                raise UsageError(f"session {path.name} has no candidate {args.file!r} (with --session, FILE is a "
-                                 f"candidate id, e.g. c0004; `cuco show {args.session}` lists them)")
-            source = repo.source_of(args.file)
-            workload = str(repo.session_info().get("workload", ""))
-    except SessionError as exc:
-        raise UsageError(str(exc)) from exc
-    with tempfile.TemporaryDirectory(prefix=f"cuco-{args.file}-") as folder:
-        file = Path(folder) / f"{args.file}.cu"
+    bundle = str(args.session).endswith(".bundle") and Path(args.session).is_file()
+    if bundle and args.profile is not None:  # it would be kept in the temporary folder the bundle is read into
+        raise UsageError(f"--profile keeps the profile in the session, and {args.session} is a bundle: `git clone "
+                         f"{args.session}` and give the clone's folder to --session")
+    from cuco_tui.lineage import SessionError
+
+    with open_named(args) as repo:
+        shown = shown_as(args, repo)
+        cid = candidate_named(repo, args.file)
+        if cid not in repo:
+            raise UsageError(f"session {shown} has no candidate {args.file!r} (with --session, FILE is a candidate "
+                             f"id, e.g. c0004; `cuco show {args.session}` lists them)")
+        try:
+            source = repo.source_of(cid)
+        except SessionError as exc:
+            raise UsageError(str(exc)) from exc
+        workload = str(repo.session_info().get("workload", ""))
+        path = Path(repo.path)
+    with tempfile.TemporaryDirectory(prefix=f"cuco-{cid}-") as folder:
+        file = Path(folder) / f"{cid}.cu"
         file.write_text(source)
-        yield SessionCandidate(path, args.file, workload, file)
+        yield SessionCandidate(path, cid, workload, file)
 
 
 def keep_in_session(candidate: SessionCandidate, profile: Profile) -> Profile:
@@ -113,5 +121,5 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
                         "pip install 'cuco-tui[profile]') and print each rank's exposed communication; the trace "
                         f"(a Chrome trace for {PERFETTO}) goes into the run folder")
     p.add_argument("--session", metavar="SESSION",
-                   help="FILE is a candidate id of this session (a folder, or a name under the sessions folder); "
-                        "with --profile, the profile is kept with the candidate")
+                   help="FILE is a candidate id of this session (a folder, a name under the sessions folder, or a "
+                        ".bundle); with --profile, the profile is kept with the candidate")

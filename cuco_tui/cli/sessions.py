@@ -17,6 +17,7 @@ from rich.text import Text
 from cuco_tui.cli.common import render_result, stdout_console
 from cuco_tui.core.errors import UsageError
 from cuco_tui.core.noise import record_speedup
+from cuco_tui.core.records import candidate_id_of
 
 
 # ---------------------------------------------------------------------------- cuco sessions
@@ -90,11 +91,21 @@ def shown_as(args: argparse.Namespace, repo) -> str:
     return str(given) if given.suffix == ".bundle" and given.is_file() else str(repo.path)
 
 
+def candidate_named(repo, typed: str) -> str:
+    """The id of the candidate `typed` names, read as the TUI reads it ("c0030", "c30", "0030" and
+    "30" are all c0030); `typed` itself when the session has that id or it names none."""
+    if typed in repo:
+        return typed
+    return candidate_id_of(typed) or typed
+
+
 def record_of(repo, candidate: str, shown: str):
-    """One candidate, whole; a candidate the session lacks is named with the session as the user
-    gave it (`shown`: a bundle's own path, never the temporary folder it is read from)."""
+    """One candidate (any spelling of its id: candidate_named), whole; a candidate the session lacks
+    is named with the session as the user gave it (`shown`: a bundle's own path, never the temporary
+    folder it is read from)."""
     from cuco_tui.lineage import SessionError
 
+    candidate = candidate_named(repo, candidate)
     if candidate not in repo:
         raise UsageError(f"no candidate {candidate!r} in session {shown}")
     try:
@@ -210,7 +221,7 @@ def add_session_parsers(sub: argparse._SubParsersAction) -> None:
 
     sh = sub.add_parser("show", help="a session's summary, or one candidate's result, diagnostics and diff")
     sh.add_argument("session", help="a session folder, or a name in the sessions folder (--root)")
-    sh.add_argument("candidate", nargs="?", help="a candidate id, e.g. c0004")
+    sh.add_argument("candidate", nargs="?", help="a candidate id, e.g. c0004 (or c4, 0004, 4)")
     sh.add_argument("--root", metavar="DIR", help="where sessions live, for a session given by name "
                                                   "(default: the sessions folder, as for `cuco sessions`)")
     sh.add_argument("--json", action="store_true", help="print the summary, or the candidate and its diff, as JSON")

@@ -13,9 +13,10 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from cuco_tui.cli.common import SHARE_GPU_HELP, stdout_console
+from cuco_tui.cli.common import SHARE_GPU_HELP, positive_seconds, stdout_console
 from cuco_tui.core.errors import UsageError
 from cuco_tui.core.workload import WorkloadError
+from cuco_tui.workload.program.gloo_run import RUN_TIMEOUT_S
 
 _STYLE = {"ok": "green", "warning": "yellow", "error": "bold red"}
 
@@ -23,10 +24,13 @@ _STYLE = {"ok": "green", "warning": "yellow", "error": "bold red"}
 def cmd_workload_new(args: argparse.Namespace) -> int:
     from cuco_tui.workload.scaffold import new_workload
 
+    parent = _folder_to_write_in(args.dir)
     try:
-        made = new_workload(args.name, Path(args.dir), args.title or "")
+        made = new_workload(args.name, parent, args.title or "")
     except WorkloadError as exc:
         raise UsageError(str(exc)) from exc
+    except OSError as exc:
+        raise UsageError(f"cannot write the workload into {parent}: {exc.strerror or exc}") from exc
     out = stdout_console()
     out.print(f"wrote {made.root}:")
     for f in made.files:
@@ -37,21 +41,42 @@ def cmd_workload_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def _folder_to_write_in(text: str) -> Path:
+    """--dir: a folder, or one that can be made; a file on its way is refused by name (mkdir would
+    say only "Not a directory")."""
+    path = Path(text)
+    for at in (path, *path.parents):
+        if at.exists() or at.is_symlink():
+            if not at.is_dir():
+                where = "is a file" if at == path else f"lies under {at}, which is a file"
+                raise UsageError(f"--dir {text} {where}, not a folder: give the folder to create the workload in "
+                                 f"(made if missing)")
+            break
+    return path
+
+
 def cmd_workload_import(args: argparse.Namespace) -> int:
     from cuco_tui.workload.program.importer import import_program
 
+    parent = _folder_to_write_in(args.dir)
     out = stdout_console()
-    out.print(f"importing {args.file} at {args.world} ranks (the program runs in processes of its own; "
-              f"seconds on the CPU, more for a large program) ...", markup=False, highlight=False)
+
+    def say(line: str) -> None:
+        out.print(line, markup=False, highlight=False)
+
+    say(f"importing {args.file} at {args.world} ranks: the program runs in {args.world} CPU processes of its own, "
+        f"each step at most {args.timeout:g} s (--timeout)")
     try:
-        made = import_program(Path(args.file), args.world, args.name, Path(args.dir))
+        made = import_program(Path(args.file), args.world, args.name, parent, timeout=args.timeout, say=say)
     except WorkloadError as exc:
         raise UsageError(str(exc)) from exc
+    except OSError as exc:
+        raise UsageError(f"cannot write the workload into {parent}: {exc.strerror or exc}") from exc
     for line in made.lines:
-        out.print(line, markup=False, highlight=False)
-    out.print(f"wrote {made.root}: {', '.join(made.files)}", markup=False, highlight=False)
-    out.print(f"next: `cuco workload check {made.root}`, `cuco eval {made.root / 'seed.cu'} --workload {made.root}`, "
-              f"`cuco search --workload {made.root} --agent offline`", markup=False, highlight=False)
+        say(line)
+    say(f"wrote {made.root}: {', '.join(made.files)}")
+    say(f"next: `cuco workload check {made.root}`, `cuco eval {made.root / 'seed.cu'} --workload {made.root}`, "
+        f"`cuco search --workload {made.root} --agent offline`")
     return 0
 
 
@@ -95,7 +120,8 @@ def _reference_on_gpus(path: Path, args: argparse.Namespace) -> Any:
         return EvalOptions(bench=False)  # the findings say what is wrong with the manifest; nothing runs
     check_group(workload, args)
     shared = share_gpu_asked(args)
-    return EvalOptions(gpus=gpu_list(args.gpus), world=args.world, share_gpu=shared, bench=False)
+    return EvalOptions(gpus=gpu_list(args.gpus, offers_share_gpu=True), world=args.world, share_gpu=shared,
+                       bench=False)
 
 
 def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
@@ -113,6 +139,9 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--world", type=int, required=True, help="the number of ranks it runs on")
     i.add_argument("--name", help="the workload's name (default: from the file's name)")
     i.add_argument("--dir", default="workloads", help="the folder to create it in (default: workloads)")
+    i.add_argument("--timeout", type=positive_seconds, default=RUN_TIMEOUT_S, metavar="SECONDS",
+                   help="the limit of each step that runs the program (loading and sizing it, its float64 run, "
+                        f"its run in its own dtype), in seconds (default {RUN_TIMEOUT_S:g})")
     i.set_defaults(fn=cmd_workload_import)
     c = wsub.add_parser("check", help="say what a workload folder lacks or gets wrong, item by item")
     c.add_argument("path", help="the workload's folder")

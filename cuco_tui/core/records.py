@@ -193,6 +193,16 @@ def candidate_id(n: int) -> str:
     return f"c{n:04d}"
 
 
+_TYPED_ID = re.compile(r"[cC]?(\d+)")
+
+
+def candidate_id_of(typed: str) -> str | None:
+    """The candidate id a person means: "c0030", "c30", "0030" and "30" are all c0030; None
+    for text that names no candidate."""
+    m = _TYPED_ID.fullmatch(typed.strip())
+    return candidate_id(int(m.group(1))) if m else None
+
+
 def id_number(cid: str) -> int:
     """The number in a candidate id ("c0007" -> 7); -1 for anything else."""
     m = _ID.match(cid)

@@ -31,6 +31,10 @@ def is_shared(gpus: list[int]) -> bool:
     return len(set(gpus)) < len(gpus)
 
 
+class GpuNamedTwice(ValueError):
+    """A GPU list that names a GPU twice: the command line says how to put ranks on one GPU."""
+
+
 def parse_gpu_list(text: str) -> list[int]:
     """`0,1,2,3`, `0-3` or `0-1,4-5` -> sorted list of distinct indices; a GPU named twice is
     refused (each rank gets a GPU of its own; --share-gpu is the way to put ranks on one)."""
@@ -51,8 +55,7 @@ def parse_gpu_list(text: str) -> list[int]:
         raise ValueError("no GPUs named: use e.g. --gpus 0,1 or --gpus 0-3")
     twice = sorted({g for g in out if out.count(g) > 1})
     if twice:
-        raise ValueError(f"GPU {twice[0]} is named twice in {text!r}: each rank needs a GPU of its own "
-                         f"(--share-gpu puts every rank on one GPU)")
+        raise GpuNamedTwice(f"GPU {twice[0]} is named twice in {text!r}: each rank needs a GPU of its own")
     return sorted(out)
 
 

@@ -71,7 +71,7 @@ async def test_b_and_l_work_from_the_lineage_and_candidate_screens(tmp_path):
 
 @pytest.mark.asyncio
 async def test_slash_finds_c0030_however_it_is_typed(tmp_path):
-    from cuco_tui.app.widgets.lineage.rows import candidate_id_of
+    from cuco_tui.core.records import candidate_id_of
 
     assert [candidate_id_of(t) for t in ("30", "c30", "0030", "c0030", " C30 ", "thirty", "", "c-1")] == [
         "c0030", "c0030", "c0030", "c0030", "c0030", None, None, None]

@@ -40,7 +40,7 @@ from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.search_state import DashboardState, RunPhase, apply
 from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.gpu_banner import GpuBanner
-from cuco_tui.app.widgets.lineage.rows import candidate_id_of
+from cuco_tui.core.records import candidate_id_of
 from cuco_tui.app.widgets.search.editor import EditError, edit_source
 from cuco_tui.app.widgets.search.in_flight import InFlightTable
 from cuco_tui.app.widgets.search.leaderboard import Leaderboard

@@ -28,8 +28,19 @@ _SECONDARY = ("Connection closed by peer", "Connection reset", "Timed out", "tim
               "closed by remote", "SIGTERM")
 
 
+RUN_TIMEOUT_S = 600.0  # the default limit of a job: a large program's float64 run on the CPU takes minutes
+
+
 class ProgramRunError(RuntimeError):
     """The program failed (or hung) under gloo; the message is one line."""
+
+
+class ProgramTimeout(ProgramRunError):
+    """The program ran past its time limit (`limit`, in seconds): the caller may say how to give it more."""
+
+    def __init__(self, message: str, limit: float) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 @dataclass
@@ -167,7 +178,7 @@ class GlooRanks:
 
     def run(self, program: Path, shapes: dict[str, dict[str, int]], folder: Path, *, mode: str = "make",
             inputs: list[list[dict[str, Any]]] | None = None, trace: bool = False,
-            timeout: float = 600.0, cast: str = "") -> GlooRun:
+            timeout: float = RUN_TIMEOUT_S, cast: str = "") -> GlooRun:
         """Run `program`'s solution at `shapes` on the W ranks in `folder` (which must exist).
         mode "make": inputs from make_inputs (float64, CPU); "files": from in_*.npy the caller wrote, in
         the harness's layout, with `inputs` each rank's layout specs (layout.to_program), and with
@@ -180,9 +191,9 @@ class GlooRanks:
         answers, timed_out = self._exchange({r: request for r in range(self.world)}, timeout)
         try:
             if timed_out:
-                raise ProgramRunError(
-                    f"the program did not finish within {timeout:.0f} s on {self.world} CPU processes under gloo "
-                    f"(does every rank call the same collectives in the same order?)")
+                raise ProgramTimeout(
+                    f"the program did not finish within {timeout:g} s on {self.world} CPU processes under gloo "
+                    f"(does every rank call the same collectives in the same order?)", timeout)
             for r in range(self.world):
                 if r not in answers:
                     raise ProgramRunError(f"rank {r} of the CPU run ended without a report: "
@@ -203,7 +214,7 @@ class GlooRanks:
 
 def run_gloo(program: Path, world: int, shapes: dict[str, dict[str, int]], folder: Path, *, mode: str = "make",
              inputs: list[list[dict[str, Any]]] | None = None, trace: bool = False,
-             timeout: float = 600.0) -> GlooRun:
+             timeout: float = RUN_TIMEOUT_S) -> GlooRun:
     """One run (GlooRanks.run) on W processes of its own, ended with it."""
     with GlooRanks(world) as ranks:
         return ranks.run(program, shapes, folder, mode=mode, inputs=inputs, trace=trace, timeout=timeout)

@@ -19,19 +19,21 @@ import re
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cuco_tui.core.workload import WorkloadError
 from cuco_tui.workload.program.generate import PATTERN_SPLITS, ImportPlan, render
-from cuco_tui.workload.program.gloo_run import GlooRanks, ProgramRunError, temporary_folder
+from cuco_tui.workload.program.gloo_run import (RUN_TIMEOUT_S, GlooRanks, ProgramRunError, ProgramTimeout,
+                                                temporary_folder)
 from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout
 from cuco_tui.workload.program.patterns import recognize, summary
-from cuco_tui.workload.program.precision import own_rounding, widened
+from cuco_tui.workload.program.precision import TORCH_DTYPE, own_rounding, widened
 from cuco_tui.workload.program.record import RECORD
 from cuco_tui.workload.scaffold import valid_name
 
 SEED_KNOBS = {"allgather_k_matmul": "kPerPeer (gather then one GEMM, or per-peer K blocks as they land), "
                                     "kNcclMaxCtas"}
+LONGER = "a program that needs longer: --timeout SECONDS"  # how `cuco workload import` gives a step more time
 TOLERANCE = {  # dtype -> (rtol, rtol when the program sums over ranks)
     "bfloat16": (0.02, 0.04), "float16": (0.01, 0.02), "float32": (0.001, 0.001)}
 
@@ -51,9 +53,9 @@ def _name_from(stem: str) -> str:
 def _inspect(ranks: GlooRanks, source: Path, timeout: float) -> dict[str, Any]:
     seen = ranks.inspect(source, timeout)
     if seen.timed_out:
-        raise WorkloadError(f"loading {source.name} and sizing its shapes took over {timeout:.0f} s (a solution "
+        raise WorkloadError(f"loading {source.name} and sizing its shapes took over {timeout:g} s (a solution "
                             f"the meta device cannot run, for a .item() say, is sized on the CPU, slowly at large "
-                            f"bench shapes)")
+                            f"bench shapes; {LONGER})")
     report = seen.report
     if report is None:
         raise WorkloadError(f"loading {source.name} failed: {seen.stderr_tail}")
@@ -103,6 +105,9 @@ def _cpu_run(ranks: GlooRanks, source: Path, world: int, conv: dict[str, Any], s
     tmp = temporary_folder()
     try:
         run = ranks.run(source, verify, Path(tmp.name), trace=True, timeout=timeout)
+    except ProgramTimeout as exc:
+        tmp.cleanup()
+        raise WorkloadError(f"{source.name}: {exc}; {LONGER}") from None
     except ProgramRunError as exc:
         tmp.cleanup()
         raise WorkloadError(f"{source.name}: {exc}") from None
@@ -163,10 +168,14 @@ def _write(stage: Path, plan: ImportPlan, source: Path) -> tuple[str, ...]:
 
 
 def import_program(source: Path, world: int, name: str | None = None, parent: Path = Path("workloads"),
-                   timeout: float = 600.0, ranks: GlooRanks | None = None) -> ImportReport:
+                   timeout: float = RUN_TIMEOUT_S, ranks: GlooRanks | None = None,
+                   say: Callable[[str], None] | None = None) -> ImportReport:
     """`ranks`: a GlooRanks of `world` processes to run on (a caller importing several programs at one
-    world size starts them once, each job loading its program afresh); else ranks of its own."""
+    world size starts them once, each job loading its program afresh); else ranks of its own.
+    `timeout`: the limit of each step that runs the program; `say`: told, one line, as each starts."""
     source = Path(source)
+    if source.is_dir():
+        raise WorkloadError(f"{source} is a folder: give the program's .py file")
     if not source.is_file():
         raise WorkloadError(f"{source}: no such file (give the program's .py file)")
     if world < 2:
@@ -181,15 +190,25 @@ def import_program(source: Path, world: int, name: str | None = None, parent: Pa
     if ranks is not None:
         if ranks.world != world:
             raise ValueError(f"an import at world {world} was handed {ranks.world} ranks")
-        return _import(ranks, source, world, name, parent, timeout)
+        return _import(ranks, source, world, name, parent, timeout, say or _silent)
     with GlooRanks(world) as own:
-        return _import(own, source, world, name, parent, timeout)
+        return _import(own, source, world, name, parent, timeout, say or _silent)
 
 
-def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path, timeout: float) -> ImportReport:
+def _silent(line: str) -> None:
+    pass
+
+
+def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path, timeout: float,
+            say: Callable[[str], None]) -> ImportReport:
+    # A line before each step that waits on the program: a hang is then seen to be the program's,
+    # in that step, and not the tool's.
     root = Path(parent) / name
+    say(f"loading {source.name} and sizing its shapes (rank 0, once torch has started) ...")
     report = _inspect(ranks, source, timeout)
     conv, sizes = report["convention"], report["sizes"]
+    say(f"running solution on {world} CPU processes in float64 under gloo at "
+        f"{', '.join(_verify_shapes(conv))} ...")
     run, tmp = _cpu_run(ranks, source, world, conv, sizes, timeout)
     made_parent = not Path(parent).exists()
     stage = Path(parent) / f".{name}.importing"
@@ -213,6 +232,9 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
             else:
                 layout = lay
         rtol, why = _tolerance(conv["dtype"], trace)
+        if conv["dtype"] in TORCH_DTYPE:
+            say(f"running solution in {conv['dtype']} on the float64 run's inputs (how far its own rounding "
+                f"lands) ...")
         worst, at, not_measured = own_rounding(ranks, source, run, _verify_shapes(conv), conv["dtype"], timeout)
         rtol, why = widened(rtol, why, worst, not_measured, conv["dtype"], at)
         plan = ImportPlan(name=name, title=f"{source.stem} (imported PyTorch program)", source=str(source),
@@ -223,6 +245,7 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
         if made_parent:
             Path(parent).mkdir(parents=True)
         files = _write(stage, plan, source)
+        say("checking the written reference against the float64 run ...")
         problem = _agrees(stage, run, world, plan, ranks)
         if problem and layout.pattern:
             own = program_layout(conv["input_names"], first)

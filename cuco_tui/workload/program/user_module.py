@@ -80,8 +80,15 @@ def check_convention(module: ModuleType, path: str) -> Convention:
     if shapes is None:
         raise ProgramError(f"{name} defines no SHAPES: a dict of named shapes, e.g. SHAPES = {{\"verify\": "
                            f"dict(M=256, K=192, N=320), \"large\": dict(M=8192, K=4096, N=6144)}}")
-    if not isinstance(shapes, dict) or not shapes or not all(isinstance(v, dict) for v in shapes.values()):
+    if isinstance(shapes, dict) and not shapes:
+        raise ProgramError(f"{name}: SHAPES is empty: name at least a verify shape and a bench shape, e.g. SHAPES = "
+                           f"{{\"verify\": dict(M=256, K=192, N=320), \"large\": dict(M=8192, K=4096, N=6144)}}")
+    if not isinstance(shapes, dict):
         raise ProgramError(f"{name}: SHAPES must map shape names to dicts of dims, not {type(shapes).__name__}")
+    odd = next((k for k, v in shapes.items() if not isinstance(v, dict)), None)
+    if odd is not None:
+        raise ProgramError(f"{name}: SHAPES must map shape names to dicts of dims, and SHAPES[{odd!r}] is a "
+                           f"{type(shapes[odd]).__name__}")
     for fn in ("make_inputs", "solution"):
         if not callable(getattr(module, fn, None)):
             what = ("make_inputs(rank, world, *, dims..., dtype, device), which builds one rank's inputs"

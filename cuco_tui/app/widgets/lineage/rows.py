@@ -4,10 +4,9 @@ Pure data, no Textual: built from index summaries, never from full records."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from cuco_tui.core.records import RecordStatus, candidate_id
+from cuco_tui.core.records import RecordStatus
 from cuco_tui.lineage import CandidateSummary
 
 STATUS_STYLE = {  # looked up with the index's status strings too (a RecordStatus hashes as its value)
@@ -24,14 +23,6 @@ FAILURE_STYLE = "red"  # compile_error, deadlock, crash, timeout, ...
 MAX_DRAWN_DEPTH = 12
 
 
-_TYPED_ID = re.compile(r"[cC]?(\d+)")
-
-
-def candidate_id_of(typed: str) -> str | None:
-    """The candidate id a person means: "c0030", "c30", "0030" and "30" are all c0030; None
-    for text that names no candidate."""
-    m = _TYPED_ID.fullmatch(typed.strip())
-    return candidate_id(int(m.group(1))) if m else None
 
 
 def status_style(status: str) -> str:
