@@ -17,7 +17,7 @@ from cuco_tui.cli.build_watch import BuildWatch
 from cuco_tui.agents.factory import AGENT_KINDS
 from cuco_tui.cli.common import (
     DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, WORKLOAD_HELP, add_executor_options, add_pacing_options,
-    check_pacing_options, config_overrides, gpu_list,
+    check_pacing_options, config_overrides, dollars, gpu_list,
     make_executor, workload_named,
 )
 from cuco_tui.core.ending import describe_end
@@ -252,6 +252,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     # Every flag is checked, and the executor and the agent made, before a session exists: a
     # refusal leaves nothing behind (no empty session for `cuco sessions` to list).
     agent_kind = args.agent or default_agent_kind()
+    check_claude_options(args, agent_kind)
     if args.executor != "slurm":  # Slurm gives each job its GPUs (--gpus is refused there)
         gpu_list(args.gpus)  # a GPU named twice or not on this machine: refused before anything starts
     check_pacing_options(args)
@@ -324,6 +325,18 @@ def cmd_search(args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if interrupts.count else EXIT_ENDED
 
 
+def check_claude_options(args: argparse.Namespace, agent_kind: str) -> None:
+    """--model and --budget, which only the Claude agent reads (the others call no model and
+    spend no dollar, so a cap would never be reached), refused with another agent."""
+    if agent_kind == "claude":
+        return
+    given = [flag for flag, value in (("--model", args.model), ("--budget", args.budget)) if value is not None]
+    if given:
+        chosen = "" if args.agent else " (the default without ANTHROPIC_API_KEY)"
+        raise UsageError(f"{given[0]} is an option of --agent claude; the agent here is {agent_kind}{chosen}, "
+                         f"which calls no model and spends no dollar: drop {given[0]}")
+
+
 def open_resumed(name: str, root: Path | None, overrides: dict[str, Any], generations: int | None,
                  given_workload: str | None) -> Any:
     """The session `name` (a folder, or a name under `root`) to resume, reopened as a
@@ -331,7 +344,9 @@ def open_resumed(name: str, root: Path | None, overrides: dict[str, Any], genera
     `cuco-tui --resume` alike. Every refusal is a UsageError with the repository closed: no such
     session, one that cannot be resumed, --workload naming another workload, --generations not
     beyond those it ran (it is the session's total; generations up to the last committed one are
-    not run again), an --evaluations total (given, or the session's own) it has reached already."""
+    not run again), no --generations when it ran every generation of its own total and left
+    nothing for a resume to finish, an --evaluations total (given, or the session's own) it has
+    reached already."""
     from cuco_tui.lineage import SessionError
     from cuco_tui.search.config import ConfigError
     from cuco_tui.search.launch import resumed_target
@@ -346,17 +361,23 @@ def open_resumed(name: str, root: Path | None, overrides: dict[str, Any], genera
         if given_workload and not names(given_workload, workload):
             raise UsageError(f"session {session} searches {workload.name}, not {given_workload}: "
                              f"drop --workload to resume it, or start a new search without --resume")
-        done = max((s.generation for s in target.repo.summaries()), default=0) if generations is not None else 0
+        from cuco_tui.search.outcomes import is_evaluation, left_for_a_resume
+
+        records = target.repo.records()
+        done = max((r.generation for r in records), default=0)
         if generations is not None and generations <= done:
             raise UsageError(f"session {session} has run its generations up to {done}, and --generations "
                              f"is the session's total: give more than {done} to search on")
+        planned = target.config.generations
+        if generations is None and records and done >= planned and not left_for_a_resume(records):
+            # it would start, find no generation to run and end "finished" with nothing new
+            raise UsageError(f"session {session} finished its {planned} generation(s): pass --generations N "
+                             f"(N > {done}) to go on")
         limit = target.config.evaluations
         if limit is not None:
-            from cuco_tui.search.outcomes import is_evaluation
-
-            evaluated = sum(is_evaluation(r) for r in target.repo.records())
+            evaluated = sum(is_evaluation(r) for r in records)
             if evaluated >= limit:
-                given = "--evaluations is" if "evaluations" in overrides else f"it was started with --evaluations {limit},"
+                given = "--evaluations is" if "evaluations" in overrides else f"it was given --evaluations {limit},"
                 raise UsageError(f"session {session} has evaluated {evaluated} candidates, and {given} the session's "
                                  f"total: give a higher --evaluations to search on")
     except BaseException:
@@ -411,7 +432,8 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--gpus", help="GPU indices, e.g. 0,1 or 0-3 (default: every GPU); split into groups of --world")
     s.add_argument("--world", type=int, help="ranks per evaluation (default: the workload's smallest world size)")
     s.add_argument("--islands", type=int, help="number of islands (default 3)")
-    s.add_argument("--budget", type=float, help=f"dollar cap for the agent (claude default ${DEFAULT_CLAUDE_BUDGET:.0f})")
+    s.add_argument("--budget", type=dollars, help=f"dollar cap for the agent, with --agent claude only "
+                                                 f"(default ${DEFAULT_CLAUDE_BUDGET:.0f})")
     s.add_argument("--seed", type=int, help="random seed of the search")
     add_pacing_options(s)
     s.add_argument("--session", help="folder of the new session, new or empty (default: a new folder under --root)")

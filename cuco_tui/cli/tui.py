@@ -11,7 +11,7 @@ from pathlib import Path
 from cuco_tui.agents.factory import AGENT_KINDS
 from cuco_tui.cli.common import (
     DEFAULT_GENERATIONS, WORKLOAD_HELP, add_executor_options, add_pacing_options, check_pacing_options,
-    config_overrides, gpu_list, make_executor,
+    config_overrides, dollars, gpu_list, make_executor,
     package_version, workload_named,
 )
 from cuco_tui.core.errors import UsageError
@@ -37,7 +37,7 @@ def build_tui_parser() -> argparse.ArgumentParser:
                              "(default 10)")
     parser.add_argument("--review", choices=("auto", "review", "risky"),
                         help="review mode: auto, hold each proposal (review), or only the risky ones")
-    parser.add_argument("--budget", type=float, help="dollar cap for the agent (claude default $5)")
+    parser.add_argument("--budget", type=dollars, help="dollar cap for the agent (claude default $5)")
     parser.add_argument("--evaluate", action="store_true",
                         help="open on the evaluate screen (the workload's candidates) instead of a new search")
     add_pacing_options(parser)
@@ -70,7 +70,7 @@ def tui_main(argv: list[str] | None = None) -> int:
 
 def _open(argv: list[str]) -> int:
     """`cuco-tui open SESSION_OR_BUNDLE`."""
-    opened = build_open_parser().parse_args(argv)
+    opened = build_open_parser().parse_intermixed_args(argv)
     from cuco_tui.lineage import SessionError, SessionRepo
     from cuco_tui.search.sessions import resolve_session
 
@@ -108,12 +108,36 @@ def _open(argv: list[str]) -> int:
     return 0
 
 
+# The flags that set up the search (--evaluate opens on the evaluate screen instead): attribute,
+# and the flag as typed for each value an action stores.
+SEARCH_FLAGS = (("resume", "--resume"), ("generations", "--generations"), ("review", "--review"),
+                ("budget", "--budget"), ("agent", "--agent"), ("model", "--model"),
+                ("evaluations", "--evaluations"), ("lookahead", "--no-lookahead"),
+                ("keep_workers", {True: "--keep-workers", False: "--no-keep-workers"}))
+
+
+def check_evaluate_options(args: argparse.Namespace) -> None:
+    """With --evaluate, the search's flags are refused, not left to a search the engineer may
+    never start (and that was not checked here: the agent, the world, the GPU groups)."""
+    if not args.evaluate:
+        return
+    given = [flag if isinstance(flag, str) else flag[value]
+             for name, flag in SEARCH_FLAGS if (value := getattr(args, name)) is not None]
+    if given:
+        them = given[0] if len(given) == 1 else ", ".join(given[:-1]) + " and " + given[-1]
+        raise UsageError(f"{them} set{'s' if len(given) == 1 else ''} up a search, and --evaluate opens on the "
+                         f"evaluate screen instead: drop {'it' if len(given) == 1 else 'them'} or --evaluate")
+
+
 def _run(args: argparse.Namespace) -> int:
     from cuco_tui.agents.factory import default_agent_kind
+    from cuco_tui.cli.search import check_claude_options
     from cuco_tui.search.config import ConfigError, SearchConfig
 
+    check_evaluate_options(args)
     gpus = gpu_list(args.gpus)
     agent = args.agent or default_agent_kind()
+    check_claude_options(args, agent)
     check_pacing_options(args)
     overrides = config_overrides(args, agent, ("generations", "lookahead", "keep_workers", "evaluations"))
     if args.review:

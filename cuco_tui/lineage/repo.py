@@ -16,8 +16,9 @@ files, use `git show <sha>:candidate.cu` or `git worktree add`.
 
 The root commit's session.json records the machine the session was created on (GPUs, driver,
 CUDA, NCCL: `machine()`); a `bounds` tag names a commit holding bounds.json, the perfect-overlap
-bounds the search measured once on a GPU (`bounds()`, core/bounds.py). A profile taken of a
-candidate later (lineage/profiles.py) is a commit under refs/profiles/<id>, a child of the
+bounds the search measured once on a GPU (`bounds()`, core/bounds.py); a `config` tag, a
+commit holding config.json, the settings a resume changed (`update_config`). A profile taken of
+a candidate later (lineage/profiles.py) is a commit under refs/profiles/<id>, a child of the
 candidate's: the candidate's own commit never changes."""
 
 from __future__ import annotations
@@ -64,13 +65,15 @@ MACHINE_TAG = "refs/tags/machine"  # a commit holding machine.json, for sessions
 MACHINE_FILE = "machine.json"
 ENDED_TAG = "refs/tags/ended"  # a commit holding ended.json: why the last search of the session ended
 ENDED_FILE = "ended.json"
+CONFIG_TAG = "refs/tags/config"  # a commit holding config.json: the settings changed since session.json (update_config)
+CONFIG_FILE = "config.json"
 CANDIDATE_TAG = "refs/tags/"  # + the candidate id
 ISLAND_PREFIX = "refs/heads/island-"
 PROFILE_PREFIX = "refs/profiles/"  # + the candidate id: its newest profile (set_profile)
 COMMITTER = Actor("cuco-tui", "cuco-tui@localhost")
 
 _CANDIDATE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # also a valid tag name
-_RESERVED_IDS = frozenset({"best", "root", "bounds", "machine", "ended"})  # tags of their own
+_RESERVED_IDS = frozenset({"best", "root", "bounds", "machine", "ended", "config"})  # tags of their own
 _ACTOR_UNSAFE = re.compile(r"[<>\n\r]+")
 
 
@@ -394,6 +397,30 @@ class SessionRepo:
         except (ValueError, AttributeError):
             return ""  # unreadable: listed as stopped, which a resume rewrites
 
+    def update_config(self, changes: dict[str, Any]) -> None:
+        """Change settings of the session's config for the searches after this one (a resume's
+        higher --generations): session.json, in the root commit every candidate descends from,
+        cannot change, so a commit holding config.json under the `config` tag carries every
+        change so far, and session_info() reads the config through it. Nothing is written when
+        the config says so already."""
+        current = self.session_info().get("config") or {}
+        changed = {k: v for k, v in changes.items() if k not in current or current[k] != v}
+        if not changed:
+            return
+        text = ", ".join(f"{k} {v}" for k, v in changed.items())
+        self._tag_file(CONFIG_TAG, CONFIG_FILE, {**self._config_changes(), **changed}, f"config: {text}\n")
+
+    def _config_changes(self) -> dict[str, Any]:
+        with self._lock:
+            data = read_blob(self._repo, f"{CONFIG_TAG}:{CONFIG_FILE}")
+        if data is None:
+            return {}
+        try:
+            changes = json.loads(data)
+        except ValueError:
+            return {}  # unreadable: the config the session was started with, which the next change rewrites
+        return changes if isinstance(changes, dict) else {}
+
     def _move_ref(self, refname: str, candidate_id: str) -> None:
         with self._lock:
             with self._index.writing():
@@ -408,8 +435,13 @@ class SessionRepo:
     # ---- reading --------------------------------------------------------------------------
 
     def session_info(self) -> dict[str, Any]:
-        """session.json of the root commit: workload, config, created, format."""
-        return json.loads(json.dumps(self._info))  # a copy the caller may change
+        """session.json of the root commit: workload, config (with update_config's changes),
+        created, format."""
+        info = json.loads(json.dumps(self._info))  # a copy the caller may change
+        changes = self._config_changes()
+        if changes:
+            info["config"] = {**(info.get("config") or {}), **changes}
+        return info
 
     def machine(self) -> MachineInfo | None:
         """What the session was recorded on (session.json), else what a later `machine` tag says

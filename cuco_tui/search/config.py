@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -13,6 +14,13 @@ REVIEW_MODES = ("auto", "review", "risky")
 
 class ConfigError(ValueError):
     """A setting that cannot work, with a sentence saying what to change."""
+
+
+def check_budget(usd: float | None) -> None:
+    """A dollar cap (None: no cap). NaN compares false with everything: `usd < 0` alone lets it
+    through, and a cap of NaN or infinity never stops the search."""
+    if usd is not None and not (math.isfinite(usd) and usd >= 0):
+        raise ConfigError(f"the budget is a number of dollars, 0 or more, not {usd}")
 
 
 def _cpu_count() -> int:
@@ -89,8 +97,7 @@ class SearchConfig:
             raise ConfigError(f"selection_exponent must be 0 (uniform) or more, not {self.selection_exponent}")
         if not 0.0 < self.novelty_threshold <= 1.0:
             raise ConfigError(f"novelty_threshold is a similarity in (0, 1], not {self.novelty_threshold}")
-        if self.budget_usd is not None and self.budget_usd < 0:
-            raise ConfigError(f"the budget is a number of dollars, 0 or more, not {self.budget_usd}")
+        check_budget(self.budget_usd)
         if self.review_mode not in REVIEW_MODES:
             raise ConfigError(f"review mode {self.review_mode!r} is not one of {', '.join(REVIEW_MODES)}")
         if self.world is not None and self.world < 1:
@@ -108,6 +115,12 @@ class SearchConfig:
             raise ConfigError(f"evaluations is the number of candidates to evaluate, 1 or more, not {self.evaluations}")
         if len(set(self.gpus)) != len(self.gpus):
             raise ConfigError(f"the GPU list names a GPU twice: {list(self.gpus)}")
+        # Last, for the float settings a range above does not bound on both sides (an exponent of
+        # infinity, a NaN that every comparison lets through): a session.json may hold either.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{f.name} must be a finite number, not {value}")
 
     @property
     def proposals(self) -> int:

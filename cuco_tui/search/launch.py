@@ -6,7 +6,8 @@ engine constructed on it.
 
 Everything that can refuse a search (the folder, the world and the GPU groups, the agent) is
 checked before a new session is created, so a refusal leaves no empty session behind; a
-reopened session's repository is closed when its start is refused."""
+reopened session's repository is closed when its start is refused, and keeps the totals a
+resume raised (TOTALS) only once its search starts."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ from cuco_tui.search.sessions import create_session, new_session_folder, open_se
 
 # Builds the search's agent for the workload and config it searches with (a resumed session's own).
 AgentMaker = Callable[[Workload, SearchConfig], Agent]
+
+# The session's totals, which a resume may raise to go on: kept with the session once its search
+# starts, or a later plain resume and `cuco sessions` would count to those it was started with.
+TOTALS = ("generations", "evaluations", "budget_usd")
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,8 @@ def start_engine(target: SessionTarget, agent: AgentMaker, executor: Executor | 
     try:
         engine = SearchEngine(target.workload, built, repo, target.config, events=events, gpu_pool=planned,
                               **engine_options)
+        if target.repo is not None:
+            repo.update_config({k: getattr(target.config, k) for k in TOTALS})
     except BaseException:
         repo.close()
         raise

@@ -98,6 +98,15 @@ def is_unreviewed(record: CandidateRecord) -> bool:
     return record.status is RecordStatus.UNREVIEWED
 
 
+def left_for_a_resume(records: list[CandidateRecord]) -> bool:
+    """Whether an earlier run left work that a resume does before any new generation: a
+    proposal never reviewed (SearchEngine._review_again holds it again) or a finalist never
+    re-measured alone (Scheduler.confirm_left_over)."""
+    again = {r.review_of for r in records}
+    confirmed = {r.confirm_of for r in records if r.kind == "confirm"}
+    return any((is_unreviewed(r) and r.id not in again) or (r.finalist and r.id not in confirmed) for r in records)
+
+
 def timed_beside(record: CandidateRecord, others: set[str]) -> CandidateRecord:
     """An evaluated record marked with the evaluations that held other GPU groups meanwhile
     (its figure may owe something to them: see scheduling.is_finalist)."""

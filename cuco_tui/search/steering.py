@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from cuco_tui.core.records import CandidateRecord, Review, ReviewDecision, ReviewOutcome, id_number
-from cuco_tui.search.config import REVIEW_MODES, ConfigError, SearchConfig
+from cuco_tui.search.config import REVIEW_MODES, ConfigError, SearchConfig, check_budget
 from cuco_tui.search.summary import record_cost
 from cuco_tui.search.events import AwaitingReview, BudgetSpent, Event, HintAdded, Paused, Resumed, ReviewDecided
 from cuco_tui.search.population import Selection, can_be_parent
@@ -171,8 +171,7 @@ class Steering:
         return self._budget
 
     def set_budget(self, usd: float | None) -> None:
-        if usd is not None and usd < 0:
-            raise ConfigError(f"the budget is a number of dollars, 0 or more, not {usd}")
+        check_budget(usd)
         with self._cond:
             self._budget = usd
             self._cond.notify_all()

@@ -61,10 +61,11 @@ def test_the_claude_agent_when_a_key_is_set_with_its_default_budget(started, mon
 
 
 def test_named_agent_review_mode_and_evaluate_screen(started):
-    assert tui_main(["--agent", "offline", "--review", "review", "--evaluate"]) == 0
-    app = started[0]
-    assert not app.start_search
-    assert app.search_launch.config.review_mode == "review"
+    assert tui_main(["--agent", "offline", "--review", "review"]) == 0
+    assert started[0].search_launch.config.review_mode == "review"
+    assert started[0].search_launch.agent_kind == "offline"
+    assert tui_main(["--evaluate"]) == 0  # the search's flags with it: tests/cli/test_search_flag_refusals.py
+    assert not started[1].start_search
 
 
 @pytest.mark.parametrize("argv, message", [

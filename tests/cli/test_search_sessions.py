@@ -106,7 +106,6 @@ def test_an_empty_folder_is_a_fine_place(tmp_path):
     (["--generations", "0"], ("--generations", "1 or more")),
     (["--evaluations", "0"], ("--evaluations", "1 or more")),
     (["--islands", "0"], ("at least one island",)),
-    (["--budget", "-1"], ("budget",)),
     (["--gpus", "0,0"], ("named twice",)),
     (["--partition", "gpu"], ("--executor slurm",)),
     (["--gpus", "0"], ("1 GPU", "--share-gpu")),  # one GPU here, two ranks needed
@@ -127,7 +126,7 @@ def test_a_refused_search_leaves_no_session(tmp_path, capsys, monkeypatch, flags
     (["--session", "elsewhere"], ("--session", "--resume")),
 ])
 def test_a_resume_with_a_bad_flag_changes_nothing(tmp_path, capsys, flags, words):
-    session = session_with(tmp_path / "s", generations=1, done=1)
+    session = session_with(tmp_path / "s", generations=2, done=1)
     before = state_of(session)
     one_line(capsys, main(["search", "--resume", str(session), "--agent", "offline"] + flags), *words)
     assert state_of(session) == before and tree(tmp_path / "s" / "scratch") == []
@@ -155,7 +154,7 @@ def test_a_resume_of_a_session_that_evaluated_its_total_asks_for_a_higher_one(tm
                 agent="offline", status="no_gpu", result={"reason": "compiled only"}))
     before = state_of(session)
     resume = ["search", "--resume", str(session), "--agent", "offline"]
-    one_line(capsys, main(resume), "has evaluated 2 candidates", "started with --evaluations 2",
+    one_line(capsys, main(resume), "has evaluated 2 candidates", "given --evaluations 2",
              "give a higher --evaluations")
     one_line(capsys, main(resume + ["--evaluations", "2"]), "has evaluated 2 candidates", "--evaluations is")
     one_line(capsys, tui_main(["--resume", str(session), "--agent", "offline"]), "give a higher --evaluations")
@@ -273,7 +272,7 @@ def test_the_end_is_said_in_the_words_cuco_sessions_lists(reason, said):
 
 
 def test_a_resume_refuses_another_workload_and_takes_its_own(tmp_path, capsys):
-    session = session_with(tmp_path / "s", generations=1, done=1)
+    session = session_with(tmp_path / "s", generations=2, done=1)
     before = state_of(session)
     one_line(capsys, main(["search", "--resume", str(session), "--workload", "kv_transfer"]),
              "searches gemm_allgather, not kv_transfer", "drop --workload")
