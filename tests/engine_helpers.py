@@ -128,7 +128,9 @@ class FakeEvaluator:
     def __init__(self, delay=0.0, fail=(), crash=()):
         self.delay, self.fail, self.crash = delay, set(fail), set(crash)
         self.active: dict[int, int] = {}
-        self.worst = 0
+        self.worst = 0  # the most evaluations at once on one GPU
+        self.running = 0
+        self.peak = 0  # the most evaluations at once on any GPUs
         self.calls = []
         self.lock = threading.Lock()
 
@@ -142,6 +144,8 @@ class FakeEvaluator:
             for g in gpus:
                 self.active[g] = self.active.get(g, 0) + 1
                 self.worst = max(self.worst, self.active[g])
+            self.running += 1
+            self.peak = max(self.peak, self.running)
         try:
             if progress:
                 progress(_progress(Level.STATIC, "static"))
@@ -160,6 +164,7 @@ class FakeEvaluator:
                                  reason="measured")
         finally:
             with self.lock:
+                self.running -= 1
                 for g in gpus:
                     self.active[g] -= 1
 

@@ -285,7 +285,7 @@ def test_resume_continues_ids_generations_and_population(tmp_path):
     engine2.run()
     after = repo2.records()
     assert after[: len(before)] == before
-    new = after[len(before):]
+    new = sorted(after[len(before):], key=lambda r: r.id)  # with the look-ahead, committed out of id order
     assert [r.generation for r in new] == [3, 3, 4, 4]
     assert new[0].id == f"c{len(before):04d}"
     start = bus2.history(SearchStarted)[0]
@@ -299,14 +299,12 @@ def test_several_groups_run_evaluations_at_once_never_sharing_a_gpu(tmp_path):
     evaluator = FakeEvaluator(delay=0.2)
     engine, repo, bus = make(tmp_path, evaluator=evaluator, groups=2, islands=4, generations=2, fast_path=False,
                              confirm_alone=False)  # measures parallel throughput, not ranking
-    t0 = time.monotonic()
     engine.run()
-    elapsed = time.monotonic() - t0
     assert evaluator.worst == 1
     used = {g for _, g in evaluator.calls}
     assert used == {(0, 1), (2, 3)}
-    # 9 evaluations of 0.2 s on 2 groups: well under the 1.8 s one group would need
-    assert elapsed < 1.5, elapsed
+    # the two groups ran evaluations at the same time (asked of the evaluator, not of this machine's clock)
+    assert evaluator.peak == 2
 
 
 def test_an_engine_bug_is_reported_and_raised(tmp_path):
