@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
@@ -20,7 +21,7 @@ from cuco_tui.cli.common import (
     check_pacing_options, config_overrides, dollars, gpu_list,
     make_executor, workload_named,
 )
-from cuco_tui.core.ending import describe_end
+from cuco_tui.core.ending import STOPPED, describe_end, end_state
 from cuco_tui.core.errors import UsageError
 from cuco_tui.core.records import RecordStatus
 from cuco_tui.core.workload import DEFAULT_WORKLOAD
@@ -244,7 +245,6 @@ def cmd_search(args: argparse.Namespace) -> int:
     from cuco_tui.executors.slurm_types import SlurmError
     from cuco_tui.search.sessions import sessions_root
     from cuco_tui.core.workload import WorkloadError
-    from cuco_tui.core.ending import STOPPED, end_state
     from cuco_tui.toolchain.process import kill_child_groups
 
     from cuco_tui.agents.factory import AgentUnavailable, default_agent_kind
@@ -320,8 +320,11 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(f"continue with `cuco search --resume {resume_name(repo.path, args)}`"
                   + (" and a higher --budget" if summary.reason == "budget" else ""))
         elif summary.reason == "evaluations":
-            print(f"evaluate more with `cuco search --resume {resume_name(repo.path, args)} --evaluations N`, "
-                  f"N above {config.evaluations}")
+            command, hint = f"cuco search --resume {resume_name(repo.path, args)} --evaluations N", \
+                f"N above {config.evaluations}"
+            if summary.generations >= config.generations:  # no generation left to evaluate in
+                command, hint = command + " --generations M", hint + f", M above {summary.generations}"
+            print(f"evaluate more with `{command}`, {hint}")
     return EXIT_INTERRUPTED if interrupts.count else EXIT_ENDED
 
 
@@ -370,9 +373,16 @@ def open_resumed(name: str, root: Path | None, overrides: dict[str, Any], genera
                              f"is the session's total: give more than {done} to search on")
         planned = target.config.generations
         if generations is None and records and done >= planned and not left_for_a_resume(records):
-            # it would start, find no generation to run and end "finished" with nothing new
-            raise UsageError(f"session {session} finished its {planned} generation(s): pass --generations N "
-                             f"(N > {done}) to go on")
+            # It would start, find no generation to run and end with nothing new. A search stopped
+            # in its last generation (Ctrl-C, a stop, the budget) was told to resume: the engine
+            # never runs a committed generation again, so that resume runs the next one.
+            if end_state(target.repo.ended()) == STOPPED and "evaluations" not in overrides:
+                target = replace(target, config=target.config.with_(generations=done + 1))
+                print(f"session {session} stopped in its last generation ({done} of {planned}): this resume runs "
+                      f"generation {done + 1} (--generations N for more)", file=sys.stderr)
+            else:
+                raise UsageError(f"session {session} ran its {planned} generation(s): pass --generations N "
+                                 f"(N > {done}) to go on")
         limit = target.config.evaluations
         if limit is not None:
             evaluated = sum(is_evaluation(r) for r in records)

@@ -31,13 +31,15 @@ def record(n: int, generation: int, status: str = "no_gpu") -> CandidateRecord:
         agent="offline", status=status, result={"reason": "compiled only"})
 
 
-def session_with(path: Path, generations: int, done: int, *more: CandidateRecord) -> Path:
-    """A session of gemm_allgather whose candidates reach generation `done`, then `more`."""
+def session_with(path: Path, generations: int, done: int, *more: CandidateRecord, ended: str = "done") -> Path:
+    """A session of gemm_allgather whose candidates reach generation `done`, then `more`, its
+    search ended for `ended` (the engine's reason)."""
     with SessionRepo.create(path, "gemm_allgather", {"generations": generations, "islands": 1}) as repo:
         for g in range(done + 1):
             repo.commit_candidate(record(g, g))
         for r in more:
             repo.commit_candidate(r)
+        repo.set_ended(ended)
     return path
 
 
@@ -54,10 +56,21 @@ def test_a_resume_of_a_session_that_ran_its_generations_says_what_to_pass(tmp_pa
     session = session_with(tmp_path / "t3", generations=1, done=1)
     before = state_of(session)
     one_line_error(capsys, main(["search", "--resume", str(session), "--agent", "offline", *flags]),
-                   "t3 finished its 1 generation(s)", "--generations N (N > 1)")
+                   "t3 ran its 1 generation(s)", "--generations N (N > 1)")
     one_line_error(capsys, tui_main(["--resume", str(session), "--agent", "offline", *flags]),
-                   "finished its 1 generation(s)", "--generations N (N > 1)")
+                   "ran its 1 generation(s)", "--generations N (N > 1)")
     assert state_of(session) == before
+
+
+@pytest.mark.parametrize("ended", ["stopped", "interrupted", "budget", ""])  # "": killed, nothing recorded
+def test_a_session_stopped_in_its_last_generation_resumes_with_the_next_one(tmp_path, capsys, ended):
+    """Ctrl-C, a stop or the budget in the last generation: the search said to resume, so a plain
+    resume runs one generation more (a committed generation is never run again) and says so."""
+    session = session_with(tmp_path / "s", 1, 1, ended=ended)
+    target = open_resumed(str(session), None, {}, None, None)
+    target.close()
+    assert target.config.generations == 2
+    assert "stopped in its last generation (1 of 1): this resume runs generation 2" in capsys.readouterr().err
 
 
 def test_a_finished_session_with_a_proposal_left_unreviewed_still_resumes(tmp_path):
@@ -94,7 +107,7 @@ def test_the_totals_a_resume_asks_for_are_kept_with_the_session(tmp_path, capsys
     repo.close()
     assert (config.generations, config.evaluations, config.islands) == (2, 40, 1)
     # a plain resume goes on from the new total, not the one the session was started with
-    one_line_error(capsys, main(resume), "finished its 2 generation(s)", "(N > 2)")
+    one_line_error(capsys, main(resume), "ran its 2 generation(s)", "(N > 2)")
 
 
 # ---------------------------------------------------------------------------- numbers that are none
@@ -187,3 +200,17 @@ def test_cuco_tui_evaluate_takes_the_workload_and_gpus(capsys, monkeypatch):
     monkeypatch.setattr(app_module.CucoApp, "run", lambda self: opened.append(self.start_search))
     assert tui_main(["--evaluate", "--workload", "gemm_allgather", "--gpus", "0"]) == 0, capsys.readouterr().err
     assert opened == [False]
+
+
+def test_the_hint_after_the_evaluations_total_names_generations_when_none_is_left(tmp_path, capsys, monkeypatch):
+    """A search that reached --evaluations in its last generation: the hint to evaluate more also
+    asks for more generations (a resume with --evaluations alone would be refused)."""
+    fast_search(monkeypatch)
+    session = tmp_path / "e"
+    assert main(SEARCH + ["--agent", "offline", "--generations", "1", "--evaluations", "3",
+                          "--session", str(session)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "--evaluations N --generations M`, N above 3, M above 1" in out, out
+    capsys.readouterr()
+    assert main(["search", "--resume", str(session), "--agent", "offline", "--evaluations", "6",
+                 "--generations", "2"]) == 0, capsys.readouterr().err
