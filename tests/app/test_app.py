@@ -180,6 +180,20 @@ async def test_an_evaluation_that_raises_is_shown_not_fatal():
 
 
 @pytest.mark.asyncio
+async def test_a_click_on_a_candidate_highlights_it_and_opens_nothing():
+    """Enter opens the source; a click (which sends the list's Selected too) only highlights."""
+    app = CucoApp(evaluate_fn=lambda *a, **k: pytest.fail("nothing should be evaluated"))
+    async with app.run_test(size=SIZE) as pilot:
+        listing = app.screen.query_one(CandidateList)
+        items = listing.query("ListItem")
+        assert len(items) > 1
+        await pilot.click(items[1])
+        await pilot.pause()
+        assert isinstance(app.screen, EvaluateScreen)
+        assert listing.highlighted is not None
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("key", ["o", "enter"])  # the README: o or Enter opens what is highlighted
 async def test_view_source(key):
     app = CucoApp(evaluate_fn=lambda *a, **k: pytest.fail("nothing should be evaluated"))

@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Header, Label, ListView, TextArea
+from textual.widgets import Header, Label, TextArea
 from textual.worker import get_current_worker
 
 from cuco_tui.app.commands import EvaluateCommands
@@ -56,7 +56,10 @@ class EvaluateScreen(Screen):
     BINDINGS = [
         Binding("r", "evaluate_selected", "Run"),
         Binding("R", "evaluate_all", "Run all"),
-        Binding("o,enter", "view_source", "Open source"),
+        Binding("o", "view_source", "Open source"),
+        # Before the focused list's own Enter (its Selected, which a mouse click sends too: a click
+        # only highlights).
+        Binding("enter", "view_source", "Open source", show=False, priority=True),
     ]
     COMMANDS = {EvaluateCommands}
 
@@ -147,11 +150,6 @@ class EvaluateScreen(Screen):
         self.post_message(EvaluationFinished(path, result))
 
     # --- messages -----------------------------------------------------------------------------
-
-    def on_list_view_selected(self, event: ListView.Selected) -> None:
-        # The focused list takes Enter before the screen's binding sees it, as its Selected.
-        event.stop()
-        self.action_view_source()
 
     def on_candidate_highlighted(self, message: CandidateHighlighted) -> None:
         self._show(message.path)
