@@ -77,7 +77,7 @@ def open_session_or_bundle(path: Path) -> SessionRepo:
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
-        repo.remove_on_close(scratch)
+        repo.remove_on_close(scratch, imported_from=path)
         return repo
     if not path.exists():
         raise SessionError(f"no session or bundle at {path}")

@@ -141,6 +141,7 @@ class SessionRepo:
         self._lock = threading.RLock()
         self._stale = False  # True while git may hold a change the index does not
         self._remove_on_close: Path | None = None  # a bundle's temporary import (remove_on_close)
+        self._imported_from: Path | None = None  # that bundle
 
     # ---- opening --------------------------------------------------------------------------
 
@@ -213,9 +214,17 @@ class SessionRepo:
         file that the next run of the session could not get past. False when it could not."""
         return self._lock.acquire(timeout=timeout)
 
-    def remove_on_close(self, folder: Path) -> None:
-        """Delete `folder` (holding this session) when the repository is closed."""
+    def remove_on_close(self, folder: Path, imported_from: Path | None = None) -> None:
+        """Delete `folder` (holding this session) when the repository is closed; `imported_from`:
+        the bundle it was imported from."""
         self._remove_on_close = Path(folder)
+        self._imported_from = Path(imported_from).absolute() if imported_from is not None else None
+
+    @property
+    def origin(self) -> Path:
+        """What names this session to another process and to a person after the reader closes:
+        the bundle a temporary import came from, else the session folder."""
+        return self._imported_from or self.path
 
     @property
     def temporary(self) -> bool:

@@ -114,6 +114,23 @@ async def test_w_writes_what_cuco_export_writes_and_says_where(tmp_path, monkeyp
 
 
 @pytest.mark.asyncio
+async def test_w_on_a_bundle_names_the_bundle_not_its_temporary_import(tmp_path, monkeypatch):
+    """A bundle is read from a temporary folder deleted on close: the export names the bundle."""
+    from cuco_tui.lineage.bundle import open_session_or_bundle
+
+    monkeypatch.chdir(tmp_path)
+    repo = open_session_or_bundle(BUNDLE)
+    app = CucoApp(open_session=repo)
+    async with app.run_test(size=SIZE) as pilot:
+        assert await wait_until(pilot, lambda: isinstance(app.screen, LineageScreen) and app.screen.ready)
+        app.screen.jump_to("c0011")
+        await pilot.press("w")
+        assert await wait_until(pilot, lambda: any(n.title == "export" for n in app._notifications))
+    readme = next((tmp_path / "export").glob("*/README.md")).read_text()
+    assert BUNDLE.name in readme and "cuco-lineage-" not in readme
+
+
+@pytest.mark.asyncio
 async def test_example_lineage(tmp_path):
     import_bundle(BUNDLE, tmp_path / "example").close()
     app = CucoApp(open_session=tmp_path / "example")  # a session folder

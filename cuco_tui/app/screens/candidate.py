@@ -244,7 +244,7 @@ class CandidateScreen(Screen):
     @work(thread=True, group="candidate-actions", exit_on_error=False)
     def _export(self, candidate_id: str, folder: Path) -> None:
         try:
-            done = export_candidate(self.repo.path, candidate_id, folder)
+            done = export_candidate(self.repo.origin, candidate_id, folder)
         except ExportFailed as e:
             self.app.call_from_thread(self.notify, f"export of {candidate_id} failed: {e}", severity="error")
             return

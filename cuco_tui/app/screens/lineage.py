@@ -294,7 +294,7 @@ class LineageScreen(Screen):
     @work(thread=True, group="lineage-export", exit_on_error=False)
     def _export(self, candidate_id: str) -> None:
         try:
-            done = export_candidate(self.repo.path, candidate_id,
+            done = export_candidate(self.repo.origin, candidate_id,
                                     default_folder(self.repo.path.name, candidate_id, self.export_root))
         except ExportFailed as e:
             self.app.call_from_thread(self.notify, f"export of {candidate_id} failed: {e}", severity="error")
