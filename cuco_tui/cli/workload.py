@@ -61,11 +61,17 @@ def cmd_workload_import(args: argparse.Namespace) -> int:
     parent = _folder_to_write_in(args.dir)
     out = stdout_console()
 
+    header = [f"importing {args.file} at {args.world} ranks: the program runs in {args.world} CPU processes of its "
+              f"own, each step at most {args.timeout:g} s (--timeout)"]
+
     def say(line: str) -> None:
+        # The header comes with the first step the importer announces: a file it refuses before
+        # running anything (missing, a folder, a bad name) gets its one line alone.
+        for first in header:
+            out.print(first, markup=False, highlight=False)
+        header.clear()
         out.print(line, markup=False, highlight=False)
 
-    say(f"importing {args.file} at {args.world} ranks: the program runs in {args.world} CPU processes of its own, "
-        f"each step at most {args.timeout:g} s (--timeout)")
     try:
         made = import_program(Path(args.file), args.world, args.name, parent, timeout=args.timeout, say=say)
     except WorkloadError as exc:

@@ -6,6 +6,8 @@ own error for a value its type refuses), or the command doing what was meant."""
 
 from __future__ import annotations
 
+import sys
+
 import json
 from pathlib import Path
 
@@ -182,8 +184,11 @@ def test_eval_of_a_folder_says_it_is_a_folder(capsys, nothing_built):
 
 
 def test_importing_a_folder_says_it_is_a_folder(tmp_path, capsys):
-    err = one_line_error(capsys, main(["workload", "import", str(tmp_path), "--world", "2", "--dir",
-                                       str(tmp_path / "out")]), str(tmp_path), "is a folder")
+    rc = main(["workload", "import", str(tmp_path), "--world", "2", "--dir", str(tmp_path / "out")])
+    out = capsys.readouterr()
+    assert out.out == ""  # no "importing ..." before a refusal that runs nothing
+    print(out.err, file=sys.stderr)
+    err = one_line_error(capsys, rc, str(tmp_path), "is a folder")
     assert "no such" not in err
 
 
