@@ -1,5 +1,5 @@
-"""The PyTorch programs the import tests bring in (tests/workload/programs), variants of them, and the
-bad ones an import refuses."""
+"""The PyTorch programs the import tests bring in (tests/workload/programs), variants of them, the
+bad ones an import refuses, and gloo ranks spawned for the tests of the float64 run's emulations."""
 
 from pathlib import Path
 
@@ -47,3 +47,21 @@ BAD = {  # name -> (text of ag_linear.py, replaced by, what the one line must sa
 # test_program_import.py, on ranks that file starts once: a CLI process and two ranks importing
 # torch cost ~7 CPU-s a case).
 BAD_AT_THE_CLI = ("syntax_error", "no_verify_shape", "raises_on_one_rank")
+
+
+def spawned_ranks(target, world: int, tmp_path) -> list[tuple]:
+    """Run `target(rank, init_method, results)` on `world` spawned processes (a gloo group through a
+    file store in `tmp_path`); what they put on `results`, once each has exited cleanly."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    init = f"file://{tmp_path / 'store'}"
+    procs = [ctx.Process(target=target, args=(r, init, results)) for r in range(world)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    return got

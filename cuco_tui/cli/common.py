@@ -111,6 +111,15 @@ def workload_of_file(path: Path) -> Path | None:
     return None
 
 
+def workload_root(name: str) -> Path | None:
+    """The folder of the workload `name` names (a name or a folder), resolved; None where it names
+    none here."""
+    try:
+        return workload_named(name).root.resolve()
+    except UsageError:
+        return None
+
+
 def check_group(workload: Workload, args: argparse.Namespace) -> None:
     """--world, and the count of --gpus, against the world sizes the workload's manifest lists
     (and its shapes' divisibility), before anything is compiled: a cascade would otherwise

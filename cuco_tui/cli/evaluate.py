@@ -14,7 +14,7 @@ from rich.text import Text
 
 from cuco_tui.cli.common import (SHARE_GPU_HELP, WORKLOAD_HELP, bench_shapes, check_group, gpu_list, render_result,
                                  positive_seconds, share_gpu_asked, share_gpu_hint, stderr_console, stdout_console,
-                                 workload_named, workload_of_file)
+                                 workload_named, workload_of_file, workload_root)
 from cuco_tui.cli.profile import (SessionCandidate, add_profile_arguments, keep_in_session, profile_lines,
                                   profile_shape, session_candidate)
 from cuco_tui.core.errors import UsageError
@@ -97,10 +97,8 @@ def _is_workload(recorded: str, workload: Workload) -> bool:
     """Whether a session's recorded workload (a name, or a folder) is `workload`: by folder where it
     loads here, else by name (a session made on another machine names a folder this one lacks, and
     --workload then says where its copy is)."""
-    try:
-        return workload_named(recorded).root.resolve() == workload.root.resolve()
-    except UsageError:
-        return Path(recorded).name == workload.name
+    root = workload_root(recorded)
+    return root == workload.root.resolve() if root is not None else Path(recorded).name == workload.name
 
 
 def sanitize_hint(args: argparse.Namespace, workload: str, result: CascadeResult) -> str:

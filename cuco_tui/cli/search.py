@@ -19,7 +19,7 @@ from cuco_tui.agents.factory import AGENT_KINDS
 from cuco_tui.cli.common import (
     DEFAULT_CLAUDE_BUDGET, DEFAULT_GENERATIONS, WORKLOAD_HELP, add_executor_options, add_pacing_options,
     check_pacing_options, config_overrides, dollars, gpu_list,
-    make_executor, workload_named,
+    make_executor, workload_named, workload_root,
 )
 from cuco_tui.core.ending import STOPPED, describe_end, end_state
 from cuco_tui.core.errors import UsageError
@@ -397,11 +397,8 @@ def open_resumed(name: str, root: Path | None, overrides: dict[str, Any], genera
 
 
 def names(given: str, workload: Any) -> bool:
-    """Whether --workload `given` is `workload` (by name or by folder)."""
-    try:
-        return workload_named(given).root.resolve() == workload.root.resolve()
-    except UsageError:  # no such workload: not this one
-        return False
+    """Whether --workload `given` is `workload` (by name or by folder); no such workload is not it."""
+    return workload_root(given) == workload.root.resolve()
 
 
 def resume_name(session: Path, args: argparse.Namespace) -> str:

@@ -361,19 +361,29 @@ def test_the_overview_says_what_its_speedup_and_time_are(tmp_path):
     repo.close()
 
 
+def _session_with_bounds(tmp_path):
+    repo = build_session(tmp_path / "demo")
+    repo.set_bounds(Bounds("gemm_allgather", 2, (0, 1), (ShapeBound("square-8k", 1.0, 0.6, work=Work(1, 1)),
+                                                          ShapeBound("mlp-up", 2.0, 1.5, work=Work(1, 1))), H200))
+    return repo
+
+
+async def _timings_at_80x24(app, pilot, repo) -> list[str]:
+    """c0000 opened on its Timings tab: the lines on screen."""
+    screen = await open_candidate(app, pilot, repo, "c0000")
+    assert screen.tabs.active == "timings"
+    await pilot.pause()
+    return screen_lines(app)
+
+
 @pytest.mark.asyncio
 async def test_speedup_and_pct_of_bound_are_in_view_at_80_columns(tmp_path):
     """Issue 36, item 17: at 80x24 the Timings table stopped after "IQR %"; each shape's speedup
     and % of the bound now come first."""
-    repo = build_session(tmp_path / "demo")
-    repo.set_bounds(Bounds("gemm_allgather", 2, (0, 1), (ShapeBound("square-8k", 1.0, 0.6, work=Work(1, 1)),
-                                                          ShapeBound("mlp-up", 2.0, 1.5, work=Work(1, 1))), H200))
+    repo = _session_with_bounds(tmp_path)
     app = CucoApp()
     async with app.run_test(size=(80, 24)) as pilot:
-        screen = await open_candidate(app, pilot, repo, "c0000")
-        assert screen.tabs.active == "timings"
-        await pilot.pause()
-        lines = screen_lines(app)
+        lines = await _timings_at_80x24(app, pilot, repo)
         header = next(line for line in lines if line.strip().startswith("shape"))
         assert "speedup" in header and "% bound" in header
         row = next(line.split() for line in lines if line.strip().startswith("square-8k"))
@@ -391,15 +401,10 @@ async def test_every_timings_column_is_in_view_at_80_columns(tmp_path):
     """A new user's 80x24: the one per-shape table was cut after "reference"; two tables now fit."""
     from cuco_tui.app.widgets.candidate.timings import SHAPE_COLUMNS, SPREAD_COLUMNS
 
-    repo = build_session(tmp_path / "demo")
-    repo.set_bounds(Bounds("gemm_allgather", 2, (0, 1), (ShapeBound("square-8k", 1.0, 0.6, work=Work(1, 1)),
-                                                          ShapeBound("mlp-up", 2.0, 1.5, work=Work(1, 1))), H200))
+    repo = _session_with_bounds(tmp_path)
     app = CucoApp()
     async with app.run_test(size=(80, 24)) as pilot:
-        screen = await open_candidate(app, pilot, repo, "c0000")
-        assert screen.tabs.active == "timings"
-        await pilot.pause()
-        lines = screen_lines(app)
+        lines = await _timings_at_80x24(app, pilot, repo)
         for columns in (SHAPE_COLUMNS, SPREAD_COLUMNS):
             header = next(line for line in lines if line.strip().startswith("shape") and columns[1] in line)
             assert [c for c in columns if c not in header] == []

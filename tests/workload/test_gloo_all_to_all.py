@@ -9,6 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from program_helpers import spawned_ranks  # noqa: E402
+
 
 def _rank(rank: int, init: str, results) -> None:
     import torch.distributed as dist
@@ -33,18 +35,7 @@ def _rank(rank: int, init: str, results) -> None:
 
 
 def test_a_refused_all_to_all_of_lists_is_made_of_all_to_all_single(tmp_path):
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    init = f"file://{tmp_path / 'store'}"
-    procs = [ctx.Process(target=_rank, args=(r, init, results)) for r in range(2)]
-    for p in procs:
-        p.start()
-    got = dict(results.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    got = dict(spawned_ranks(_rank, 2, tmp_path))
     # rank 0 receives from peer i its part for rank 0: 1 row of (i+1)*10 + 0
     assert got[0] == [[[10.0, 10.0]], [[20.0, 20.0]]]
     assert got[1] == [[[11.0, 11.0], [11.0, 11.0]], [[21.0, 21.0], [21.0, 21.0]]]

@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from program_helpers import spawned_ranks  # noqa: E402
+
 
 def _rank(rank: int, init: str, results) -> None:
     import torch.distributed as dist
@@ -36,18 +38,7 @@ def _rank(rank: int, init: str, results) -> None:
 
 
 def test_reduce_leaves_the_ranks_other_than_its_destination_as_nccl_does(tmp_path):
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    init = f"file://{tmp_path / 'store'}"
-    procs = [ctx.Process(target=_rank, args=(r, init, results)) for r in range(3)]
-    for p in procs:
-        p.start()
-    got = {r: (a, b, c) for r, a, b, c in (results.get(timeout=120) for _ in procs)}
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    got = {r: (a, b, c) for r, a, b, c in spawned_ranks(_rank, 3, tmp_path)}
     assert got[1][0] == [6.0] and got[0][0] == [1.0] and got[2][0] == [3.0]
     assert got[2][1] == [60.0] and got[0][1] == [10.0] and got[1][1] == [20.0]
     assert got[0][2] == [6.0] and got[1][2] == [2.0] and got[2][2] == [3.0]

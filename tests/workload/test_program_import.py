@@ -400,6 +400,17 @@ def test_an_index_output_that_its_rounding_flips_is_refused_in_one_line(tmp_path
     assert "return the values they pick" in message and not (tmp_path / "out").exists()
 
 
+def _epilogue_kernel(root: Path) -> str:
+    seed = load_workload(root).seed.read_text()
+    return seed[seed.index("__global__ void program_epilogue"):seed.index("static int launch_epilogue")]
+
+
+def _check_compiles(root: Path) -> None:
+    """`cuco workload check` finds no error, compiling the seed where nvcc is."""
+    findings = check_workload(root, compile_seed=discover().can_compile, probe_timeout=900)
+    assert not [f for f in findings if f.level == "error"], findings
+
+
 def _gelu_tanh(v: np.ndarray) -> np.ndarray:
     return 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))
 
@@ -410,8 +421,7 @@ def test_an_activation_after_the_linear_is_part_of_the_epilogue(imported, ranks)
     made = imported("ag_linear_gelu")
     root = made.root
     assert any("all-gather → linear + bias → gelu_tanh: mapped" in line for line in made.lines), made.lines
-    seed = load_workload(root).seed.read_text()
-    kernel = seed[seed.index("__global__ void program_epilogue"):seed.index("static int launch_epilogue")]
+    kernel = _epilogue_kernel(root)
     assert kernel.index("bias[i % cols]") < kernel.index("tanhf(0.79788456080286536f")
     ref = _reference(root)
     dims = dict(load_workload(root).verify_shapes[0].dims)
@@ -420,8 +430,7 @@ def test_an_activation_after_the_linear_is_part_of_the_epilogue(imported, ranks)
     for rank, got in enumerate(_expected(ref, inputs, dims, ranks)):
         want = _gelu_tanh(full @ _f64(inputs[rank]["b"]) + _f64(inputs[rank]["bias"]))
         assert np.allclose(got["y"], want, rtol=1e-10, atol=1e-10)
-    findings = check_workload(root, compile_seed=discover().can_compile, probe_timeout=900)
-    assert not [f for f in findings if f.level == "error"], findings
+    _check_compiles(root)
 
 
 def test_the_epilogue_keeps_the_programs_order_of_activation_and_residual(imported, ranks):
@@ -430,8 +439,7 @@ def test_the_epilogue_keeps_the_programs_order_of_activation_and_residual(import
     root = made.root
     assert any("matmul → all-reduce → silu + residual: mapped" in line for line in made.lines), made.lines
     assert _record(root)["patterns"][0]["roles"]["epilogue"] == ["silu", "residual"]
-    seed = load_workload(root).seed.read_text()
-    kernel = seed[seed.index("__global__ void program_epilogue"):seed.index("static int launch_epilogue")]
+    kernel = _epilogue_kernel(root)
     assert kernel.index("v = v / (1.0f + expf(-v));") < kernel.index("v += __bfloat162float(residual[i]);")
     ref = _reference(root)
     dims = dict(load_workload(root).verify_shapes[0].dims)
@@ -440,8 +448,7 @@ def test_the_epilogue_keeps_the_programs_order_of_activation_and_residual(import
     for rank, got in enumerate(_expected(ref, inputs, dims, ranks)):
         want = total / (1 + np.exp(-total)) + _f64(inputs[rank]["residual"])
         assert np.allclose(got["y"], want, rtol=1e-10, atol=1e-10)
-    findings = check_workload(root, compile_seed=discover().can_compile, probe_timeout=900)
-    assert not [f for f in findings if f.level == "error"], findings
+    _check_compiles(root)
 
 
 def test_an_activation_on_part_of_the_result_is_not_mapped(imported):

@@ -40,7 +40,6 @@ from cuco_tui.app.screens.candidate import CandidateScreen
 from cuco_tui.app.search_state import DashboardState, RunPhase, apply
 from cuco_tui.app.widgets.confirm import Confirm
 from cuco_tui.app.widgets.gpu_banner import GpuBanner
-from cuco_tui.core.records import candidate_id_of
 from cuco_tui.app.widgets.search.editor import EditError, edit_source
 from cuco_tui.app.widgets.search.in_flight import InFlightTable
 from cuco_tui.app.widgets.search.leaderboard import Leaderboard
@@ -50,7 +49,7 @@ from cuco_tui.app.widgets.search.state_panel import StatePanel
 from cuco_tui.app.widgets.telemetry.panel import TelemetryPanel
 from cuco_tui.app.widgets.text_prompt import TextPrompt
 from cuco_tui.app.widgets.key_bar import KeyBar
-from cuco_tui.core.records import id_number
+from cuco_tui.core.records import candidate_id_of, id_number
 from cuco_tui.lineage import SessionError
 from cuco_tui.search.config import REVIEW_MODES
 

@@ -32,9 +32,8 @@ from cuco_tui.app.widgets.candidate.export import DEFAULT_ROOT, ExportFailed, de
 from cuco_tui.app.widgets.lineage.candidate_details import CandidateDetails
 from cuco_tui.app.widgets.lineage.candidate_table import CandidateTable
 from cuco_tui.app.widgets.lineage.rows import LineageFilter, LineageRow, lineage_rows
-from cuco_tui.core.records import candidate_id_of
 from cuco_tui.app.widgets.key_bar import KeyBar
-from cuco_tui.core.records import CandidateRecord
+from cuco_tui.core.records import CandidateRecord, candidate_id_of
 from cuco_tui.lineage import SessionError, SessionRepo
 
 

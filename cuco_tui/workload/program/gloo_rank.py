@@ -93,6 +93,9 @@ def _reduce_as_nccl_does(dist: Any) -> None:
     float64 run on those ranks: here the other ranks get their tensor back as it was, as under NCCL."""
     import inspect
 
+    import torch
+    from torch.utils._python_dispatch import _disable_current_modes
+
     reduce = dist.reduce
     if getattr(reduce, "cuco_root_only", False):
         return
@@ -109,9 +112,6 @@ def _reduce_as_nccl_does(dist: Any) -> None:
             mine = dist.get_rank() == given.get("dst")
         if mine:
             return reduce(*args, **kwargs)
-        import torch
-        from torch.utils._python_dispatch import _disable_current_modes
-
         tensor = given["tensor"]
         # The keeping is the backend's, not the program's: out of the op recorder's trace.
         with _disable_current_modes(), torch.no_grad():
