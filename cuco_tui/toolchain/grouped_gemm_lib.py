@@ -37,8 +37,15 @@ class GroupedConfig(TiledConfig):
 
 
 # The configurations a library exists for (cuco_grouped_gemm_lib.h declares their entry points).
-CONFIGS = (GroupedConfig(128, 128, 1, 1), GroupedConfig(128, 128, 2, 1))
-KNOWN = "tiles 128x128, clusters 1x1 or 2x1"
+# 128x128 fits the small experts (a 256-expert layer's few dozen rows each); the wider tiles are
+# the shapes that bring a dense Hopper GEMM to cuBLAS's speed (the fused GEMM's, docs/fused_gemm.md),
+# for experts of a thousand rows or more.
+CONFIGS = (GroupedConfig(128, 128, 1, 1), GroupedConfig(128, 128, 2, 1), GroupedConfig(128, 256, 1, 1),
+           GroupedConfig(128, 256, 1, 2), GroupedConfig(128, 256, 2, 1), GroupedConfig(256, 128, 2, 1))
+# The configuration a workload's reference calls through the harness (`libraries = ["grouped_gemm"]`):
+# the fastest on every MoE expert problem measured (docs/grouped_gemm.md).
+REFERENCE_CONFIG = GroupedConfig(128, 256, 1, 1)
+KNOWN = "tiles 128x128 (clusters 1x1, 2x1), 128x256 (1x1, 1x2, 2x1) or 256x128 (2x1)"
 
 
 def uses_library(source: str) -> bool:

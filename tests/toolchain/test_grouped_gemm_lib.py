@@ -23,8 +23,8 @@ from cuco_tui.workload.manifest import load_workload
 
 W = load_workload("moe_dispatch_combine")
 BOOK = StrategyBook.load(W.root, W.seed)
-ONE = GroupedConfig(128, 128, 1, 1)
-TWO = GroupedConfig(128, 128, 2, 1)
+ONE = GroupedConfig(128, 256, 1, 1)  # the templates' gemm=cutlass_grouped
+TWO = GroupedConfig(128, 256, 1, 2)  # gemm=cutlass_grouped_1x2
 
 # Records its arguments (one call a line) and writes the file named after -o. A library build
 # (either library's source) fails with a CUTLASS-like error when `fail-lib` exists beside it.
@@ -82,7 +82,7 @@ def candidate(tmp_path: Path, name: str, strategy: str, **knobs) -> Path:
 def test_a_candidate_names_the_configurations_it_links():
     for strategy in ("arrival_pipeline", "expert_pipeline"):
         s = BOOK.get(strategy)
-        for gemm, config in (("cutlass_grouped", ONE), ("cutlass_grouped_2x1", TWO)):
+        for gemm, config in (("cutlass_grouped", ONE), ("cutlass_grouped_1x2", TWO)):
             src = BOOK.render(s, s.normalized({**s.default_knobs(), "gemm": gemm}))
             assert uses_library(src) and f'#include "{HEADER}"' in src
             assert configs_named(src) == ((config,), [])
@@ -92,10 +92,10 @@ def test_a_candidate_names_the_configurations_it_links():
         assert not uses_library(cublas) and gemm_libraries_named(cublas) == ((), "")
     assert configs_named("gg::GroupedConfig k{bm, 128, 1, 1};") == (CONFIGS, [])  # computed: every one
     assert configs_named("constexpr gg::GroupedConfig k{64, 128, 1, 1};") == ((), ["gg::GroupedConfig{64, 128, 1, 1}"])
-    assert configs_named("// gg::GroupedConfig{64, 64, 1, 1}\nauto k = gg::GroupedConfig(128,128,2,1);") == ((TWO,), [])
+    assert configs_named("// gg::GroupedConfig{64, 64, 1, 1}\nauto k = gg::GroupedConfig(128,256,1,2);") == ((TWO,), [])
     # Both headers: both libraries, each read from its own type's name.
     both = ('#include "cuco_tile_gemm_lib.h"\n#include "cuco_grouped_gemm_lib.h"\n'
-            "tg::KernelConfig a{128, 256, 2, 1}; gg::GroupedConfig b{128, 128, 1, 1};\n")
+            "tg::KernelConfig a{128, 256, 2, 1}; gg::GroupedConfig b{128, 256, 1, 1};\n")
     assert gemm_libraries_named(both) == ((KernelConfig(128, 256, 2, 1), ONE), "")
 
 
@@ -120,9 +120,9 @@ def test_the_library_is_built_once_per_configuration_and_linked(tmp_path):
     (lib_call,), (cand_call,) = calls(tmp_path)
     assert lib_call[-3].endswith("grouped_gemm_lib/cuco_grouped_gemm_lib.cu")
     assert "-DNDEBUG" in lib_call and f"-I{tc.cutlass}" in lib_call and "-DCUCO_GG_CLUSTER_M=1" in lib_call
-    assert "-DCUCO_GG_ENTRY=cuco_grouped_gemm_128x128_1x1" in lib_call
+    assert "-DCUCO_GG_ENTRY=cuco_grouped_gemm_128x256_1x1" in lib_call
     assert "-fvisibility=hidden,-fvisibility-inlines-hidden" in lib_call
-    [library] = (tmp_path / "cache").glob("libcuco_grouped_gemm-128x128-1x1-*.so")
+    [library] = (tmp_path / "cache").glob("libcuco_grouped_gemm-128x256-1x1-*.so")
     assert f"-soname={library.name}" in lib_call
     # The candidate: no CUTLASS, linked against the library, found by its rpath.
     assert "-DNDEBUG" not in cand_call and not any(a.startswith(f"-I{tc.cutlass}") for a in cand_call)
@@ -134,12 +134,12 @@ def test_the_library_is_built_once_per_configuration_and_linked(tmp_path):
     assert second.ok
     libs, cands = calls(tmp_path)
     assert len(libs) == 1 and f"-l:{library.name}" in cands[1]
-    # 2x1 clusters: a library of its own.
-    third = compile_candidate(candidate(tmp_path, "two", "expert_pipeline", gemm="cutlass_grouped_2x1"), tc, cache)
+    # 1x2 clusters: a library of its own.
+    third = compile_candidate(candidate(tmp_path, "two", "expert_pipeline", gemm="cutlass_grouped_1x2"), tc, cache)
     assert third.ok
     libs, cands = calls(tmp_path)
-    assert len(libs) == 2 and "-DCUCO_GG_ENTRY=cuco_grouped_gemm_128x128_2x1" in libs[1]
-    assert not any(a.startswith("-l:libcuco_grouped_gemm-128x128-1x1") for a in cands[2])
+    assert len(libs) == 2 and "-DCUCO_GG_ENTRY=cuco_grouped_gemm_128x256_1x2" in libs[1]
+    assert not any(a.startswith("-l:libcuco_grouped_gemm-128x256-1x1") for a in cands[2])
     # The cuBLAS way builds and links no library.
     plain = compile_candidate(candidate(tmp_path, "plain", "arrival_pipeline", gemm="cublas"), tc, cache)
     assert plain.ok
@@ -163,7 +163,7 @@ def test_editing_the_header_changes_the_library_key(tmp_path):
     before = library_path(ONE, tc, cache, gemm_library_flags(tc))
     (runtime / HEADER).write_text((runtime / HEADER).read_text() + "\n// edited\n")
     after = library_path(ONE, tc, cache, gemm_library_flags(tc))
-    assert before != after and before.name.startswith("libcuco_grouped_gemm-128x128-1x1-")
+    assert before != after and before.name.startswith("libcuco_grouped_gemm-128x256-1x1-")
 
 
 # ---------------------------------------------------------------- what goes wrong, in one line
@@ -172,12 +172,13 @@ def test_editing_the_header_changes_the_library_key(tmp_path):
 def test_a_configuration_without_a_library_is_one_diagnostic_before_nvcc(tmp_path):
     tc = fake_toolchain(tmp_path)
     src = candidate(tmp_path, "arrival", "arrival_pipeline", gemm="cutlass_grouped")
-    src.write_text(src.read_text().replace("gg::GroupedConfig kGrouped{128, 128, 1, 1}",
+    src.write_text(src.read_text().replace("gg::GroupedConfig kGrouped{128, 256, 1, 1}",
                                            "gg::GroupedConfig kGrouped{64, 128, 1, 1}"))
     r = compile_candidate(src, tc, BuildCache(tmp_path / "cache"))
     assert not r.ok and [d.code for d in r.diagnostics] == ["toolchain"]
     assert r.diagnostics[0].message == ("gg::GroupedConfig{64, 128, 1, 1} has no grouped GEMM library "
-                                        "(cuco_grouped_gemm_lib.h): tiles 128x128, clusters 1x1 or 2x1")
+                                        "(cuco_grouped_gemm_lib.h): tiles 128x128 (clusters 1x1, 2x1), "
+                                        "128x256 (1x1, 1x2, 2x1) or 256x128 (2x1)")
     assert calls(tmp_path) == ([], [])
 
 
@@ -191,7 +192,7 @@ def test_no_cutlass_is_one_diagnostic(tmp_path):
                                         "nvidia-cutlass) (run `cuco doctor`)")
     assert calls(tmp_path) == ([], [])
     lib = ensure_gemm_library(ONE, tc, BuildCache(tmp_path / "cache"))
-    assert not lib.ok and lib.problem.startswith("cannot build the grouped GEMM library of 128x128 tiles, 1x1 clusters")
+    assert not lib.ok and lib.problem.startswith("cannot build the grouped GEMM library of 128x256 tiles, 1x1 clusters")
 
 
 def test_a_failed_library_build_is_one_line_and_remembered(tmp_path):
@@ -201,7 +202,7 @@ def test_a_failed_library_build_is_one_line_and_remembered(tmp_path):
     r = compile_candidate(candidate(tmp_path, "a", "arrival_pipeline", gemm="cutlass_grouped"), tc, cache)
     assert not r.ok and len(r.diagnostics) == 1
     message = r.diagnostics[0].message
-    assert message.startswith("building the grouped GEMM library of 128x128 tiles, 1x1 clusters failed after ")
+    assert message.startswith("building the grouped GEMM library of 128x256 tiles, 1x1 clusters failed after ")
     assert message.endswith('(nvcc exit 1): cuco_grouped_gemm_lib.cu(57): error: incomplete type "CollectiveOp" '
                             "is not allowed")
     # The same sources fail the same way: answered from the record, nvcc not run again.

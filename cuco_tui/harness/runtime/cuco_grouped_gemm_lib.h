@@ -22,7 +22,7 @@
 // Linking: the toolchain links the library of every configuration the candidate writes as
 // `gg::GroupedConfig{BM, BN, CM, CN}` with literal numbers (both when it writes none), building
 // it first where this machine has not yet (toolchain/grouped_gemm_lib.py); the candidate finds it
-// through its rpath. Libraries exist for 128x128 tiles with 1x1 and 2x1 clusters. Each defines
+// through its rpath. Libraries exist for tiles 128x128 (clusters 1x1, 2x1), 128x256 (1x1, 1x2, 2x1) or 256x128 (2x1). Each defines
 // one entry point, declared weak here: init() of a configuration that was not linked fails with
 // a sentence instead of the candidate failing to load.
 #ifndef CUCO_GROUPED_GEMM_LIB_H_
@@ -94,6 +94,10 @@ typedef struct cuco_grouped_gemm_api {
 #endif
 CUCO_GROUPED_GEMM_ENTRY(cuco_grouped_gemm_128x128_1x1);
 CUCO_GROUPED_GEMM_ENTRY(cuco_grouped_gemm_128x128_2x1);
+CUCO_GROUPED_GEMM_ENTRY(cuco_grouped_gemm_128x256_1x1);
+CUCO_GROUPED_GEMM_ENTRY(cuco_grouped_gemm_128x256_1x2);
+CUCO_GROUPED_GEMM_ENTRY(cuco_grouped_gemm_128x256_2x1);
+CUCO_GROUPED_GEMM_ENTRY(cuco_grouped_gemm_256x128_2x1);
 #undef CUCO_GROUPED_GEMM_ENTRY
 
 }  // extern "C"
@@ -277,7 +281,11 @@ inline const cuco_grouped_gemm_api* linked_library(const GroupedConfig& k, char*
     const cuco_grouped_gemm_api* (*entry)(void);
   };
   const Entry entries[] = {{{128, 128, 1, 1}, cuco_grouped_gemm_128x128_1x1},
-                           {{128, 128, 2, 1}, cuco_grouped_gemm_128x128_2x1}};
+                           {{128, 128, 2, 1}, cuco_grouped_gemm_128x128_2x1},
+                           {{128, 256, 1, 1}, cuco_grouped_gemm_128x256_1x1},
+                           {{128, 256, 1, 2}, cuco_grouped_gemm_128x256_1x2},
+                           {{128, 256, 2, 1}, cuco_grouped_gemm_128x256_2x1},
+                           {{256, 128, 2, 1}, cuco_grouped_gemm_256x128_2x1}};
   for (const Entry& e : entries) {
     const GroupedConfig& c = e.config;
     if (c.block_m != k.block_m || c.block_n != k.block_n || c.cluster_m != k.cluster_m || c.cluster_n != k.cluster_n)
@@ -298,7 +306,7 @@ inline const cuco_grouped_gemm_api* linked_library(const GroupedConfig& k, char*
     return api;
   }
   write_error(error, error_len,
-              "gg::GroupedConfig{%d, %d, %d, %d} has no grouped GEMM library: tiles 128x128, clusters 1x1 or 2x1",
+              "gg::GroupedConfig{%d, %d, %d, %d} has no grouped GEMM library: tiles 128x128 (clusters 1x1, 2x1), 128x256 (1x1, 1x2, 2x1) or 256x128 (2x1)",
               k.block_m, k.block_n, k.cluster_m, k.cluster_n);
   return nullptr;
 }

@@ -37,6 +37,9 @@ DTYPE_CODES = {"bf16": 1, "f32": 3, "i32": 4}  # cuco_abi.h enum cuco_dtype
 
 REF = reference_module(W.reference)
 
+# The pipelines run cuBLAS here: the emulator models cuBLAS, not the prebuilt CUTLASS grouped GEMM
+# (their default), whose transport and waits are the same code; the CUTLASS way is verified on GPUs
+# (test_moe_grouped_gemm.py).
 CANDIDATES = [  # (name, strategy or None for the seed, knobs)
     ("seed", None, None),
     ("overlap-high", "dispatch_overlap", {"comm_priority": "high"}),
@@ -46,19 +49,19 @@ CANDIDATES = [  # (name, strategy or None for the seed, knobs)
     ("ipc-dispatch-ipc-16", "ipc_dispatch", {"mover": "ipc", "mover_blocks": 16}),
     ("ipc-dispatch-ce", "ipc_dispatch", {"mover": "copy_engine", "mover_blocks": 16}),
     ("pipe-ce-4-shared", "expert_pipeline", {"mover": "copy_engine", "groups": 4, "mover_blocks": 16,
-                                             "results": "shared"}),
+                                             "results": "shared", "gemm": "cublas"}),
     ("pipe-ce-2-separate", "expert_pipeline", {"mover": "copy_engine", "groups": 2, "mover_blocks": 16,
-                                               "results": "separate"}),
+                                               "results": "separate", "gemm": "cublas"}),
     ("pipe-ce-16-separate", "expert_pipeline", {"mover": "copy_engine", "groups": 16, "mover_blocks": 16,
-                                                "results": "separate"}),
+                                                "results": "separate", "gemm": "cublas"}),
     ("pipe-ipc-4-16-shared", "expert_pipeline", {"mover": "ipc", "groups": 4, "mover_blocks": 16,
-                                                 "results": "shared"}),
+                                                 "results": "shared", "gemm": "cublas"}),
     ("pipe-ipc-8-64-separate", "expert_pipeline", {"mover": "ipc", "groups": 8, "mover_blocks": 64,
-                                                   "results": "separate"}),
-    ("arrival-ce-4", "arrival_pipeline", {"mover": "copy_engine", "chunks": 4, "mover_blocks": 16}),
-    ("arrival-ce-1", "arrival_pipeline", {"mover": "copy_engine", "chunks": 1, "mover_blocks": 16}),
-    ("arrival-ipc-2-32", "arrival_pipeline", {"mover": "ipc", "chunks": 2, "mover_blocks": 32}),
-    ("arrival-ipc-8-16", "arrival_pipeline", {"mover": "ipc", "chunks": 8, "mover_blocks": 16}),
+                                                   "results": "separate", "gemm": "cublas"}),
+    ("arrival-ce-4", "arrival_pipeline", {"mover": "copy_engine", "chunks": 4, "mover_blocks": 16, "gemm": "cublas"}),
+    ("arrival-ce-1", "arrival_pipeline", {"mover": "copy_engine", "chunks": 1, "mover_blocks": 16, "gemm": "cublas"}),
+    ("arrival-ipc-2-32", "arrival_pipeline", {"mover": "ipc", "chunks": 2, "mover_blocks": 32, "gemm": "cublas"}),
+    ("arrival-ipc-8-16", "arrival_pipeline", {"mover": "ipc", "chunks": 8, "mover_blocks": 16, "gemm": "cublas"}),
 ]
 
 
@@ -312,26 +315,26 @@ def test_arrival_pipeline_cuts_chunks_on_the_cpu(emulated, tmp_path, name, world
 OLD_SCHEDULES = ((11, -1), (23, 1), (29, 0))
 MUTANTS = {  # name: (strategy, knobs, a wait the candidate needs, what dropping it does, (world, dims, schedules))
     "pipeline-no-rows-wait": (
-        "expert_pipeline", {"mover": "copy_engine", "groups": 4, "mover_blocks": 16, "results": "separate"},
+        "expert_pipeline", {"mover": "copy_engine", "groups": 4, "mover_blocks": 16, "results": "separate", "gemm": "cublas"},
         "if (rows_from.bits[0])\n      wait_groups<<<dim3(W, 1), 1, 0, stream>>>(mine, kRows, g, rows_from, pushed, "
         'trace, CUCO_WAIT_SITE("rows"));',
         "each group is gathered and computed before the peers' rows of the group have landed",
         (*SHAPES[0][:2], OLD_SCHEDULES)),
     "pipeline-no-computed-wait": (
-        "expert_pipeline", {"mover": "ipc", "groups": 2, "mover_blocks": 16, "results": "shared"},
+        "expert_pipeline", {"mover": "ipc", "groups": 2, "mover_blocks": 16, "results": "shared", "gemm": "cublas"},
         "CUCO_TRY_CUDA(ctx, cudaStreamWaitEvent(c->result_stream, c->computed[g], 0));",
         "each group's results are pushed back before they are computed", (*SHAPES[0][:2], OLD_SCHEDULES)),
     "arrival-no-chunk-wait": (
-        "arrival_pipeline", {"mover": "copy_engine", "chunks": 4, "mover_blocks": 16},
+        "arrival_pipeline", {"mover": "copy_engine", "chunks": 4, "mover_blocks": 16, "gemm": "cublas"},
         "wait_flag<<<1, 1, 0, stream>>>(mine, kRows, p, q, pushed, trace);",
         "each chunk is computed before it has landed", (*CHUNKED_SHAPES[0][:2], ((61, -1), (67, 1), (83, 0)))),
     "arrival-no-computed-wait-w4": (
-        "arrival_pipeline", {"mover": "ipc", "chunks": 2, "mover_blocks": 16},
+        "arrival_pipeline", {"mover": "ipc", "chunks": 2, "mover_blocks": 16, "gemm": "cublas"},
         "CUCO_TRY_CUDA(ctx, cudaStreamWaitEvent(c->result_stream, done, 0));",
         "each chunk's results are pushed back before they are computed",
         (*CHUNKED_SHAPES[1][:2], ((71, -1), (83, 3), (11, 1)))),
     "arrival-no-results-wait": (
-        "arrival_pipeline", {"mover": "copy_engine", "chunks": 2, "mover_blocks": 16},
+        "arrival_pipeline", {"mover": "copy_engine", "chunks": 2, "mover_blocks": 16, "gemm": "cublas"},
         "if (remote) wait_results<<<dim3(W, kChunks), 1, 0, stream>>>(mine, results_from, pushed, trace);",
         "the weighted sum reads the combine buffer before the peers' results are back",
         (*CHUNKED_SHAPES[0][:2], ((61, -1), (67, 1), (83, 0)))),

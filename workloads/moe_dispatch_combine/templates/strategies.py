@@ -20,11 +20,13 @@ def _peer_transport(k: dict, sync: str, pieces: str, streams: str = "2") -> Desi
     )
 
 
-# How the expert phase runs its grouped GEMMs: cuBLAS (grouped_gemm.cuh.j2: one grouped call or one
-# GEMM per expert, sizes planned on the host), or CUTLASS's ptr-array grouped GEMM prebuilt per
-# machine (cutlass_grouped.cuh.j2, cuco_grouped_gemm_lib.h: one persistent launch per projection,
-# sizes filled on the device from the counts) with 1x1 or 2x1 clusters of 128x128 tiles.
-GEMMS = ("cublas", "cutlass_grouped", "cutlass_grouped_2x1")
+# How the expert phase runs its grouped GEMMs: CUTLASS's ptr-array grouped GEMM prebuilt per machine
+# (cutlass_grouped.cuh.j2, cuco_grouped_gemm_lib.h: one persistent launch per projection, sizes
+# filled on the device from the counts) with 1x1 or 1x2 clusters of 128x256 tiles, or cuBLAS
+# (grouped_gemm.cuh.j2: one grouped call or one GEMM per expert, sizes planned on the host). CUTLASS
+# first: on one H100 it was 103-142 % of the faster cuBLAS way on every expert problem of the bench
+# shapes at W=2 and W=4 (docs/grouped_gemm.md, 2026-12-07).
+GEMMS = ("cutlass_grouped", "cublas", "cutlass_grouped_1x2")
 
 
 def _ipc_dispatch_normalize(k: dict) -> dict:
