@@ -1,11 +1,12 @@
-"""moe_dispatch_combine's reference expert phase on one GPU in its three GEMM modes: one cuBLAS
-grouped GEMM per projection, two cublasGemmEx per expert, and auto (the reference: per expert when
-the experts average at least PER_EXPERT_MIN_ROWS rows, else grouped), each with and without its
-CUDA graph, on the per-rank problem of every bench shape: the rows rank 0 receives at world size 2
-under the reference's own routing (both ranks' tokens, drawn by the workload's input generator),
+"""moe_dispatch_combine's reference expert phase on one GPU in its four GEMM modes: one cuBLAS
+grouped GEMM per projection, two cublasGemmEx per expert, auto (per expert when the experts average
+at least PER_EXPERT_MIN_ROWS rows, else grouped), and cutlass (the reference's default: the prebuilt
+CUTLASS grouped GEMM, one launch per projection), each with and without its CUDA graph, on the
+per-rank problem of every bench shape: the rows rank 0 receives at world size 2 under the
+reference's own routing (both ranks' tokens, drawn by the workload's input generator),
 rank 0's expert weights. The phase runs through the Reference class itself (its expert launches,
 its pointer kernel, its graph cache); times are CUDA events around one call, median and quartiles
-of --reps, the six variants interleaved (the order rotates every repetition). Every variant's
+of --reps, the eight variants interleaved (the order rotates every repetition). Every variant's
 results are compared with each other and with a float64 expert MLP computed on the GPU from the
 same bf16 inputs. The table says which way auto took and how its time compares with the faster
 of the two fixed ways (it should be that one's, within noise).
@@ -37,7 +38,7 @@ from cuco_tui.workload.manifest import load_workload
 
 W = load_workload("moe_dispatch_combine")
 REF = reference_module(W.reference)
-VARIANTS = tuple((gemm, graphs) for graphs in (True, False) for gemm in ("grouped", "per_expert", "auto"))
+VARIANTS = tuple((gemm, graphs) for graphs in (True, False) for gemm in ("grouped", "per_expert", "auto", "cutlass"))
 F64_REL_L2 = 1e-2  # the GPU test's bound for the whole reference against float64
 PAIR_REL_L2 = 1e-2  # each variant against grouped+graph: the same math, other kernels, other roundings
 
@@ -159,6 +160,7 @@ def bench_shape(cupy: Any, shape: Any, world: int, reps: int, seed: int) -> dict
     row["auto_ways"] = list(refs["auto+graph"].ways(plan))
     best = min(v["grouped+graph"]["median_ms"], v["per_expert+graph"]["median_ms"])
     row["auto_over_best"] = v["auto+graph"]["median_ms"] / best
+    row["cutlass_over_auto"] = v["cutlass+graph"]["median_ms"] / v["auto+graph"]["median_ms"]
     row["auto_took_the_faster"] = row["auto_ways"][0] == ("per_expert" if row["per_expert_over_grouped"] < 1
                                                           else "grouped")
     row["ok"] = (not row["warnings"] and all(r.gemm == g for (g, _), r in zip(VARIANTS, refs.values()))
@@ -209,6 +211,20 @@ def reference_checks(cupy: Any) -> list[dict[str, Any]]:
     return out
 
 
+def load_grouped_library() -> None:
+    """The prebuilt grouped GEMM the reference's cutlass mode calls, built where this machine lacks
+    it and loaded as the rank workers preload it (RTLD_GLOBAL)."""
+    from cuco_tui.harness import grouped_gemm
+    from cuco_tui.toolchain import BuildCache
+    from cuco_tui.toolchain.grouped_gemm_lib import REFERENCE_CONFIG
+    from cuco_tui.toolchain.nvcc import ensure_gemm_library
+    from cuco_tui.toolchain.toolchain import discover
+
+    lib = ensure_gemm_library(REFERENCE_CONFIG, discover(), BuildCache())
+    if not lib.ok or grouped_gemm.loaded(REFERENCE_CONFIG.entry, [str(lib.path)]) is None:
+        raise SystemExit(f"cannot load the grouped GEMM library: {lib.problem or 'its entry point is missing'}")
+
+
 def cublas_version(cupy: Any) -> int | None:
     """The version of the libcublas the reference calls (e.g. 130100 for 13.1.0)."""
     import ctypes
@@ -223,17 +239,19 @@ def cublas_version(cupy: Any) -> int | None:
 def table(rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> str:
     names = [_name(g, gr) for g, gr in VARIANTS]
     lines = ["| shape | rows | experts (rows each) | " + " | ".join(f"{n} ms [q1, q3]" for n in names)
-             + " | per_expert / grouped (graphs) | auto's way | auto / the faster (graphs) "
-             "| y vs float64 rel L2 (grouped, per_expert, auto) | ok |",
-             "|---" * (len(names) + 8) + "|"]
+             + " | per_expert / grouped (graphs) | auto's way | auto / the faster (graphs) | cutlass / auto (graphs) "
+             "| y vs float64 rel L2 (grouped, per_expert, auto, cutlass) | ok |",
+             "|---" * (len(names) + 9) + "|"]
     for r in rows:
         v = r["variants"]
         cells = [f"{v[n]['median_ms']:.3f} [{v[n]['q1_ms']:.3f}, {v[n]['q3_ms']:.3f}]" for n in names]
         lo, hi = r["rows_per_expert"]
-        errors = ", ".join(f"{v[f'{g}+graph']['vs_float64']['rel_l2']:.2e}" for g in ("grouped", "per_expert", "auto"))
+        errors = ", ".join(f"{v[f'{g}+graph']['vs_float64']['rel_l2']:.2e}"
+                           for g in ("grouped", "per_expert", "auto", "cutlass"))
         way = r["auto_ways"][0] + ("" if r["auto_took_the_faster"] else " (the slower)")
         lines.append(f"| {r['shape']} | {r['rows']} | {r['experts']} ({lo}-{hi}) | " + " | ".join(cells)
-                     + f" | {r['per_expert_over_grouped']:.2f}x | {way} | {r['auto_over_best']:.2f}x | {errors} "
+                     + f" | {r['per_expert_over_grouped']:.2f}x | {way} | {r['auto_over_best']:.2f}x "
+                     f"| {r['cutlass_over_auto']:.2f}x | {errors} "
                      f"| {'yes' if r['ok'] else 'NO'} |")
     lines.append("")
     lines.append("| reference float64 check | gemm (auto's way) | rel L2 vs float64 (eager, capture, replay) | ok |")
@@ -263,6 +281,8 @@ def main() -> int:
         return 2
     out = args.out or (Path(os.environ["OUT"]) / "moe_grouped.json" if os.environ.get("OUT") else None)
     import cupy
+
+    load_grouped_library()
 
     props = cupy.cuda.runtime.getDeviceProperties(0)
     device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])

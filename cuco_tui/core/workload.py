@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# What a manifest's `libraries` may name: "attention" is cuco_attn.h (cuDNN's fused attention).
-LIBRARIES = ("attention",)
+# What a manifest's `libraries` may name for its reference: "attention" is cuco_attn.h (cuDNN's
+# fused attention), "grouped_gemm" the prebuilt CUTLASS grouped GEMM of cuco_grouped_gemm_lib.h.
+LIBRARIES = ("attention", "grouped_gemm")
 # Element types a manifest's `dtype` may name; the harness ABI (cuco_abi.h) has one code for each.
 DTYPES = ("bf16", "f16", "f32", "i32", "i64", "u8")
 # The workload a command, the app and a search config use when none is named.

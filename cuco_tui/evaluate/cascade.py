@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cuco_tui.toolchain import BuildCache, compile_candidate
+from cuco_tui.toolchain import grouped_gemm_lib
 from cuco_tui.toolchain.attention import ensure_library, uses_attention
+from cuco_tui.toolchain.nvcc import ensure_gemm_library
 from cuco_tui.toolchain.toolchain import Toolchain, discover
 from cuco_tui.evaluate import profiling, races, sanitizer, shared_gpu
 from cuco_tui.core.noise import speedup_of
@@ -162,17 +164,29 @@ def harness_libraries(workload: Workload, source: str | None, toolchain: Toolcha
     """(libraries the ranks load before the candidate, why a library the candidate needs is
     missing, why one only the reference wanted is). The attention library is built when the
     workload's reference may use it or the candidate includes it; only a candidate that includes
-    it fails without it: the reference falls back, and the note goes into the results."""
+    it fails without it: the reference falls back, and the note goes into the results. The grouped
+    GEMM's reference configuration likewise where the reference may call it (a candidate that
+    includes its header links its own configurations at compile time)."""
+    preload: list[str] = []
+    notes: list[str] = []
     needed = source is not None and uses_attention(source)
-    if not needed and "attention" not in workload.libraries:
-        return [], "", ""
-    say(Progress(Level.COMPILE, "the harness attention library (built once per machine)"))
-    attention = ensure_library(toolchain, cache)
-    if attention.ok:
-        return attention.preload(), "", ""
-    if needed:
-        return [], attention.problem, ""
-    return [], "", f"the harness attention library is missing: {attention.problem}"
+    if needed or "attention" in workload.libraries:
+        say(Progress(Level.COMPILE, "the harness attention library (built once per machine)"))
+        attention = ensure_library(toolchain, cache)
+        if attention.ok:
+            preload += attention.preload()
+        elif needed:
+            return [], attention.problem, ""
+        else:
+            notes.append(f"the harness attention library is missing: {attention.problem}")
+    if "grouped_gemm" in workload.libraries:
+        say(Progress(Level.COMPILE, "the grouped GEMM library of the reference (built once per machine)"))
+        grouped = ensure_gemm_library(grouped_gemm_lib.REFERENCE_CONFIG, toolchain, cache)
+        if grouped.ok and grouped.path is not None:
+            preload.append(str(grouped.path))
+        else:
+            notes.append(f"the reference's grouped GEMM library is missing: {grouped.problem}")
+    return preload, "", "; ".join(notes)
 
 
 def run_deadline(plan: RunPlan) -> float:

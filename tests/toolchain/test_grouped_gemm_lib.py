@@ -242,3 +242,89 @@ def test_the_header_compiles_on_its_own_without_cutlass(tmp_path):
                         "-Wall,-Wextra,-Werror", f"-I{RUNTIME_INCLUDE}", "-c", str(src), "-o", str(tmp_path / "o.o")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------- the reference's library, preloaded
+
+
+def test_a_workload_whose_reference_calls_the_library_gets_it_preloaded(monkeypatch, tmp_path):
+    """moe_dispatch_combine lists it: the reference configuration is built (once per machine) and its
+    path goes to the ranks' preload; a failed build is a note, and the reference falls back."""
+    from cuco_tui.evaluate import cascade
+    from cuco_tui.evaluate.cascade import harness_libraries
+    from cuco_tui.toolchain.grouped_gemm_lib import REFERENCE_CONFIG
+    from cuco_tui.toolchain.tile_gemm_lib import GemmLibrary
+
+    asked = []
+
+    def built(config, toolchain, cache):
+        asked.append(config)
+        return GemmLibrary(config, tmp_path / "libcuco_grouped_gemm-128x256-1x1-k.so", "")
+
+    monkeypatch.setattr(cascade, "ensure_gemm_library", built)
+    assert W.libraries == ("grouped_gemm",)
+    preload, problem, note = harness_libraries(W, None, fake_toolchain(tmp_path), BuildCache(tmp_path / "c"),
+                                               lambda p: None)
+    assert preload == [str(tmp_path / "libcuco_grouped_gemm-128x256-1x1-k.so")] and problem == note == ""
+    assert asked == [REFERENCE_CONFIG] == [GroupedConfig(128, 256, 1, 1)]
+    monkeypatch.setattr(cascade, "ensure_gemm_library", lambda c, t, k: GemmLibrary(c, None, "nvcc exit 1: boom"))
+    assert harness_libraries(W, None, fake_toolchain(tmp_path), BuildCache(tmp_path / "c"), lambda p: None) == (
+        [], "", "the reference's grouped GEMM library is missing: nvcc exit 1: boom")
+    gemm = load_workload("gemm_allgather")  # lists no library: nothing built
+    monkeypatch.setattr(cascade, "ensure_gemm_library", lambda *a: pytest.fail("built for a workload without it"))
+    assert harness_libraries(gemm, None, fake_toolchain(tmp_path), BuildCache(tmp_path / "c"), lambda p: None) == (
+        [], "", "")
+
+
+LAYOUT_PROGRAM = r"""
+#include "cuco_grouped_gemm_lib.h"
+#include <cstddef>
+#include <cstdio>
+#define OFF(T, f) printf(#T "." #f " %zu\n", offsetof(T, f))
+int main() {
+  printf("setup %zu problems %zu info %zu api %zu\n", sizeof(cuco_grouped_gemm_setup),
+         sizeof(cuco_grouped_gemm_problems), sizeof(cuco_grouped_gemm_info), sizeof(cuco_grouped_gemm_api));
+  OFF(cuco_grouped_gemm_problems, shapes); OFF(cuco_grouped_gemm_problems, host_shapes);
+  OFF(cuco_grouped_gemm_info, workspace_bytes);
+  OFF(cuco_grouped_gemm_api, create); OFF(cuco_grouped_gemm_api, launch); OFF(cuco_grouped_gemm_api, release);
+  printf("abi %d\n", CUCO_GROUPED_GEMM_LIB_ABI);
+  return 0;
+}
+"""
+
+
+def test_the_python_bindings_lay_out_the_c_abi_as_the_header_does(tmp_path):
+    """cuco_tui/harness/grouped_gemm.py's ctypes structures against the header, compiled for the host."""
+    import ctypes
+
+    from cuco_tui.harness import grouped_gemm as py
+
+    tc = discover()
+    if tc.nvcc is None:
+        pytest.skip("needs nvcc")
+    src, exe = tmp_path / "layout.cu", tmp_path / "layout"
+    src.write_text(LAYOUT_PROGRAM)
+    build = subprocess.run([str(tc.nvcc), f"-I{RUNTIME_INCLUDE}", str(src), "-o", str(exe)], capture_output=True,
+                           text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    got = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.split("\n")
+    assert got[0] == (f"setup {ctypes.sizeof(py.Setup)} problems {ctypes.sizeof(py.Problems)} "
+                      f"info {ctypes.sizeof(py.Info)} api {ctypes.sizeof(py.Api)}")
+    assert got[1:7] == [f"cuco_grouped_gemm_problems.shapes {py.Problems.shapes.offset}",
+                        f"cuco_grouped_gemm_problems.host_shapes {py.Problems.host_shapes.offset}",
+                        f"cuco_grouped_gemm_info.workspace_bytes {py.Info.workspace_bytes.offset}",
+                        f"cuco_grouped_gemm_api.create {py.Api.create.offset}",
+                        f"cuco_grouped_gemm_api.launch {py.Api.launch.offset}",
+                        f"cuco_grouped_gemm_api.release {py.Api.release.offset}"]
+    assert got[7] == f"abi {py.ABI}"
+    assert py.entry_name(*REFERENCE_FIELDS) == "cuco_grouped_gemm_128x256_1x1"
+
+
+REFERENCE_FIELDS = (128, 256, 1, 1)
+
+
+def test_the_bindings_find_nothing_where_no_library_is_loaded():
+    from cuco_tui.harness import grouped_gemm as py
+
+    assert py.loaded("cuco_grouped_gemm_128x256_1x1") is None
+    assert py.loaded("cuco_grouped_gemm_128x256_1x1", ["/nonexistent/libcuco_grouped_gemm.so"]) is None

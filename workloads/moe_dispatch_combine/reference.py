@@ -12,14 +12,20 @@ counts need, and no Python loop of launches on the timed path. On each rank:
             the rows moved (NCCL send/recv to every rank, one group) and regrouped by local expert
             (one kernel for the segment starts, one row copy);
   experts   per projection ([n_e, H] @ [H, 2I], gate and up together; then [n_e, I] @ [I, H]; bf16
-            in and out, fp32 accumulation) over every local expert with rows, whichever of two ways
-            is faster for the plan's rows (gemm="auto", the default): one cublasGemmEx per expert
-            when the experts average at least PER_EXPERT_MIN_ROWS rows, else one cuBLAS grouped GEMM
-            (cublasGemmGroupedBatchedEx, one problem per expert; the pointer arrays it reads on the
-            device written by one small kernel from the counts); one silu(gate) * up kernel over all
-            rows between them. Launched as one CUDA graph, captured the second time a routing is
-            seen and replayed after (eager when capture fails, with a warning). `gemm="grouped"` or
-            `"per_expert"` (or CUCO_MOE_REF_GEMM) forces one way, for comparison;
+            in and out, fp32 accumulation) over every local expert: by default (gemm="cutlass" where
+            the harness loaded the prebuilt grouped GEMM, cuco_grouped_gemm_lib.h, 128x256 tiles)
+            one CUTLASS ptr-array grouped launch per projection, its sizes and pointers written on
+            the device by one small kernel from the counts; 1.06-1.33x faster than cuBLAS's best way
+            on rank 0's expert phase at the bench shapes (1 x H100, benchmarks/grouped_gemm.py).
+            Without the library (with a warning: speedups against it overstate) or with
+            gemm="auto", whichever cuBLAS way is faster for the plan's rows: one cublasGemmEx per
+            expert when the experts average at least PER_EXPERT_MIN_ROWS rows, else one cuBLAS
+            grouped GEMM (cublasGemmGroupedBatchedEx, one problem per expert; the pointer arrays it
+            reads on the device written by one small kernel from the counts). One silu(gate) * up
+            kernel over all rows between the projections. Launched as one CUDA graph, captured the
+            second time a routing is seen and replayed after (eager when capture fails, with a
+            warning). `gemm="auto"`, `"grouped"` or `"per_expert"` (or CUCO_MOE_REF_GEMM) forces a
+            cuBLAS way, for comparison;
   combine   the results put back in arrival order (one row copy), sent back (one group), and
             each token's 8 results summed with its router weights (one kernel).
 
@@ -70,7 +76,10 @@ CUDA_R_16BF = 14
 CUBLAS_COMPUTE_32F = 68
 CUBLAS_GEMM_DEFAULT = -1
 CUBLAS_OP_N = 0
-GEMM_MODES = ("auto", "grouped", "per_expert")
+GEMM_MODES = ("cutlass", "auto", "grouped", "per_expert")
+# The prebuilt grouped GEMM's configuration the reference calls (toolchain/grouped_gemm_lib.py's
+# REFERENCE_CONFIG, preloaded by the harness for a manifest with libraries = ["grouped_gemm"]).
+CUTLASS_ENTRY = "cuco_grouped_gemm_128x256_1x1"
 # auto's rule: one cublasGemmEx per expert when a projection's experts average at least this many
 # rows, else the grouped GEMM. Measured on one H100 with cuBLAS 13.1 (benchmarks/moe_grouped.py,
 # rank 0's expert phase at W=2, graphs on; docs/performance.md, 2026-11-24, sixth session):
@@ -228,11 +237,11 @@ def graphs_wanted() -> bool:
     return os.environ.get("CUCO_MOE_REF_GRAPHS", "1") != "0"
 
 
-def gemm_wanted() -> str:
-    """The expert phase's GEMMs: "auto" (the default) unless CUCO_MOE_REF_GEMM says grouped or
-    per_expert."""
-    mode = os.environ.get("CUCO_MOE_REF_GEMM", "auto")
-    if mode not in GEMM_MODES:
+def gemm_wanted() -> str | None:
+    """The expert phase's GEMMs as CUCO_MOE_REF_GEMM names them, or None (unset: the fastest way
+    this process has, see Reference)."""
+    mode = os.environ.get("CUCO_MOE_REF_GEMM") or None
+    if mode is not None and mode not in GEMM_MODES:
         raise ValueError(f"CUCO_MOE_REF_GEMM={mode!r}: use one of {', '.join(GEMM_MODES)}")
     return mode
 
@@ -308,9 +317,12 @@ class Reference:
     """Host-driven dispatch, expert GEMMs and combine on the harness's NCCL communicator and
     CuPy's cuBLAS handle, all on env.stream, with one host sync (for the counts) an iteration.
     Every buffer is allocated here, once per shape; an iteration allocates nothing.
-    `gemm`: "auto" (per plan, per-expert GEMMs for many rows an expert, else grouped: auto_gemm),
-    "grouped" (one grouped GEMM per projection) or "per_expert" (two GEMMs per expert); None reads
-    CUCO_MOE_REF_GEMM. Where libcublas has no grouped GEMM, per_expert with a warning."""
+    `gemm`: "cutlass" (the prebuilt grouped GEMM, one launch per projection; the library must be
+    loaded), "auto" (per plan, per-expert cuBLAS GEMMs for many rows an expert, else cuBLAS's
+    grouped GEMM: auto_gemm), "grouped" (one cuBLAS grouped GEMM per projection) or "per_expert"
+    (two cuBLAS GEMMs per expert); None reads CUCO_MOE_REF_GEMM, and when it is unset takes
+    cutlass where the library is loaded, else auto with a warning. Where libcublas has no grouped
+    GEMM, auto and grouped become per_expert with a warning."""
 
     def __init__(self, env: Any, graphs: bool | None = None, cublas: Any = None, gemm: str | None = None) -> None:
         import cupy
@@ -348,7 +360,7 @@ class Reference:
         self.host_counts = cupyx.empty_pinned(2 * self.E, dtype=np.int32)  # pinned: an async copy
         module = cupy.RawModule(code=_KERNELS)
         for name in ("route_count", "route_scan", "route_place", "permute_rows", "segment_offsets", "regroup_rows",
-                     "silu_mul", "weighted_combine", "grouped_pointers"):
+                     "silu_mul", "weighted_combine", "grouped_pointers", "cutlass_problems"):
             setattr(self, name, module.get_function(name))
         self.handle = cupy.cuda.device.get_cublas_handle()
         self.lib = cublas if cublas is not None else raw_cublas()  # tests pass a fake
@@ -358,16 +370,61 @@ class Reference:
         self.i32 = {k: np.int32(v) for k, v in (("pairs", self.pairs), ("chunk", self.route_chunk), ("E", self.E),
                                                   ("blocks", self.route_blocks), ("vecs", self.H // 8),
                                                   ("world", env.world), ("local", self.el), ("half", self.I // 2))}
-        self.gemm = gemm_wanted() if gemm is None else gemm
-        if self.gemm not in GEMM_MODES:
-            raise ValueError(f"gemm={self.gemm!r}: use one of {', '.join(GEMM_MODES)}")
+        wanted = gemm_wanted() if gemm is None else gemm
+        if wanted is not None and wanted not in GEMM_MODES:
+            raise ValueError(f"gemm={wanted!r}: use one of {', '.join(GEMM_MODES)}")
         self.gemm_warnings: list[str] = []
-        if self.gemm != "per_expert" and not hasattr(self.lib, "cublasGemmGroupedBatchedEx"):
+        self.cutlass = None
+        if wanted in (None, "cutlass"):
+            why = self._cutlass_init(cupy)
+            if not why:
+                wanted = "cutlass"
+            elif wanted == "cutlass":
+                raise RuntimeError(f"gemm=cutlass, but {why}")
+            else:
+                wanted = "auto"
+                message = (f"{why}: the expert phase runs cuBLAS, 1.06-1.33x slower on the bench shapes, so speedups "
+                           "against this reference overstate (`cuco doctor` says what the library needs)")
+                self.gemm_warnings.append(message)
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+        self.gemm = wanted
+        if self.gemm in ("auto", "grouped") and not hasattr(self.lib, "cublasGemmGroupedBatchedEx"):
             self._per_expert_from_now("this libcublas has no cublasGemmGroupedBatchedEx (cuBLAS 12.5 or later)")
         self.plans = LRU(16)
         self.graphs = GraphCache(self._capture, lambda g: g.launch(stream=env.stream),
                                  graphs_wanted() if graphs is None else graphs)
         self.plan: Plan | None = None
+
+    def _cutlass_init(self, cupy: Any) -> str:
+        """The grouped GEMM (its workspace for every local expert, released with this Reference)
+        and its two launches' arrays, fixed for this Reference: cutlass_problems rewrites their
+        contents from the counts on the device, so one set of kernel parameters serves every
+        routing, captured graphs included. "" when ready, else why not."""
+        import weakref
+
+        from cuco_tui.harness import grouped_gemm as harness_grouped
+
+        if self.H % 8 or self.I % 8:  # 16-byte TMA rows; with sizes on the device CUTLASS checks nothing
+            return f"the prebuilt grouped GEMM needs H and I multiples of 8 (H={self.H}, I={self.I})"
+        api = harness_grouped.loaded(CUTLASS_ENTRY)
+        if api is None:
+            return "the prebuilt grouped GEMM library (cuco_grouped_gemm_lib.h, 128x256 tiles) is not loaded"
+        el = self.el
+        try:
+            self.cutlass = harness_grouped.GroupedGemm.create(api, el, device=cupy.cuda.Device().id)
+        except harness_grouped.GroupedGemmError as exc:
+            return f"the prebuilt grouped GEMM library refused this GPU ({exc})"
+        weakref.finalize(self, self.cutlass.release)
+        with self.env.stream:
+            self.cg_shapes = cupy.empty(2 * el * 3, dtype=cupy.int32)  # all written by cutlass_problems
+            self.cg_strides = cupy.empty(2 * 3 * el, dtype=cupy.int64)
+            self.cg_ptrs = cupy.empty(2 * 3 * el, dtype=cupy.int64)
+        self.cg_problems = []
+        for q in range(2):
+            strides, ptrs = self.cg_strides.data.ptr + q * 3 * el * 8, self.cg_ptrs.data.ptr + q * 3 * el * 8
+            self.cg_problems.append(harness_grouped.Problems(
+                el, 0, self.cg_shapes.data.ptr + q * el * 3 * 4, strides, ptrs, ptrs + el * 8, ptrs + 2 * el * 8, None))
+        return ""
 
     @property
     def layout(self) -> Layout | None:
@@ -378,6 +435,14 @@ class Reference:
         """Why this reference runs slower than it could (a failed graph capture, no grouped GEMM),
         for the log."""
         return self.gemm_warnings + self.graphs.warnings
+
+    def _cublas_from_now(self, why: str) -> None:
+        self.gemm = "auto"
+        message = f"the expert phase runs cuBLAS (auto): {why}"
+        self.gemm_warnings.append(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        if not hasattr(self.lib, "cublasGemmGroupedBatchedEx"):
+            self._per_expert_from_now("this libcublas has no cublasGemmGroupedBatchedEx (cuBLAS 12.5 or later)")
 
     def _per_expert_from_now(self, why: str) -> None:
         self.gemm = "per_expert"
@@ -480,11 +545,23 @@ class Reference:
 
     def ways(self, plan: Plan) -> tuple[str, str]:
         """How the expert phase runs the plan's two projections (gate/up, down) in this mode:
-        each "grouped" (one grouped GEMM) or "per_expert" (one GEMM per expert with rows)."""
+        each "cutlass" (the prebuilt grouped GEMM), "grouped" (one cuBLAS grouped GEMM) or
+        "per_expert" (one cuBLAS GEMM per expert with rows)."""
         return plan.auto if self.gemm == "auto" else (self.gemm, self.gemm)
 
     def _expert_launches(self, plan: Plan, w13: int, w2: int) -> None:
         ways = self.ways(plan)
+        if "cutlass" in ways:
+            from cuco_tui.harness.grouped_gemm import GroupedGemmError
+
+            try:
+                self._projections(plan, w13, w2, ways)
+                return
+            except GroupedGemmError as exc:
+                if self.env.stream.is_capturing():
+                    raise  # the capture fails; the graph cache runs this again eagerly
+                self._cublas_from_now(f"the prebuilt grouped GEMM failed: {exc}")
+                ways = self.ways(plan)
         if "grouped" in ways:
             try:
                 self._projections(plan, w13, w2, ways)
@@ -505,6 +582,12 @@ class Reference:
             rows = np.array([n for _, _, n in plan.experts], dtype=np.int32)
             plan.grouped = (GroupedCall(2 * self.I, self.H, rows), GroupedCall(self.H, self.I, rows))
         with self.env.stream:
+            if "cutlass" in ways:
+                a, i64 = self.i32, np.int64
+                self.cutlass_problems((1,), (1024,), (
+                    self.recv_counts, a["world"], a["local"], i64(w13), i64(w2), i64(self.xe.data.ptr),
+                    i64(self.h13.data.ptr), i64(self.h.data.ptr), i64(self.y.data.ptr), i64(self.H), i64(self.I),
+                    self.cg_shapes, self.cg_strides, self.cg_ptrs))
             if "grouped" in ways:
                 a, i64 = self.i32, np.int64
                 self.grouped_pointers((1,), (1024,), (
@@ -520,6 +603,9 @@ class Reference:
         out[n_e, m] = rows[n_e, k] @ W_e[k, m] per expert, which cuBLAS sees column-major as
         out^T = W_e^T rows^T; grouped_pointers wrote its pointer arrays at 3j, 3j + 1, 3j + 2."""
         m, k = (2 * self.I, self.H) if j == 0 else (self.H, self.I)
+        if way == "cutlass":
+            self.cutlass.launch(self.cg_problems[j], self.env.stream.ptr)
+            return
         if way == "grouped":
             step = self.el * 8
             ptrs = self.gemm_ptrs.data.ptr + 3 * j * step

@@ -164,6 +164,52 @@ grouped_pointers(const int* recv_counts, int world, int local, long long w13, lo
   ptrs[5 * local + j] = y + first * H * 2;
 }
 
+// ---- The prebuilt CUTLASS grouped GEMM's arrays (cuco_grouped_gemm_lib.h; it reads them when it runs).
+
+// Group e of each projection is local expert e (m = 0 for an expert without rows: the library
+// skips it, and its pointers still point inside the buffers). Per projection q (0: gate/up, xe @
+// W13_e into h13; 1: down, h @ W2_e into y): shapes [2][local][3] (m, n, k), strides [2][3][local]
+// (k, n, n: the rows of a, b and d), ptrs [2][3][local] (a, b, d). One block of 1024 threads,
+// thread e for local expert e, an exclusive scan of the rows for each expert's first row.
+extern "C" __global__ void __launch_bounds__(1024)
+cutlass_problems(const int* recv_counts, int world, int local, long long w13, long long w2, long long xe,
+                 long long h13, long long h, long long y, long long H, long long I, int* shapes,
+                 long long* strides, long long* ptrs) {
+  __shared__ long long scan[2][1024];
+  const int e = threadIdx.x;
+  long long n = 0;
+  if (e < local)
+    for (int p = 0; p < world; ++p) n += recv_counts[p * local + e];
+  int cur = 0;
+  scan[0][e] = n;
+  __syncthreads();
+  for (int d = 1; d < (int)blockDim.x; d <<= 1) {  // inclusive scan, double-buffered
+    scan[cur ^ 1][e] = scan[cur][e] + (e >= d ? scan[cur][e - d] : 0);
+    cur ^= 1;
+    __syncthreads();
+  }
+  if (e >= local) return;
+  const long long first = scan[cur][e] - n;
+  const long long nk[2][2] = {{2 * I, H}, {H, I}};  // (n, k) of each projection
+  const long long a[2] = {xe + first * H * 2, h + first * I * 2};
+  const long long b[2] = {w13 + e * H * 2 * I * 2, w2 + e * I * H * 2};
+  const long long d[2] = {h13 + first * 2 * I * 2, y + first * H * 2};
+  for (int q = 0; q < 2; ++q) {
+    int* s = shapes + (q * local + e) * 3;
+    s[0] = (int)n;
+    s[1] = (int)nk[q][0];
+    s[2] = (int)nk[q][1];
+    long long* st = strides + q * 3 * local;
+    st[e] = nk[q][1];
+    st[local + e] = nk[q][0];
+    st[2 * local + e] = nk[q][0];
+    long long* pt = ptrs + q * 3 * local;
+    pt[e] = a[q];
+    pt[local + e] = b[q];
+    pt[2 * local + e] = d[q];
+  }
+}
+
 // ---- Math.
 
 // h[r, i] = silu(gate[r, i]) * up[r, i]; h13 rows are [gate (I) | up (I)]. Two bf16 per thread.

@@ -98,6 +98,10 @@ EMU_EXPORT(grouped_pointers, true, (const int* rc, int world, int local, long lo
                                     long long h13, long long h, long long y, long long H, long long I,
                                     long long* ptrs),
            (rc, world, local, w13, w2, xe, h13, h, y, H, I, ptrs))
+EMU_EXPORT(cutlass_problems, true, (const int* rc, int world, int local, long long w13, long long w2, long long xe,
+                                    long long h13, long long h, long long y, long long H, long long I, int* shapes,
+                                    long long* strides, long long* ptrs),
+           (rc, world, local, w13, w2, xe, h13, h, y, H, I, shapes, strides, ptrs))
 """
 
 
@@ -116,6 +120,7 @@ def build_kernels(tmp_path_factory):
     assert r.returncode == 0, r.stderr
     lib = ctypes.CDLL(str(d / "kernels.so"))
     for f in ("emu_route_count", "emu_route_scan", "emu_route_place", "emu_permute_rows", "emu_segment_offsets",
-              "emu_regroup_rows", "emu_silu_mul", "emu_weighted_combine", "emu_grouped_pointers"):
+              "emu_regroup_rows", "emu_silu_mul", "emu_weighted_combine", "emu_grouped_pointers",
+              "emu_cutlass_problems"):
         getattr(lib, f).restype = None
     return lib

@@ -96,6 +96,7 @@ class _FakeGPU:
         cupy.cuda = ModuleType("cupy.cuda")
         cupy.cuda.Stream = Stream
         cupy.cuda.device = SimpleNamespace(get_cublas_handle=lambda: 0)
+        cupy.cuda.Device = lambda *a: SimpleNamespace(id=0)
         cupy.cuda.runtime = SimpleNamespace(memcpyAsync=memcpy_async, memcpyDeviceToHost=2)
         # The Reference calls libcublas itself (CuPy's bindings refuse stream capture).
         self.cublas = SimpleNamespace(cublasGemmEx=self.gemm_ex, cublasSetStream_v2=self.set_stream,
@@ -204,6 +205,54 @@ class _FakeGPU:
         self.enqueue(run)
         return 0
 
+    def grouped_library(self):
+        """The prebuilt grouped GEMM as cuco_tui.harness.grouped_gemm presents it (`loaded`,
+        `GroupedGemm`): its launch reads the device arrays when the stream runs it, as the kernel
+        does (so cutlass_problems must have written them, in stream order), one GEMM per group
+        with rows, row-major d[m, n] = a[m, k] @ b[k, n]."""
+        import ctypes
+
+        gpu = self
+
+        class FakeGroupedGemm:
+            launches = 0
+
+            @classmethod
+            def create(cls, api, max_groups, sms=0, device=None):
+                assert api == "fake-api" and max_groups > 0
+                g = cls()
+                g.max_groups, g.prepared = max_groups, set()
+                return g
+
+            def release(self):
+                pass
+
+            def launch(self, problems, stream):
+                assert stream == gpu.tls.stream.ptr, "the grouped GEMM on another stream"
+                # The library builds a set of arrays' kernel parameters (host work) at its first launch:
+                # that must not happen inside a capture, which would record nothing of it.
+                key = (problems.shapes, problems.strides, problems.a, problems.b, problems.d)
+                assert key in self.prepared or gpu.tls.stream.recording is None, "first launch inside a capture"
+                self.prepared.add(key)
+                g = problems.groups
+                assert 0 < g <= self.max_groups
+                gpu.count("gemm")
+
+                def array(ptr, n, ctype):
+                    return np.ctypeslib.as_array((ctype * n).from_address(ptr)).copy()
+
+                def run():
+                    shapes = array(problems.shapes, 3 * g, ctypes.c_int32).reshape(g, 3)
+                    strides = array(problems.strides, 3 * g, ctypes.c_int64).reshape(3, g)
+                    a, b, d = (array(v, g, ctypes.c_int64) for v in (problems.a, problems.b, problems.d))
+                    for i, (m, n, k) in enumerate(shapes):
+                        assert (strides[:, i] == (k, n, n)).all(), "the library takes dense rows"
+                        if m:  # gemm_now is column-major: d^T [n, m] = b^T [n, k] a^T [k, m]
+                            gpu.gemm_now(int(n), int(m), int(k), int(b[i]), int(a[i]), int(d[i]))
+                gpu.enqueue(run)
+
+        return FakeGroupedGemm
+
     def group_start(self):
         assert self.tls.group is None
         self.tls.group = []
@@ -263,14 +312,38 @@ class _FakeGPU:
             raise errors[0]
 
 
-def _fake_run(emu, monkeypatch, dims, world, runs, inputs=None, graphs=True, gemm="grouped", cublas=None):
+def _fake_run(emu, monkeypatch, dims, world, runs, inputs=None, graphs=True, gemm="grouped", cublas=None,
+              library=None):
     """Each rank builds a Reference on the fakes and calls runs(rank, ref, inputs, outputs, gpu).
-    cublas(fake cuBLAS) -> the cuBLAS the Reference gets (default: the fake itself)."""
+    cublas(fake cuBLAS) -> the cuBLAS the Reference gets (default: the fake itself). library: whether
+    the harness loaded the prebuilt grouped GEMM (a fake of it; default: for gemm="cutlass")."""
     from types import SimpleNamespace
+
+    from cuco_tui.harness import grouped_gemm
 
     gpu = _FakeGPU(emu, world)
     for name, module in gpu.modules.items():
         monkeypatch.setitem(sys.modules, name, module)
+    if library == "fails":  # created, but its launches fail
+        fake = gpu.grouped_library()
+
+        def fail(self, problems, stream):
+            raise grouped_gemm.GroupedGemmError("the grouped GEMM's launch returned CUDA error 98")
+
+        monkeypatch.setattr(fake, "launch", fail)
+        monkeypatch.setattr(grouped_gemm, "loaded", lambda entry, paths=None: "fake-api")
+        monkeypatch.setattr(grouped_gemm, "GroupedGemm", fake)
+    elif library == "refuses":  # loaded, but its create fails (a GPU it was not built for)
+        def refuse(api, max_groups, sms=0, device=None):
+            raise grouped_gemm.GroupedGemmError("grouped GEMM: 232448 bytes of shared memory: invalid argument")
+
+        monkeypatch.setattr(grouped_gemm, "loaded", lambda entry, paths=None: "fake-api")
+        monkeypatch.setattr(grouped_gemm.GroupedGemm, "create", refuse)
+    elif library if library is not None else gemm == "cutlass":
+        monkeypatch.setattr(grouped_gemm, "loaded", lambda entry, paths=None: "fake-api")
+        monkeypatch.setattr(grouped_gemm, "GroupedGemm", gpu.grouped_library())
+    else:
+        monkeypatch.setattr(grouped_gemm, "loaded", lambda entry, paths=None: None)
     all_inputs = inputs or _inputs(dims, world)
     outs = [None] * world
 

@@ -19,10 +19,29 @@ def _gpus():
     return inventory().count
 
 
+def _load_grouped_library():
+    """The prebuilt grouped GEMM the reference calls, built where needed and loaded into this
+    process as the rank workers preload it (RTLD_GLOBAL)."""
+    from cuco_tui.harness import grouped_gemm
+    from cuco_tui.toolchain import BuildCache
+    from cuco_tui.toolchain.grouped_gemm_lib import REFERENCE_CONFIG
+    from cuco_tui.toolchain.nvcc import ensure_gemm_library
+    from cuco_tui.toolchain.toolchain import discover
+
+    lib = ensure_gemm_library(REFERENCE_CONFIG, discover(), BuildCache())
+    if not lib.ok and "CUTLASS headers were not found" in lib.problem:
+        pytest.skip(lib.problem)
+    assert lib.ok, lib.problem
+    assert grouped_gemm.loaded(REFERENCE_CONFIG.entry, [str(lib.path)]) is not None
+
+
 def _one_gpu_reference(dims, graphs=True, seed=11, gemm="grouped"):
     """A reference on a one-rank communicator (NCCL send/recv to itself), its inputs filled."""
     import cupy
     from cupy.cuda import nccl
+
+    if gemm == "cutlass":
+        _load_grouped_library()
 
     class Env:
         pass
@@ -85,13 +104,14 @@ def test_reference_matches_float64_on_one_gpu(name, dims, gemm):
 
 
 @pytest.mark.gpu
-def test_reference_without_graphs_matches_with_graphs_on_one_gpu():
+@pytest.mark.parametrize("gemm", ["grouped", "cutlass"])
+def test_reference_without_graphs_matches_with_graphs_on_one_gpu(gemm):
     import cupy
 
     dims = W.verify_shapes[0].dims
     results = []
     for graphs in (False, True):
-        ref, env, inputs, outputs = _one_gpu_reference(dims, graphs=graphs)
+        ref, env, inputs, outputs = _one_gpu_reference(dims, graphs=graphs, gemm=gemm)
         for _ in range(3):
             ref.run(inputs, outputs)
         env.stream.synchronize()
@@ -120,6 +140,7 @@ def test_grouped_gemms_match_per_expert_gemms_on_one_gpu():
     assert np.isfinite(results["grouped"]).all()
     assert _rel(results["grouped"], results["per_expert"]) < 2e-3
     assert _rel(results["grouped"], results["auto"]) < 2e-3
+    assert _rel(results["grouped"], results["cutlass"]) < 2e-3
 
 
 VERIFY_ONLY = EvalOptions(world=2, bench=False)

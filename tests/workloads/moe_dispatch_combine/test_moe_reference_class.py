@@ -67,7 +67,7 @@ def test_the_reference_class_does_one_sync_and_no_allocation_an_iteration(emu, m
             before = after
         seen[(rank, "experts")] = len(ref.plan.experts)
         assert max(n for _, _, n in ref.plan.experts) < REF.PER_EXPERT_MIN_ROWS
-        assert ref.ways(ref.plan) == ("per_expert",) * 2 if gemm == "per_expert" else ("grouped",) * 2
+        assert ref.ways(ref.plan) == ((gemm,) * 2 if gemm in ("per_expert", "cutlass") else ("grouped",) * 2)
 
     _fake_run(emu, monkeypatch, dims, world, runs, gemm=gemm)
     for rank in range(world):
@@ -221,23 +221,60 @@ def test_the_reference_falls_back_to_per_expert_gemms_without_a_grouped_gemm(emu
 
 def test_the_gemm_mode_comes_from_the_environment(monkeypatch):
     monkeypatch.delenv("CUCO_MOE_REF_GEMM", raising=False)
-    assert REF.gemm_wanted() == "auto"
-    for mode in ("auto", "grouped", "per_expert"):
+    assert REF.gemm_wanted() is None  # the fastest way the process has (the Reference decides)
+    monkeypatch.setenv("CUCO_MOE_REF_GEMM", "")
+    assert REF.gemm_wanted() is None
+    for mode in ("cutlass", "auto", "grouped", "per_expert"):
         monkeypatch.setenv("CUCO_MOE_REF_GEMM", mode)
         assert REF.gemm_wanted() == mode
-    for bad in ("batched", "bad", "", "Auto"):
+    for bad in ("batched", "bad", "Auto"):
         monkeypatch.setenv("CUCO_MOE_REF_GEMM", bad)
-        with pytest.raises(ValueError, match=f"CUCO_MOE_REF_GEMM={bad!r}: use one of auto, grouped, per_expert$"):
+        with pytest.raises(ValueError, match=f"CUCO_MOE_REF_GEMM={bad!r}: use one of cutlass, auto, grouped, "
+                                             f"per_expert$"):
             REF.gemm_wanted()
 
 
 def test_the_reference_refuses_an_unknown_gemm_mode(emu, monkeypatch):
-    with pytest.raises(ValueError, match="gemm='batched': use one of auto, grouped, per_expert$"):
+    with pytest.raises(ValueError, match="gemm='batched': use one of cutlass, auto, grouped, per_expert$"):
         _fake_run(emu, monkeypatch, dict(T=8, H=64, E=16, I=64, HOT=25), 1, lambda *a: None, gemm="batched")
 
 
+def test_the_reference_takes_the_grouped_gemm_library_where_the_harness_loaded_it(emu, monkeypatch):
+    """Unset, the mode is cutlass where the library is loaded, else auto with a warning that says the
+    speedups overstate; asked for by name without the library, one sentence."""
+    monkeypatch.delenv("CUCO_MOE_REF_GEMM", raising=False)
+    dims = dict(T=8, H=64, E=16, I=64, HOT=25)
+    seen = {}
+
+    def runs(rank, ref, ins, out, gpu):
+        seen["mode"], seen["warnings"] = ref.gemm, list(ref.warnings)
+
+    _fake_run(emu, monkeypatch, dims, 1, runs, gemm=None, library=True)
+    assert seen == {"mode": "cutlass", "warnings": []}
+    with pytest.warns(RuntimeWarning, match="grouped GEMM library .* is not loaded"):
+        _fake_run(emu, monkeypatch, dims, 1, runs, gemm=None, library=False)
+    assert seen["mode"] == "auto"
+    assert seen["warnings"] == ["the prebuilt grouped GEMM library (cuco_grouped_gemm_lib.h, 128x256 tiles) is not "
+                                "loaded: the expert phase runs cuBLAS, 1.06-1.33x slower on the bench shapes, so "
+                                "speedups against this reference overstate (`cuco doctor` says what the library needs)"]
+    with pytest.raises(RuntimeError, match=r"^gemm=cutlass, but the prebuilt grouped GEMM library "
+                                           r"\(cuco_grouped_gemm_lib.h, 128x256 tiles\) is not loaded$"):
+        _fake_run(emu, monkeypatch, dims, 1, runs, gemm="cutlass", library=False)
+    # Loaded but refusing this GPU: the same fallback, saying why.
+    with pytest.warns(RuntimeWarning, match="refused this GPU"):
+        _fake_run(emu, monkeypatch, dims, 1, runs, gemm=None, library="refuses")
+    assert seen["mode"] == "auto" and seen["warnings"][0].startswith(
+        "the prebuilt grouped GEMM library refused this GPU (grouped GEMM: 232448 bytes of shared memory")
+    # Rows the library cannot read with TMA (16-byte rows): cuBLAS, before the library is asked.
+    with pytest.warns(RuntimeWarning, match="multiples of 8"):
+        _fake_run(emu, monkeypatch, dict(T=8, H=64, E=16, I=60, HOT=25), 1, runs, gemm=None, library=True)
+    assert seen["mode"] == "auto" and seen["warnings"][0].startswith(
+        "the prebuilt grouped GEMM needs H and I multiples of 8 (H=64, I=60)")
+
+
+@pytest.mark.filterwarnings("ignore:the prebuilt grouped GEMM library")
 def test_the_reference_reads_its_gemm_mode_from_the_environment(emu, monkeypatch):
-    """gemm=None: CUCO_MOE_REF_GEMM, auto when unset."""
+    """gemm=None: CUCO_MOE_REF_GEMM, auto when unset and the grouped GEMM library is not loaded."""
     modes = {}
     for env in (None, "grouped", "per_expert", "auto"):
         if env is None:
@@ -274,3 +311,28 @@ def test_the_grouped_gemm_benchmark_takes_rank_0s_rows_in_the_expert_layout(worl
     assert np.array_equal(x_all[tokens], xe)
     assert np.array_equal(counts[:dims["E"]], plans[0][2])
     assert np.array_equal(plan.layout.recv_counts, layouts[0].recv_counts)
+
+
+def test_the_reference_calls_the_configuration_the_harness_preloads():
+    from cuco_tui.toolchain.grouped_gemm_lib import REFERENCE_CONFIG
+
+    assert REF.CUTLASS_ENTRY == REFERENCE_CONFIG.entry
+
+
+def test_a_failing_grouped_gemm_launch_falls_back_to_cublas_with_the_right_answer(emu, monkeypatch):
+    """A launch error of the library (not a wrong answer: those are the float64 checks') makes the
+    reference run cuBLAS from then on, saying so, instead of failing the evaluation."""
+    dims, world = dict(T=24, H=64, E=16, I=64, HOT=25), 2
+    seen = {}
+
+    def runs(rank, ref, ins, out, gpu):
+        ref.run(ins, out)
+        seen[rank] = (ref.gemm, list(ref.warnings))
+
+    with pytest.warns(RuntimeWarning, match="failed"):
+        inputs, outs, _ = _fake_run(emu, monkeypatch, dims, world, runs, gemm=None, library="fails")
+    want = REF.simulate(inputs, dims, world)
+    for rank in range(world):
+        assert seen[rank] == ("auto", ["the expert phase runs cuBLAS (auto): the prebuilt grouped GEMM failed: the "
+                                       "grouped GEMM's launch returned CUDA error 98"])
+        assert _rel(from_bf16_bits(np, outs[rank]).astype(np.float64), want[rank]["out"]) < 2e-3
