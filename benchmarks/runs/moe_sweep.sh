@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # One call on a 2- or 4-GPU host (nvidia-h100-x2 / -x4): moe_dispatch_combine's pipelined
-# templates with each way of running the expert GEMMs (knob `gemm`: cuBLAS, or the prebuilt CUTLASS
-# ptr-array grouped GEMM of cuco_grouped_gemm_lib.h with 1x1 or 2x1 clusters), each evaluated
+# templates with each way of running the expert GEMMs (knob `gemm`: the prebuilt CUTLASS ptr-array
+# grouped GEMM of cuco_grouped_gemm_lib.h, 128x256 tiles with 1x1 or 1x2 clusters, or cuBLAS), each evaluated
 # against the reference in its own run, and the baseline with its bounds, in one table per world
 # size (benchmarks/eval_table.py). Variants are NAME:STRATEGY[:KNOB=V,KNOB=V] (knobs of
 # benchmarks/render_strategy.py; no knobs: the strategy's defaults). The prebuild (parallel, the
-# two grouped GEMM libraries first) runs while the baselines measure. W4 is empty by default.
+# grouped GEMM libraries first) runs while the baselines measure. W4 is empty by default.
 #   OUT=/tmp/o bash benchmarks/runs/moe_sweep.sh
 #   W2="a:arrival_pipeline:gemm=cutlass_grouped,chunks=2" W4="..." OUT=/tmp/o bash benchmarks/runs/moe_sweep.sh
 set -u
@@ -13,9 +13,9 @@ STEP_TAIL=3
 source "$(dirname "$0")/common.sh"
 nvidia-smi -L
 DEFAULT="arr-cublas:arrival_pipeline:gemm=cublas arr-cutlass:arrival_pipeline:gemm=cutlass_grouped
-arr-cutlass21:arrival_pipeline:gemm=cutlass_grouped_2x1 arr-cutlass-c2:arrival_pipeline:gemm=cutlass_grouped,chunks=2
+arr-cutlass12:arrival_pipeline:gemm=cutlass_grouped_1x2 arr-cutlass-c2:arrival_pipeline:gemm=cutlass_grouped,chunks=2
 exp-cublas:expert_pipeline:gemm=cublas exp-cutlass:expert_pipeline:gemm=cutlass_grouped
-exp-cutlass21:expert_pipeline:gemm=cutlass_grouped_2x1"
+exp-cutlass12:expert_pipeline:gemm=cutlass_grouped_1x2"
 W2=${W2-$DEFAULT}
 W4=${W4-}
 mkdir -p /tmp/v
