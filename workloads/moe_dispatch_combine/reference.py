@@ -15,8 +15,8 @@ counts need, and no Python loop of launches on the timed path. On each rank:
             in and out, fp32 accumulation) over every local expert: by default (gemm="cutlass" where
             the harness loaded the prebuilt grouped GEMM, cuco_grouped_gemm_lib.h, 128x256 tiles)
             one CUTLASS ptr-array grouped launch per projection, its sizes and pointers written on
-            the device by one small kernel from the counts; 1.06-1.33x faster than cuBLAS's best way
-            on rank 0's expert phase at the bench shapes (1 x H100, benchmarks/grouped_gemm.py).
+            the device by one small kernel from the counts; 1.02-1.33x faster than cuBLAS's best way
+            on rank 0's expert phase at the bench shapes (1 x H100, benchmarks/moe_grouped.py).
             Without the library (with a warning: speedups against it overstate) or with
             gemm="auto", whichever cuBLAS way is faster for the plan's rows: one cublasGemmEx per
             expert when the experts average at least PER_EXPERT_MIN_ROWS rows, else one cuBLAS
@@ -383,7 +383,7 @@ class Reference:
                 raise RuntimeError(f"gemm=cutlass, but {why}")
             else:
                 wanted = "auto"
-                message = (f"{why}: the expert phase runs cuBLAS, 1.06-1.33x slower on the bench shapes, so speedups "
+                message = (f"{why}: the expert phase runs cuBLAS, 1.02-1.33x slower on the bench shapes, so speedups "
                            "against this reference overstate (`cuco doctor` says what the library needs)")
                 self.gemm_warnings.append(message)
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
