@@ -48,14 +48,10 @@ class GroupedGemmError(RuntimeError):
     """The library refused a setup or a launch; the message is the library's, or the CUDA error's."""
 
 
-def entry_name(block_m: int, block_n: int, cluster_m: int, cluster_n: int) -> str:
-    return f"cuco_grouped_gemm_{block_m}x{block_n}_{cluster_m}x{cluster_n}"
-
-
 def loaded(entry: str, paths: list[str] | None = None) -> Api | None:
-    """The API of the configuration whose entry point is `entry` (entry_name): from `paths` loaded
-    with RTLD_GLOBAL, or already in this process's global namespace; None when neither has it or
-    it speaks another ABI."""
+    """The API of the configuration whose entry point is `entry` (e.g. cuco_grouped_gemm_128x256_1x1):
+    from `paths` loaded with RTLD_GLOBAL, or already in this process's global namespace; None when
+    neither has it or it speaks another ABI."""
     try:
         for path in paths or []:
             ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
