@@ -150,6 +150,10 @@ def main() -> int:
         run = subprocess.run([str(exe), str(spec), str(args.reps), *configs], capture_output=True, text=True,
                              env=child_env())
     sys.stderr.write(run.stderr)
+    if run.returncode not in (0, 1):  # 1: a check failed (the table says which); else it did not run
+        last = (run.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"grouped_gemm_bench exited with status {run.returncode}: {last}", file=sys.stderr)
+        return 1
     extent = {label: (min(rows), max(rows)) for label, _, _, rows in probs}
     results = []
     for line in run.stdout.splitlines():
