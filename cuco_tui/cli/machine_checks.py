@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cuco_tui.toolchain import attention
-from cuco_tui.toolchain.nvcc import BuildCache
+from cuco_tui.toolchain.grouped_gemm_lib import REFERENCE_CONFIG
+from cuco_tui.toolchain.nvcc import BuildCache, gemm_library_flags
+from cuco_tui.toolchain.tile_gemm_lib import library_path
 from cuco_tui.toolchain.toolchain import Library, Toolchain, cutlass_report, discover, nccl_version
 from cuco_tui.harness.env import NO_MULTICAST
 from cuco_tui.harness.gpus import GpuInventory, inventory
@@ -56,6 +58,7 @@ def run_checks(env: dict[str, str] | None = None) -> list[Check]:
         Check("CUTLASS", *cutlass_report(toolchain)),
         _runtime_header_check(toolchain),
         *attention_checks(toolchain, env),
+        grouped_gemm_check(toolchain, env),
         *_cupy_checks(),
         _driver_check(inv),
         *_gpu_checks(inv),
@@ -179,6 +182,33 @@ def attention_checks(toolchain: Toolchain, env: dict[str, str], cache: BuildCach
     return checks + [Check("attention library", True,
                            f"not built yet: it is built once per machine (about a minute) into {cache.root} "
                            f"when a workload or candidate first needs it")]
+
+
+# --- the prebuilt grouped GEMM the MoE reference calls (cuco_grouped_gemm_lib.h) ------------------
+
+
+def grouped_gemm_check(toolchain: Toolchain, env: dict[str, str], cache: BuildCache | None = None) -> Check:
+    """Whether the grouped GEMM configuration a workload's reference calls (moe_dispatch_combine's,
+    `libraries = ["grouped_gemm"]`) can be built and is in the build cache. Nothing is built here."""
+    name = f"grouped GEMM library ({REFERENCE_CONFIG.block_m}x{REFERENCE_CONFIG.block_n} tiles)"
+    users = "moe_dispatch_combine's reference, which runs cuBLAS without it, 1.02-1.33x slower"
+    if toolchain.nvcc is None:
+        return Check(name, False, "cannot be built: no nvcc (see above)", f"used by {users}")
+    try:
+        base = gemm_library_flags(toolchain)
+    except ValueError as exc:  # no CUTLASS headers, or an architecture they cannot build
+        return Check(name, False, f"cannot be built: {_one_line(exc)}", f"pip install nvidia-cutlass (used by {users})")
+    if cache is None:
+        cache = BuildCache(env.get("CUCO_CACHE_DIR") or None)
+    try:  # the name ensure_gemm_library() gives the library it builds
+        path = library_path(REFERENCE_CONFIG, toolchain, cache, base)
+    except OSError as exc:
+        return Check(name, False, f"its source cannot be read: {_one_line(exc)}",
+                     "reinstall cuco-tui (`pip install -e .` from the repository)")
+    if path.is_file():
+        return Check(name, True, f"built: {path}")
+    return Check(name, True, f"not built yet: it is built once per machine (about a minute) into {cache.root} "
+                             f"when a workload's reference first needs it")
 
 
 # --- Python side of the GPU -------------------------------------------------------------------

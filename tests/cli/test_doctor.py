@@ -13,7 +13,7 @@ from cuco_tui.toolchain import attention as attn
 from cuco_tui.toolchain.toolchain import discover
 from cuco_tui.toolchain.toolchain import nccl_version
 from cuco_tui.cli.doctor import render_checks, summary
-from cuco_tui.cli.machine_checks import Check, attention_checks, nvlink_matrix, run_checks
+from cuco_tui.cli.machine_checks import Check, attention_checks, grouped_gemm_check, nvlink_matrix, run_checks
 from cuco_tui.harness.gpus import GpuInfo, GpuInventory
 from cudnn_helpers import fake_cudnn
 
@@ -131,6 +131,31 @@ def test_attention_found_and_whether_it_is_built(no_attention_packages, tmp_path
 
     cudnn, library = attention_checks(dataclasses.replace(toolchain, nvcc=None), env, cache)
     assert cudnn.ok and not library.ok and "no nvcc" in library.detail
+
+
+def test_the_grouped_gemm_line_says_whether_the_moe_reference_has_its_library(checks, tmp_path):
+    """Never essential (the reference falls back to cuBLAS); built or not, or why it cannot be."""
+    from cuco_tui.toolchain.grouped_gemm_lib import REFERENCE_CONFIG
+    from cuco_tui.toolchain.nvcc import gemm_library_flags
+    from cuco_tui.toolchain.tile_gemm_lib import library_path
+
+    line = by_name(checks)["grouped GEMM library (128x256 tiles)"]
+    assert line.needed_for == ""
+    toolchain, cache = discover(), BuildCache(tmp_path / "cache")
+    if toolchain.nvcc is None or toolchain.cutlass is None:
+        pytest.skip("needs nvcc and the CUTLASS headers")
+    got = grouped_gemm_check(toolchain, {}, cache)
+    assert got.ok and got.detail.startswith("not built yet: ") and str(cache.root) in got.detail
+    assert not cache.root.exists()  # the doctor builds nothing
+    built = library_path(REFERENCE_CONFIG, toolchain, cache, gemm_library_flags(toolchain))
+    built.parent.mkdir(parents=True)
+    built.touch()
+    assert grouped_gemm_check(toolchain, {}, cache) == Check(line.name, True, f"built: {built}")
+    no_cutlass = grouped_gemm_check(dataclasses.replace(toolchain, cutlass=None), {}, cache)
+    assert not no_cutlass.ok and no_cutlass.detail.startswith("cannot be built: ")
+    assert no_cutlass.fix.startswith("pip install nvidia-cutlass (used by moe_dispatch_combine's reference")
+    no_nvcc = grouped_gemm_check(dataclasses.replace(toolchain, nvcc=None), {}, cache)
+    assert not no_nvcc.ok and "no nvcc" in no_nvcc.detail
 
 
 def test_missing_nvcc_fails_with_a_fix(monkeypatch, tmp_path):
