@@ -134,6 +134,10 @@ def main() -> int:
         worlds = [int(x) for x in args.worlds.split(",") if x]
     except ValueError:
         raise SystemExit(f"--worlds takes world sizes such as 2,4, not {args.worlds!r}") from None
+    allowed = list(w.world_sizes)
+    if not worlds or any(x not in allowed for x in worlds):
+        raise SystemExit(f"--worlds takes world sizes moe_dispatch_combine allows ({', '.join(map(str, allowed))}), "
+                         f"not {args.worlds!r}")
     if args.reps < 1:
         raise SystemExit("--reps must be at least 1")
     probs = problems(shapes, worlds)
