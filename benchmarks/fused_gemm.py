@@ -37,6 +37,7 @@ from cuco_tui.workload.manifest import load_workload  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 DRIVER, CONFIG_UNIT, HEADER = HERE / "fused_gemm_bench.cu", HERE / "fused_gemm_configs.cu", HERE / "fused_gemm_bench.h"
+UTIL = HERE / "bench_util.cuh"  # what the driver shares with grouped_gemm_bench.cu
 CONFIGS = 4  # CUCO_BENCH_CONFIGS in fused_gemm_bench.h
 TARGET = 95.0  # % of cuBLAS's speed the fused GEMM should reach on every shape
 
@@ -101,7 +102,7 @@ def build(build_dir: Path, jobs: int) -> tuple[Path, list[dict]]:
         raise SystemExit("cannot build: " + "; ".join(problems))
     flags = _flags(tc) + [f"-I{HERE}"]
     common = hashlib.sha256()
-    for f in [HEADER, *tc.runtime_headers()]:
+    for f in [HEADER, UTIL, *tc.runtime_headers()]:
         common.update(f.read_bytes())
     common.update("\0".join(flags + [tc.nvcc_version, tc.cutlass_version]).encode())
     build_dir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@
 // per kernel configuration). Prints JSON objects on stdout (one per shape and pass), progress
 // on stderr.
 #include "fused_gemm_bench.h"
+#include "bench_util.cuh"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -21,63 +22,12 @@
 #include <thread>
 #include <vector>
 
-#define CHECK_CUDA(expr)                                                                               \
-  do {                                                                                                 \
-    cudaError_t e_ = (expr);                                                                           \
-    if (e_ != cudaSuccess) {                                                                           \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_));    \
-      exit(2);                                                                                         \
-    }                                                                                                  \
-  } while (0)
-#define CHECK_BLAS(expr)                                                                               \
-  do {                                                                                                 \
-    cublasStatus_t s_ = (expr);                                                                        \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                 \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, cublasGetStatusString(s_)); \
-      exit(2);                                                                                         \
-    }                                                                                                  \
-  } while (0)
-
 struct ConfigName {
   int bm, bn, cm, cn;
   Runner* (*make)();
 };
 #define CUCO_LIST(i, bm, bn, cm, cn) ConfigName{bm, bn, cm, cn, make_runner_##i},
 static const ConfigName kConfigs[] = {CUCO_BENCH_CONFIGS(CUCO_LIST)};
-
-// Uniform values in [-scale, scale), from a hash of the index: the same inputs every run.
-__global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
-    p[i] = __float2bfloat16(((h >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale);
-  }
-}
-
-struct Stats {
-  double median = 0, q1 = 0, q3 = 0;
-};
-
-static Stats stats_of(std::vector<float> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) {
-    const double pos = q * (v.size() - 1);
-    const size_t lo = (size_t)pos;
-    const size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo);
-  };
-  s.median = at(0.5); s.q1 = at(0.25); s.q3 = at(0.75);
-  return s;
-}
-
-static float bf16_to_float(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
 
 // The harness's measure: max over elements of |y - ref| / (|ref| + rms(ref)); NaN counts apart.
 struct Check {

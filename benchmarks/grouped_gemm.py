@@ -31,7 +31,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cuco_tui.core.reference import reference_module  # noqa: E402
 from cuco_tui.toolchain import BuildCache  # noqa: E402
 from cuco_tui.toolchain.grouped_gemm_lib import CONFIGS  # noqa: E402
 from cuco_tui.toolchain.nvcc import ensure_gemm_library, nvcc_flags  # noqa: E402
@@ -39,6 +38,7 @@ from cuco_tui.toolchain.process import child_env  # noqa: E402
 from cuco_tui.toolchain.tile_gemm_lib import link_flags  # noqa: E402
 from cuco_tui.toolchain.toolchain import discover  # noqa: E402
 from cuco_tui.workload.manifest import load_workload  # noqa: E402
+from moe_grouped import expert_phase_rows  # noqa: E402 (beside this file)
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "grouped_gemm_bench.cu"
@@ -46,14 +46,10 @@ SEED = 3  # benchmarks/moe_grouped.py's default: the same routing
 
 
 def received_rows(dims: dict[str, int], world: int, seed: int = SEED) -> list[int]:
-    """Rows rank 0's local experts receive at `world` ranks (from every source, itself included)."""
-    ref = reference_module(load_workload("moe_dispatch_combine").reference)
-    local = dims["E"] // world
-    rows = np.zeros(local, dtype=np.int64)
-    for p in range(world):
-        _, _, idx, _ = ref.token_inputs(np, dims, p, seed)
-        rows += np.bincount(np.asarray(idx).reshape(-1), minlength=dims["E"])[:local]
-    return [int(r) for r in rows]
+    """Rows rank 0's local experts receive at `world` ranks (from every source, itself included),
+    from the counts exchange moe_grouped.py derives for the same rank."""
+    counts, _, _ = expert_phase_rows(np, dims, world, seed)
+    return [int(r) for r in np.asarray(counts[dims["E"]:]).reshape(world, -1).sum(axis=0)]
 
 
 def problems(shapes: list[str], worlds: list[int]) -> list[tuple[str, int, int, list[int]]]:
@@ -83,7 +79,7 @@ def build(build_dir: Path) -> tuple[Path, list[str]]:
         raise SystemExit(failed[0])
     build_dir.mkdir(parents=True, exist_ok=True)
     exe = build_dir / "grouped_gemm_bench"
-    flags = [f for f in nvcc_flags(tc) if f != "-shared"] + link_flags(libraries)
+    flags = [f for f in nvcc_flags(tc) if f != "-shared"] + [f"-I{HERE}"] + link_flags(libraries)
     p = subprocess.run([str(tc.nvcc), *flags, str(DRIVER), "-o", str(exe)], capture_output=True,
                        text=True, env=child_env())
     if p.returncode != 0:

@@ -17,6 +17,7 @@
 // round, the L2 flushed (a write of 4x its size) before each timed call, CUDA events around it.
 // One JSON line per problem and variant on stdout; exit status 1 when a check fails.
 #include "cuco_grouped_gemm_lib.h"
+#include "bench_util.cuh"
 
 #include <cublas_v2.h>
 
@@ -32,23 +33,6 @@
 
 namespace gg = cuco::grouped_gemm;
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));        \
-      exit(2);                                                                                  \
-    }                                                                                           \
-  } while (0)
-#define CB(x)                                                                                   \
-  do {                                                                                          \
-    cublasStatus_t s_ = (x);                                                                    \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                          \
-      fprintf(stderr, "%s:%d %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, (int)s_);         \
-      exit(2);                                                                                  \
-    }                                                                                           \
-  } while (0)
-
 namespace {
 
 constexpr double kRelL2 = 1e-2;  // bf16 results of fp32 sums: the library and cuBLAS round alike
@@ -63,49 +47,6 @@ struct Problem {
     return r;
   }
 };
-
-struct Stats {
-  double median = 0, q1 = 0, q3 = 0;
-};
-
-Stats stats_of(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) {
-    const double pos = q * (v.size() - 1);
-    const size_t lo = (size_t)pos;
-    const size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo);
-  };
-  s.median = at(0.5);
-  s.q1 = at(0.25);
-  s.q3 = at(0.75);
-  return s;
-}
-
-// Deterministic bf16 fill in [-scale, scale).
-__global__ void fill_bf16(uint16_t* p, size_t count, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 16;
-    h *= 0x7feb352du;
-    h ^= h >> 15;
-    h *= 0x846ca68bu;
-    h ^= h >> 16;
-    const float f = ((h >> 8) / 8388608.0f - 1.0f) * scale;
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    p[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-  }
-}
-
-__device__ inline float bf16_to_float(uint16_t b) {
-  const uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
 
 // sums[0] += (got - want)^2, sums[1] += want^2, sums[2] += NaNs in got.
 __global__ void compare(const uint16_t* got, const uint16_t* want, size_t count, double* sums) {
@@ -169,7 +110,7 @@ void cublas_per_group(const Gpu& g, const Problem& p, const Buffers& buf, uint16
   for (size_t i = 0; i < p.m.size(); ++i) {
     const int m = p.m[i];
     if (m > 0)  // row-major d = a b as column-major d^T = b^T a^T
-      CB(cublasGemmEx(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, p.n, m, p.k, &one, buf.b + (size_t)i * p.k * p.n,
+      CHECK_BLAS(cublasGemmEx(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, p.n, m, p.k, &one, buf.b + (size_t)i * p.k * p.n,
                       CUDA_R_16BF, p.n, buf.a + (size_t)row * p.k, CUDA_R_16BF, p.k, &zero, d + (size_t)row * p.n,
                       CUDA_R_16BF, p.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     row += m;
@@ -201,12 +142,12 @@ void cublas_grouped_init(CublasGrouped& cg, const Problem& p, const Buffers& buf
     row += m;
   }
   cg.count = (int)a.size();
-  CK(cudaMalloc(&cg.a, a.size() * sizeof(void*)));
-  CK(cudaMalloc(&cg.b, b.size() * sizeof(void*)));
-  CK(cudaMalloc(&cg.c, c.size() * sizeof(void*)));
-  CK(cudaMemcpy(cg.a, a.data(), a.size() * sizeof(void*), cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(cg.b, b.data(), b.size() * sizeof(void*), cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(cg.c, c.data(), c.size() * sizeof(void*), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMalloc(&cg.a, a.size() * sizeof(void*)));
+  CHECK_CUDA(cudaMalloc(&cg.b, b.size() * sizeof(void*)));
+  CHECK_CUDA(cudaMalloc(&cg.c, c.size() * sizeof(void*)));
+  CHECK_CUDA(cudaMemcpy(cg.a, a.data(), a.size() * sizeof(void*), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(cg.b, b.data(), b.size() * sizeof(void*), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(cg.c, c.data(), c.size() * sizeof(void*), cudaMemcpyHostToDevice));
 }
 
 void cublas_grouped_release(CublasGrouped& cg) {
@@ -216,7 +157,7 @@ void cublas_grouped_release(CublasGrouped& cg) {
 }
 
 void cublas_grouped_run(const Gpu& g, const CublasGrouped& cg) {
-  CB(cublasGemmGroupedBatchedEx(g.cublas, cg.ta.data(), cg.tb.data(), cg.m.data(), cg.n.data(), cg.k.data(),
+  CHECK_BLAS(cublasGemmGroupedBatchedEx(g.cublas, cg.ta.data(), cg.tb.data(), cg.m.data(), cg.n.data(), cg.k.data(),
                                 cg.alpha.data(), cg.a, CUDA_R_16BF, cg.lda.data(), cg.b, CUDA_R_16BF, cg.ldb.data(),
                                 cg.beta.data(), cg.c, CUDA_R_16BF, cg.ldc.data(), cg.count, cg.size.data(),
                                 CUBLAS_COMPUTE_32F));
@@ -250,14 +191,14 @@ int lib_init(Variant& v, const Problem& p, const Buffers& buf, const Gpu& g) {
     s.d = (char*)buf.d;
     s.d_row = (int64_t)p.n * 2;
   }
-  CK(v.problems.upload(g.stream));
-  CK(v.problems.fill(g.stream));
-  CK(cudaStreamSynchronize(g.stream));
+  CHECK_CUDA(v.problems.upload(g.stream));
+  CHECK_CUDA(v.problems.fill(g.stream));
+  CHECK_CUDA(cudaStreamSynchronize(g.stream));
   return 0;
 }
 
 void lib_run(Variant& v, const Gpu& g) {
-  for (int c = 0; c < v.splits; ++c) CK(v.lib.launch(v.problems.problems(c), g.stream));
+  for (int c = 0; c < v.splits; ++c) CHECK_CUDA(v.lib.launch(v.problems.problems(c), g.stream));
 }
 
 bool parse_config(const std::string& text, gg::GroupedConfig& c) {
@@ -288,17 +229,17 @@ bool run_problem(Gpu& g, const Problem& p, int reps, const std::vector<std::stri
   const long long rows = p.rows();
   const int groups = (int)p.m.size();
   Buffers buf;
-  CK(cudaMalloc(&buf.a, (size_t)rows * p.k * 2));
-  CK(cudaMalloc(&buf.b, (size_t)groups * p.k * p.n * 2));
-  CK(cudaMalloc(&buf.d, (size_t)rows * p.n * 2));
-  CK(cudaMalloc(&buf.want, (size_t)rows * p.n * 2));
-  CK(cudaMalloc(&buf.counts, groups * sizeof(int)));
-  CK(cudaMemcpy(buf.counts, p.m.data(), groups * sizeof(int), cudaMemcpyHostToDevice));
-  fill_bf16<<<4 * g.sms, 512, 0, g.stream>>>(buf.a, (size_t)rows * p.k, 17u, 1.0f);
-  fill_bf16<<<4 * g.sms, 512, 0, g.stream>>>(buf.b, (size_t)groups * p.k * p.n, 29u, 1.0f / std::sqrt((float)p.k));
-  CK(cudaGetLastError());
+  CHECK_CUDA(cudaMalloc(&buf.a, (size_t)rows * p.k * 2));
+  CHECK_CUDA(cudaMalloc(&buf.b, (size_t)groups * p.k * p.n * 2));
+  CHECK_CUDA(cudaMalloc(&buf.d, (size_t)rows * p.n * 2));
+  CHECK_CUDA(cudaMalloc(&buf.want, (size_t)rows * p.n * 2));
+  CHECK_CUDA(cudaMalloc(&buf.counts, groups * sizeof(int)));
+  CHECK_CUDA(cudaMemcpy(buf.counts, p.m.data(), groups * sizeof(int), cudaMemcpyHostToDevice));
+  fill_bf16<<<4 * g.sms, 512, 0, g.stream>>>((__nv_bfloat16*)buf.a, (size_t)rows * p.k, 17u, 1.0f);
+  fill_bf16<<<4 * g.sms, 512, 0, g.stream>>>((__nv_bfloat16*)buf.b, (size_t)groups * p.k * p.n, 29u, 1.0f / std::sqrt((float)p.k));
+  CHECK_CUDA(cudaGetLastError());
   cublas_per_group(g, p, buf, buf.want);
-  CK(cudaStreamSynchronize(g.stream));
+  CHECK_CUDA(cudaStreamSynchronize(g.stream));
 
   CublasGrouped cg;
   cublas_grouped_init(cg, p, buf, buf.d);
@@ -331,13 +272,13 @@ bool run_problem(Gpu& g, const Problem& p, int reps, const std::vector<std::stri
   const size_t elems = (size_t)rows * p.n;
   for (Variant& v : variants) {
     if (!v.ok) continue;
-    CK(cudaMemsetAsync(buf.d, 0xff, elems * 2, g.stream));  // 0xffff: a NaN in every element
+    CHECK_CUDA(cudaMemsetAsync(buf.d, 0xff, elems * 2, g.stream));  // 0xffff: a NaN in every element
     run(v);
-    CK(cudaMemsetAsync(g.sums, 0, 3 * sizeof(double), g.stream));
+    CHECK_CUDA(cudaMemsetAsync(g.sums, 0, 3 * sizeof(double), g.stream));
     compare<<<2 * g.sms, 256, 0, g.stream>>>(buf.d, buf.want, elems, g.sums);
     double sums[3];
-    CK(cudaMemcpyAsync(sums, g.sums, sizeof sums, cudaMemcpyDeviceToHost, g.stream));
-    CK(cudaStreamSynchronize(g.stream));
+    CHECK_CUDA(cudaMemcpyAsync(sums, g.sums, sizeof sums, cudaMemcpyDeviceToHost, g.stream));
+    CHECK_CUDA(cudaStreamSynchronize(g.stream));
     v.rel_l2 = sums[1] > 0 ? std::sqrt(sums[0] / sums[1]) : 0;
     v.nans = sums[2];
     if (!(v.rel_l2 <= kRelL2) || v.nans > 0) {
@@ -354,13 +295,13 @@ bool run_problem(Gpu& g, const Problem& p, int reps, const std::vector<std::stri
     std::vector<size_t> o = order;
     if (!o.empty()) std::rotate(o.begin(), o.begin() + round % o.size(), o.end());
     for (size_t i : o) {
-      CK(cudaMemsetAsync(g.flush, round & 0xff, g.flush_bytes, g.stream));
-      CK(cudaEventRecord(g.ev0, g.stream));
+      CHECK_CUDA(cudaMemsetAsync(g.flush, round & 0xff, g.flush_bytes, g.stream));
+      CHECK_CUDA(cudaEventRecord(g.ev0, g.stream));
       run(variants[i]);
-      CK(cudaEventRecord(g.ev1, g.stream));
-      CK(cudaEventSynchronize(g.ev1));
+      CHECK_CUDA(cudaEventRecord(g.ev1, g.stream));
+      CHECK_CUDA(cudaEventSynchronize(g.ev1));
       float ms = 0;
-      CK(cudaEventElapsedTime(&ms, g.ev0, g.ev1));
+      CHECK_CUDA(cudaEventElapsedTime(&ms, g.ev0, g.ev1));
       variants[i].ms.push_back(ms);
     }
   }
@@ -402,16 +343,16 @@ int main(int argc, char** argv) {
   const std::vector<std::string> configs(argv + 3, argv + argc);
   Gpu g;
   cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   g.sms = prop.multiProcessorCount;
-  CK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
-  CB(cublasCreate(&g.cublas));
-  CB(cublasSetStream(g.cublas, g.stream));
-  CK(cudaEventCreate(&g.ev0));
-  CK(cudaEventCreate(&g.ev1));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+  CHECK_BLAS(cublasCreate(&g.cublas));
+  CHECK_BLAS(cublasSetStream(g.cublas, g.stream));
+  CHECK_CUDA(cudaEventCreate(&g.ev0));
+  CHECK_CUDA(cudaEventCreate(&g.ev1));
   g.flush_bytes = (size_t)std::max(prop.l2CacheSize, 1 << 20) * 4;
-  CK(cudaMalloc(&g.flush, g.flush_bytes));
-  CK(cudaMalloc(&g.sums, 3 * sizeof(double)));
+  CHECK_CUDA(cudaMalloc(&g.flush, g.flush_bytes));
+  CHECK_CUDA(cudaMalloc(&g.sums, 3 * sizeof(double)));
   fprintf(stderr, "%s, %d SMs, %zu problems, %d repetitions\n", prop.name, g.sms, problems.size(), reps);
   bool ok = true;
   for (const Problem& p : problems) ok &= run_problem(g, p, reps, configs);

@@ -550,28 +550,21 @@ class Reference:
         return plan.auto if self.gemm == "auto" else (self.gemm, self.gemm)
 
     def _expert_launches(self, plan: Plan, w13: int, w2: int) -> None:
-        ways = self.ways(plan)
-        if "cutlass" in ways:
-            from cuco_tui.harness.grouped_gemm import GroupedGemmError
+        """The projections in this mode; where a grouped way fails, the next way down from then on
+        (cutlass -> cuBLAS auto -> per expert, which has nothing to fail over to), said in a warning."""
+        from cuco_tui.harness.grouped_gemm import GroupedGemmError
 
+        while True:
             try:
-                self._projections(plan, w13, w2, ways)
+                self._projections(plan, w13, w2, self.ways(plan))
                 return
-            except GroupedGemmError as exc:
+            except (GroupedGemmError, GroupedUnsupported) as exc:
                 if self.env.stream.is_capturing():
                     raise  # the capture fails; the graph cache runs this again eagerly
-                self._cublas_from_now(f"the prebuilt grouped GEMM failed: {exc}")
-                ways = self.ways(plan)
-        if "grouped" in ways:
-            try:
-                self._projections(plan, w13, w2, ways)
-                return
-            except GroupedUnsupported as exc:
-                if self.env.stream.is_capturing():
-                    raise  # the capture fails; the graph cache runs this again eagerly
-                self._per_expert_from_now(str(exc))
-                ways = self.ways(plan)
-        self._projections(plan, w13, w2, ways)
+                if isinstance(exc, GroupedGemmError):
+                    self._cublas_from_now(f"the prebuilt grouped GEMM failed: {exc}")
+                else:
+                    self._per_expert_from_now(str(exc))
 
     def _projections(self, plan: Plan, w13: int, w2: int, ways: tuple[str, str]) -> None:
         """Gate/up [n_e, H] @ [H, 2I] over the experts with rows, silu * up over all rows (one

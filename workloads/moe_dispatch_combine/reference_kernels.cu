@@ -127,6 +127,32 @@ extern "C" __global__ void regroup_rows(uint4* dst, const uint4* src, const long
   for (int v = threadIdx.x; v < vecs; v += blockDim.x) d[v] = s[v];
 }
 
+// ---- Per local expert, within one block of up to 1024 threads (thread e for expert e).
+
+// The rows local expert e receives from every source (0 for a thread past the experts).
+__device__ inline long long expert_rows(const int* recv_counts, int world, int local, int e) {
+  long long n = 0;
+  if (e < local)
+    for (int p = 0; p < world; ++p) n += recv_counts[p * local + e];
+  return n;
+}
+
+// The inclusive scan of `v` over the block's threads in thread order, double-buffered in shared
+// memory; every thread of the block must call it.
+__device__ inline long long block_inclusive_scan(long long v) {
+  __shared__ long long scan[2][1024];
+  const int t = threadIdx.x;
+  int cur = 0;
+  scan[0][t] = v;
+  __syncthreads();
+  for (int d = 1; d < (int)blockDim.x; d <<= 1) {
+    scan[cur ^ 1][t] = scan[cur][t] + (t >= d ? scan[cur][t - d] : 0);
+    cur ^= 1;
+    __syncthreads();
+  }
+  return scan[cur][t];
+}
+
 // ---- The grouped GEMMs' pointer arrays (cuBLAS reads them from device memory).
 
 // Problem j of each grouped GEMM is the j-th local expert with rows, in expert order (the host
@@ -138,22 +164,11 @@ extern "C" __global__ void regroup_rows(uint4* dst, const uint4* src, const long
 extern "C" __global__ void __launch_bounds__(1024)
 grouped_pointers(const int* recv_counts, int world, int local, long long w13, long long w2, long long xe,
                  long long h13, long long h, long long y, long long H, long long I, long long* ptrs) {
-  __shared__ long long scan[2][1024];
   const int e = threadIdx.x;
-  long long n = 0;
-  if (e < local)
-    for (int p = 0; p < world; ++p) n += recv_counts[p * local + e];
+  const long long n = expert_rows(recv_counts, world, local, e);
   const long long mine = n * 2048 + (n > 0 ? 1 : 0);
-  int cur = 0;
-  scan[0][e] = mine;
-  __syncthreads();
-  for (int d = 1; d < (int)blockDim.x; d <<= 1) {  // inclusive scan, double-buffered
-    scan[cur ^ 1][e] = scan[cur][e] + (e >= d ? scan[cur][e - d] : 0);
-    cur ^= 1;
-    __syncthreads();
-  }
+  const long long before = block_inclusive_scan(mine) - mine;
   if (e >= local || n == 0) return;
-  const long long before = scan[cur][e] - mine;
   const long long first = before / 2048;
   const int j = (int)(before % 2048);
   ptrs[j] = w13 + e * H * 2 * I * 2;
@@ -175,21 +190,10 @@ extern "C" __global__ void __launch_bounds__(1024)
 cutlass_problems(const int* recv_counts, int world, int local, long long w13, long long w2, long long xe,
                  long long h13, long long h, long long y, long long H, long long I, int* shapes,
                  long long* strides, long long* ptrs) {
-  __shared__ long long scan[2][1024];
   const int e = threadIdx.x;
-  long long n = 0;
-  if (e < local)
-    for (int p = 0; p < world; ++p) n += recv_counts[p * local + e];
-  int cur = 0;
-  scan[0][e] = n;
-  __syncthreads();
-  for (int d = 1; d < (int)blockDim.x; d <<= 1) {  // inclusive scan, double-buffered
-    scan[cur ^ 1][e] = scan[cur][e] + (e >= d ? scan[cur][e - d] : 0);
-    cur ^= 1;
-    __syncthreads();
-  }
+  const long long n = expert_rows(recv_counts, world, local, e);
+  const long long first = block_inclusive_scan(n) - n;
   if (e >= local) return;
-  const long long first = scan[cur][e] - n;
   const long long nk[2][2] = {{2 * I, H}, {H, I}};  // (n, k) of each projection
   const long long a[2] = {xe + first * H * 2, h + first * I * 2};
   const long long b[2] = {w13 + e * H * 2 * I * 2, w2 + e * I * H * 2};
