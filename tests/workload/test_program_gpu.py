@@ -7,7 +7,8 @@ one GPU (correctness only) and with a GPU per rank (verified, then timed against
 the bench shapes). For the all-gather + linear program, gemm_allgather's templates at their
 defaults verify too, with the program's bias kernel after them; for the gather patterns of
 ParallelKernelBench's GEMM problems (all-gather along K → matmul, matmul → all-gather along dim 1,
-matmul → all-reduce with a fixed K per rank), the seed's overlapping variants."""
+matmul → all-reduce with a fixed K per rank), the seed's overlapping variants; for the attention
+programs (mapped onto cp_attention), cp_attention's seed, and its templates on the causal one."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ pytest.importorskip("torch")
 
 PROGRAMS = Path(__file__).parent / "programs"
 MAPPED = ["ag_linear", "matmul_rs_residual", "linear_ar", "ag_k_cat", "ag_k_transposed", "mm_allgather_cols",
-          "matmul_ar_fixed_k", "ag_linear_gelu", "matmul_ar_silu"]
+          "matmul_ar_fixed_k", "ag_linear_gelu", "matmul_ar_silu", "cp_attention_kv", "cp_attention_gqa_causal",
+          "ulysses_attention"]
+# cp_attention's templates on the causal grouped-query program ([B, S/W, heads, D], batch 2 folded
+# into the heads): the overlapping and load-balancing ones, and the templates' own kernel.
+ATTENTION_TEMPLATES = ["attn_overlap", "attn_balance", "balance_overlap", "ring", "ipc_pull", "host_flash"]
 # The seed's overlapping variants (its knobs changed): program -> knob values.
 OVERLAP = [("ag_k_cat", {"kPerPeer": 1}), ("ag_k_transposed", {"kPerPeer": 1}),
            ("ag_k_transposed", {"kPerPeer": 1, "kNcclMaxCtas": 16}), ("mm_allgather_cols", {"kChunks": 4}),
@@ -98,4 +103,18 @@ def test_the_seeds_overlapping_variants_verify_on_two_gpus(imported, tmp_path, n
     path = tmp_path / "variant.cu"
     path.write_text(with_knobs(w.seed.read_text(), knobs))
     r = evaluate(path, w, EvalOptions(gpus=[0, 1], world=2, bench=False))
+    assert r.status == Status.VERIFIED and r.level == Level.VERIFY, _explain(r)
+
+
+@pytest.mark.parametrize("strategy", ATTENTION_TEMPLATES)
+def test_cp_attentions_templates_verify_against_an_attention_program_with_two_ranks_on_one_gpu(imported, tmp_path,
+                                                                                                  strategy):
+    from cuco_tui.agents.offline.strategy import StrategyBook
+
+    w = imported("cp_attention_gqa_causal")
+    book = StrategyBook.load(w.root, w.seed)
+    s = book.get(strategy)
+    path = tmp_path / f"{strategy}.cu"
+    path.write_text(book.render(s, s.default_knobs()))
+    r = evaluate(path, w, EvalOptions(gpus=[0], world=2, share_gpu=True, bench=False))
     assert r.status == Status.VERIFIED and r.level == Level.VERIFY, _explain(r)

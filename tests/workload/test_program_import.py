@@ -196,11 +196,9 @@ def test_a_matmul_copied_before_its_all_reduce_is_the_pattern(imported, ranks):
 
 
 @pytest.mark.parametrize("name,pattern", [("moe_alltoall", "all-to-all → 1 matmul(s) → all-to-all"),
-                                          ("cp_attention_kv", "all-gather of K/V (2 gather(s)) → attention"),
-                                          ("ulysses_attention", "all-to-all → attention → all-to-all (sequence "
-                                                                "parallel, as Ulysses)"),
                                           ("moe_router", "all-to-all → 2 matmul(s) → all-to-all (expert parallel)")])
-def test_expert_and_attention_patterns_are_named_but_not_mapped(imported, name, pattern):
+def test_expert_patterns_are_named_but_not_mapped(imported, name, pattern):
+    """Attention is mapped (test_program_import_attention); expert parallelism is named only."""
     made = imported(name)
     assert any(line.startswith(f"pattern: {pattern}") and "not mapped" in line for line in made.lines), made.lines
     assert NO_SEED_MARK in (made.root / "seed.cu").read_text()

@@ -24,8 +24,9 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from cuco_tui.workload.program.attention_map import ATTENTION_PATTERNS
 from cuco_tui.workload.program.inplace import InputGuard
-from cuco_tui.workload.program.layout import Layout, harness_shape, to_program
+from cuco_tui.workload.program.layout import Layout, harness_shape, to_harness, to_program
 from cuco_tui.workload.program.record import RECORD
 TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "i32": "int32", "i64": "int64", "u8": "uint8"}
 FLOATS = ("bf16", "f16", "f32")
@@ -74,9 +75,10 @@ class ProgramReference:
 
     def io_spec(self, dims: dict[str, int], world: int, rank: int = 0) -> dict[str, list[tuple[str, tuple, str]]]:
         r = self.entry(dims, world)["ranks"][rank]
-        return {"inputs": [(b.name, tuple(harness_shape(r["inputs"][b.index][0], b.layout)), b.dtype)
+        return {"inputs": [(b.name, tuple(harness_shape(r["inputs"][b.index][0], b.layout, b.axes)), b.dtype)
                            for b in self.layout.inputs],
-                "outputs": [(b.name, tuple(r["outputs"][b.index][0]), b.dtype) for b in self.layout.outputs]}
+                "outputs": [(b.name, tuple(harness_shape(r["outputs"][b.index][0], b.layout, b.axes)), b.dtype)
+                            for b in self.layout.outputs]}
 
     def flops(self, dims: dict[str, int], world: int) -> int:
         return int(self.entry(dims, world)["flops"])
@@ -108,7 +110,7 @@ class ProgramReference:
             made = (made,) if isinstance(made, torch.Tensor) else tuple(made)
             for b in self.layout.inputs:
                 dst = as_torch(torch, inputs[b.name], b.dtype)
-                src = made[b.index].t() if b.layout == "transposed" else made[b.index].reshape(dst.shape)
+                src = to_harness(made[b.index], b) if b.layout != "as_is" else made[b.index].reshape(dst.shape)
                 dst.copy_(src)
 
     # -- the float64 answer -----------------------------------------------------------------
@@ -135,8 +137,9 @@ class ProgramReference:
                 raise ValueError(f"expected() at world {world} was handed {ranks.world} ranks")
             run = (ranks.run(self.program, shapes, folder, mode="files", inputs=specs) if ranks is not None
                    else run_gloo(self.program, world, shapes, folder, mode="files", inputs=specs))
-            return [{b.name: run.output(0, rank, b.index).reshape(entry["ranks"][rank]["outputs"][b.index][0])
-                     for b in self.layout.outputs} for rank in range(world)]
+            return [{b.name: np.ascontiguousarray(to_harness(
+                run.output(0, rank, b.index).reshape(entry["ranks"][rank]["outputs"][b.index][0]), b))
+                for b in self.layout.outputs} for rank in range(world)]
 
     def on_rank(self, env: Any) -> "RankProgram":
         return RankProgram(self, env)
@@ -145,7 +148,7 @@ class ProgramReference:
 def program_spec(b: Any, sized: list[Any]) -> dict[str, Any]:
     """How the program sees harness buffer `b` (layout.to_program): `sized` is [shape, torch dtype name]
     of the program's input as recorded at import."""
-    return {"layout": b.layout, "shape": sized[0], "dtype": sized[1]}
+    return {"layout": b.layout, "shape": sized[0], "dtype": sized[1], "axes": list(b.axes)}
 
 
 def to_float64(array: Any, dtype: str) -> Any:
@@ -212,6 +215,7 @@ class RankProgram:
         self.specs = {b.name: program_spec(b, shapes[b.index]) for b in ref.layout.inputs}
         self.order = sorted(ref.layout.inputs, key=lambda b: b.index)
         self.scratch: dict[str, Any] = {}
+        self.pattern_ref: Any = None  # cp_attention's reference, for an attention pattern's parts
         self.guard = InputGuard(torch, [b.name for b in self.order])
 
     def _args(self, inputs: dict[str, Any]) -> list[Any]:
@@ -224,18 +228,23 @@ class RankProgram:
             outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
             for b in self.ref.layout.outputs:
                 dst = as_torch(torch, outputs[b.name], b.dtype)
-                dst.copy_(outs[b.index].reshape(dst.shape))
+                dst.copy_(to_harness(outs[b.index], b) if b.layout != "as_is" else outs[b.index].reshape(dst.shape))
         note = self.guard.warning()
         if note and note not in self.warnings:
             self.warnings.append(note)
 
     def parts(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Callable[[], None]]:
-        """The program whole; for a mapped pattern, also its matmul and its collective alone (torch's
-        cuBLAS and NCCL), whose times are the ceilings the bound is made of."""
-        parts: dict[str, Callable[[], None]] = {"program": lambda: self.run(inputs, outputs)}
+        """For a mapped pattern, its compute and its collective alone (torch's cuBLAS and NCCL; for
+        attention, cp_attention's NCCL all-gather and cuDNN attention), whose times are the ceilings the
+        bound is made of; none without one. The program whole is not a part: the baseline times it as
+        the reference, and a part not named as communication counts as compute (evaluate/baseline.py),
+        which would put the program's own time into the bound."""
+        parts: dict[str, Callable[[], None]] = {}
         pattern = self.ref.layout.pattern
         if not pattern:
             return parts
+        if pattern in ATTENTION_PATTERNS:
+            return self._attention_parts(inputs, outputs)
         import torch.distributed as dist
 
         torch, W = self.torch, self.env.world
@@ -268,6 +277,20 @@ class RankProgram:
 
         parts.update({"gemm": on_stream(mm), name: on_stream(comm)})
         return parts
+
+    def _attention_parts(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Callable[[], None]]:
+        """cp_attention's reference parts on these buffers (they are its q, k, v, o, its dims derived):
+        NCCL's all-gather of K and V, and the harness attention (cuDNN) over the visible keys. Their
+        times are the bound's, as for cp_attention, whatever way the program itself exchanges."""
+        from cuco_tui.core.reference import reference_module
+        from cuco_tui.workload.manifest import REPO_WORKLOADS
+
+        if self.pattern_ref is None:
+            module = reference_module(REPO_WORKLOADS / "cp_attention" / "reference.py")
+            self.pattern_ref = module.Reference(self.env)
+            self.warnings += [w for w in self.pattern_ref.warnings if w not in self.warnings]
+        ref = self.pattern_ref
+        return {"allgather": lambda: ref.allgather(inputs), "attention": lambda: ref.attention(inputs, outputs)}
 
     def comm_bytes(self) -> int:
         return int(self.entry["comm_bytes"])

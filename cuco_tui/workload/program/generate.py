@@ -1,7 +1,7 @@
 """The files of an imported program's workload folder, as text (the importer writes them): the
 manifest, the reference adapter, the seed (the pattern's host-driven NCCL + cuBLAS seed, or a
-placeholder), the task text, the notes for agents and, for all-gather → matmul, the strategies that
-reuse gemm_allgather's templates. Rendered from skeleton/; no torch."""
+placeholder), the task text, the notes for agents and, for all-gather → matmul and attention, the
+strategies that reuse gemm_allgather's or cp_attention's templates. Rendered from skeleton/; no torch."""
 
 from __future__ import annotations
 
@@ -13,16 +13,22 @@ from typing import Any
 import jinja2
 
 from cuco_tui.workload.manifest import REPO_WORKLOADS
+from cuco_tui.workload.program.attention_map import ATTENTION_PATTERNS, layout_words
 from cuco_tui.workload.program.layout import HARNESS_DTYPES, Layout
 from cuco_tui.workload.program.patterns import Match
 from cuco_tui.workload.program.trace_graph import epilogue_words
 
 SKELETON = Path(__file__).resolve().parent / "skeleton"
 SHIPPED_AG = REPO_WORKLOADS / "gemm_allgather" / "templates"
+# cp_attention's error floor (its manifest says why): an attention output averages values that can
+# cancel, so its rms is far below the values themselves over long sequences.
+CP_FLOOR = 0.25
 HOST_DESIGN = ("// cuco-design: backend=nccl_host placement=before sync=global issuer=host chunk=full streams=1 "
                "comm_sms=0")
+SHIPPED_CP = REPO_WORKLOADS / "cp_attention"
 PATTERN_SPLITS = {"allgather_matmul": ("M", "N"), "matmul_reducescatter": ("K", "M"), "matmul_allreduce": ("K",),
-                  "allgather_k_matmul": ("K",), "matmul_allgather": ("N",)}
+                  "allgather_k_matmul": ("K",), "matmul_allgather": ("N",), "allgather_attention": ("S",),
+                  "alltoall_attention": ("S",)}
 
 
 @dataclass
@@ -43,8 +49,10 @@ class ImportPlan:
     tolerance_why: str
     manifest_splits: list[str] = field(default_factory=list)  # the manifest's split_dims
     divisible: dict[str, int] = field(default_factory=dict)  # the manifest's [divisible]
-    templates: list[str] = field(default_factory=list)  # gemm_allgather strategies offered
+    templates: list[str] = field(default_factory=list)  # the shipped workload's strategies offered
     templates_why: str = ""
+    flag_dims: list[str] = field(default_factory=list)  # the manifest's flag_dims (dims that may be 0)
+    libraries: list[str] = field(default_factory=list)  # the manifest's harness libraries
 
     @property
     def convention_verify(self) -> str:
@@ -99,6 +107,10 @@ def _buffer_shapes(plan: ImportPlan, kind: str, index: int, transposed: bool = F
     return _extents(plan, rows)
 
 
+def _attention(plan: ImportPlan) -> bool:
+    return plan.layout.pattern in ATTENTION_PATTERNS
+
+
 def _tensors(plan: ImportPlan, kind: str, names: list[str]) -> str:
     first = plan.sizes[str(plan.world)]["shapes"][0]["ranks"][0][kind]
     items = []
@@ -126,10 +138,17 @@ def _role_words(plan: ImportPlan) -> dict[str, Any]:
     pairs = [f"`{b.name}` = program's `{names[b.index]}`{' (transposed)' if b.layout == 'transposed' else ''}"
              for b in lay.inputs]
     words["mapping"] = "Buffers: " + ", ".join(pairs) + "; `y` = its output." if lay.pattern else ""
+    if lay.pattern in ATTENTION_PATTERNS:
+        words["mapping"] = "Buffers: " + layout_words(lay, names) + "."
     return words
 
 
 def _harness_buffers(plan: ImportPlan) -> str:
+    if _attention(plan):
+        return ("cp_attention's: inputs `q` [S/W, H, D], `k` and `v` [S/W, HKV, D], output `o` [S/W, H, D] (this "
+                "rank's positions r*S/W .. (r+1)*S/W - 1, position-major; a program's batch is folded into the heads: "
+                "head b*H + h). " + layout_words(plan.layout, plan.program_names) + "; the reference hands the "
+                "program views of these buffers in its own layout")
     parts = [f"input `{b.name}` [{_buffer_shapes(plan, 'inputs', b.index, b.layout == 'transposed')}]"
              for b in plan.layout.inputs]
     parts += [f"output `{b.name}` [{_buffer_shapes(plan, 'outputs', b.index)}]" for b in plan.layout.outputs]
@@ -162,10 +181,24 @@ FAST = {
                         "(kChunks); the interleave into [M, N] rides on the communication stream; cap NCCL's SMs "
                         "(kNcclMaxCtas).",
 }
+ATTENTION_FAST = (
+    "The program {how}; its result is cp_attention's (checked on the float64 run), so cp_attention's seed and "
+    "templates compute it. Each rank needs every other rank's K and V ((W-1) x S/W x HKV x D x 4 bytes) and "
+    "computes about 4 x S/W x S x H x D FLOPs (half that, unevenly spread over the ranks, when causal). The seed "
+    "all-gathers K and V with NCCL and makes one call of the harness attention (cuDNN's fused SDPA) over the keys "
+    "the rank's queries see. Overlap the exchange with the attention of the keys already held (the own chunk "
+    "first, each peer's as it lands, merged by log-sum-exp: attn_overlap, ring, ipc_pull), and when causal give "
+    "every rank the same work (attn_balance, balance_overlap): the templates the offline agent renders. "
+    "workloads/cp_attention/design/ holds what was measured there.")
+ATTENTION_HOW = {"allgather_attention": "all-gathers K and V and attends its queries over the whole sequence",
+                 "alltoall_attention": "trades its sequence slice of every head for the whole sequence of W-th of "
+                                       "the heads (all-to-all), attends, and trades back (Ulysses)"}
 
 
 def _fast(plan: ImportPlan, words: dict[str, Any]) -> str:
     pattern = plan.layout.pattern
+    if pattern in ATTENTION_PATTERNS:
+        return ATTENTION_FAST.format(how=ATTENTION_HOW[pattern])
     if not pattern:
         return ("No pattern was mapped, so there is no seed to start from: the time to beat is the program's own. "
                 f"Its trace ({plan.summary}) says where the time goes; write the host-driven version first.")
@@ -177,6 +210,13 @@ def _fast(plan: ImportPlan, words: dict[str, Any]) -> str:
 
 def _strategy(plan: ImportPlan) -> str:
     pattern = plan.layout.pattern
+    if pattern in ATTENTION_PATTERNS:
+        offered = "all of them" if plan.templates == ["all"] else ", ".join(plan.templates)
+        return ("The seed is cp_attention's: NCCL all-gathers of K and V, then one call of the harness attention "
+                "(cuco_attn.h, cuDNN's SDPA) over every visible key, a bottom-right causal mask when CAUSAL = 1. "
+                f"The offline agent renders cp_attention's templates ({offered}) into its EVOLVE block. "
+                + (plan.templates_why + " " if plan.templates_why else "")
+                + "workloads/cp_attention/design/ holds what was measured there.")
     if pattern == "allgather_matmul":
         return ("The seed is gemm_allgather's: NCCL all-gather, then one cuBLAS GEMM. "
                 + (f"The offline agent renders gemm_allgather's templates "
@@ -219,7 +259,11 @@ def render(plan: ImportPlan) -> dict[str, str]:
         "epilogue_text": epilogue_words(words["steps"]), "mapping": words["mapping"],
     }
     kernel = env.get_template("epilogue_kernel.cu.j2").render(**common).rstrip("\n") if epilogue else ""
-    if pattern == "allgather_matmul":
+    if pattern in ATTENTION_PATTERNS:
+        seed = env.get_template("seed_attention.cu.j2").render(
+            **common, layout_words=layout_words(plan.layout, names),
+            shipped=(SHIPPED_CP / "seed.cu").read_text())
+    elif pattern == "allgather_matmul":
         seed = env.get_template("seed_allgather_matmul.cu.j2").render(
             **common, pattern_block=_pattern_block(plan), epilogue_kernel=kernel)
     elif pattern in ("allgather_k_matmul", "matmul_allgather"):
@@ -234,6 +278,9 @@ def render(plan: ImportPlan) -> dict[str, str]:
             **common, world_sizes=json.dumps(plan.world_sizes), dims=json.dumps(plan.dims),
             harness_dtype=HARNESS_DTYPES[plan.convention["dtype"]],
             split_dims=json.dumps(plan.manifest_splits), divisible=plan.divisible,
+            flag_dims=json.dumps(plan.flag_dims) if plan.flag_dims else "",
+            libraries=json.dumps(plan.libraries) if plan.libraries else "",
+            floor=CP_FLOOR if _attention(plan) else 0,
             verify=[{"name": s, "dims": plan.shape_dims(s)} for s in plan.convention["shapes"]
                     if s.startswith("verify")],
             bench=[{"name": s, "dims": plan.shape_dims(s)} for s in plan.convention["shapes"]
@@ -251,6 +298,10 @@ def render(plan: ImportPlan) -> dict[str, str]:
     }
     if pattern:
         files["design/nccl_host.md"] = env.get_template("nccl_host.md.j2").render(**common, strategy=_strategy(plan))
+    if _attention(plan) and plan.templates:
+        files["templates/strategies.py"] = env.get_template("strategies_attention.py.j2").render(
+            **common, names=json.dumps(sorted(plan.templates)), every=plan.templates == ["all"],
+            why_these=plan.templates_why or "every shape meets the templates' needs, so all of them are offered.")
     if pattern == "allgather_matmul" and plan.templates:
         files["templates/strategies.py"] = env.get_template("strategies_allgather.py.j2").render(
             **common, names=json.dumps(sorted(plan.templates)), every=plan.templates == ["all"],

@@ -25,7 +25,8 @@ from cuco_tui.core.workload import WorkloadError
 from cuco_tui.workload.program.generate import PATTERN_SPLITS, ImportPlan, render
 from cuco_tui.workload.program.gloo_run import (RUN_TIMEOUT_S, GlooRanks, ProgramRunError, ProgramTimeout,
                                                 temporary_folder)
-from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout
+from cuco_tui.workload.program.attention_map import ATTENTION_PATTERNS, attention_layout, layout_words
+from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout, to_harness
 from cuco_tui.workload.program.patterns import recognize, summary
 from cuco_tui.workload.program.precision import TORCH_DTYPE, own_rounding, widened
 from cuco_tui.workload.program.record import RECORD
@@ -135,15 +136,14 @@ def _agrees(root: Path, run: Any, world: int, plan: ImportPlan, ranks: GlooRanks
     dims = plan.shape_dims(shape)
     inputs = []
     for r in range(world):
-        inputs.append({b.name: (run.input(0, r, b.index).T.copy() if b.layout == "transposed"
-                                else run.input(0, r, b.index)) for b in lay.inputs})
+        inputs.append({b.name: np.ascontiguousarray(to_harness(run.input(0, r, b.index), b)) for b in lay.inputs})
     try:
         got = ProgramReference(root).expected(inputs, dims, world, ranks=ranks)
     except Exception as exc:  # the program under the adapter's views: report, do not crash
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     for r in range(world):
         for b in lay.outputs:
-            want = run.output(0, r, b.index)
+            want = to_harness(run.output(0, r, b.index), b)
             have = np.asarray(got[r][b.name]).reshape(want.shape)
             if not np.allclose(have, want, rtol=1e-9, atol=1e-12 * (np.abs(want).max() + 1)):
                 return f"output {b.name} of rank {r} differs"
@@ -224,9 +224,14 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
                      f"{', '.join(s for s in conv['shapes'] if s.startswith('verify'))}")
         lines.append(f"trace ({trace['shape']}, rank 0): {summary(trace)}")
         mapped = next((m for m in matches if m.mapped), None)
-        if mapped is not None:
+        if mapped is not None and mapped.pattern in ATTENTION_PATTERNS:
+            say("checking the program's results against cp_attention's attention (q, k, v found by their values) ...")
+            lay, problem = attention_layout(mapped.pattern, sizes, run, world, len(_verify_shapes(conv)),
+                                            tuple(conv["dims"]))
+        elif mapped is not None:
             lay, problem = pattern_layout(mapped.pattern, mapped.roles, sizes, tuple(conv["dims"]),
                                           len(first["inputs"]))
+        if mapped is not None:
             if lay is None:
                 matches = [replace(m, problem=problem) if m is mapped else m for m in matches]
             else:
@@ -279,8 +284,41 @@ def _plan_manifest(plan: ImportPlan) -> None:
     plan.manifest_splits = splits
     plan.divisible = {d: 1 for d in splits}
     plan.templates, plan.templates_why = [], ""
+    plan.flag_dims, plan.libraries = [], []
     if plan.layout.pattern == "allgather_matmul":
         _templates(plan)
+    elif plan.layout.pattern in ATTENTION_PATTERNS:
+        _attention_templates(plan)
+
+
+# cp_attention's templates that run only the harness attention (cuDNN): any S/W (even, for the ones
+# that cut the causal chunk in halves) and any D of 8's; the rest run the templates' own blockwise
+# kernel too (whole 64-row tiles, D = 64 or 128).
+CUDNN_ONLY = ("host_attn", "attn_overlap")
+CUDNN_HALVES = ("attn_balance", "balance_overlap")
+
+
+def _attention_templates(plan: ImportPlan) -> None:
+    """cp_attention's templates for an attention pattern: all of them where every shape gives whole
+    64-row tiles per rank and D = 64 or 128 at every world size, else those that run only cuDNN."""
+    plan.flag_dims, plan.libraries = ["CAUSAL"], ["attention"]
+    tiles, halves = "", ""
+    for world in plan.world_sizes:
+        for shape, dims in plan.layout.derived.items():
+            rows = dims["S"] // world
+            if not tiles and (rows % 64 or dims["D"] not in (64, 128)):
+                tiles = (f"{shape} has S/W={rows} and D={dims['D']} at world {world} (the templates' own kernel "
+                         f"takes whole 64-row tiles and D = 64 or 128)")
+            if not halves and rows % 2:
+                halves = f"{shape} has an odd S/W={rows} at world {world}"
+    if not tiles:
+        plan.templates = ["all"]
+        plan.divisible.update({"S": 64, "D": 64})
+        return
+    plan.templates = list(CUDNN_ONLY) + ([] if halves else list(CUDNN_HALVES))
+    plan.templates_why = (f"Only {', '.join(plan.templates)} are offered: {tiles}"
+                          + (f"; and {halves}, which the load-balancing templates cut in halves" if halves else "")
+                          + ".")
 
 
 def _pattern_lines(plan: ImportPlan) -> list[str]:
@@ -288,7 +326,16 @@ def _pattern_lines(plan: ImportPlan) -> list[str]:
         return ["pattern: none the tool knows; the seed is a placeholder (write it, or search with --agent claude)"]
     out = []
     for m in plan.patterns:
-        if m.mapped and m.pattern == plan.layout.pattern:
+        if m.mapped and m.pattern == plan.layout.pattern and m.pattern in ATTENTION_PATTERNS:
+            offered = "all of cp_attention" if plan.templates == ["all"] else ", ".join(plan.templates)
+            causal = "causal by global position" if plan.layout.derived[plan.convention_verify]["CAUSAL"] else \
+                "not causal"
+            out.append(f"pattern: {m.description}: mapped (seed = cp_attention's host-driven seed (NCCL + cuDNN "
+                       f"attention); templates: {offered}; {layout_words(plan.layout, plan.program_names)}; "
+                       f"{causal}; checked on the float64 run)")
+            if plan.templates_why:
+                out.append(f"  {plan.templates_why}")
+        elif m.mapped and m.pattern == plan.layout.pattern:
             what = ("seed = gemm_allgather's host-driven seed (NCCL + cuBLAS)" + (
                 f"; templates: {'all of gemm_allgather' if plan.templates == ['all'] else ', '.join(plan.templates)}"
                 if plan.templates else "") if m.pattern == "allgather_matmul" else

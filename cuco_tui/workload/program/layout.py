@@ -3,9 +3,12 @@
 Without a mapped pattern the buffers are the program's own: solution's parameter names (in0, in1,
 ... where it takes *args), its outputs `out` (or out0, out1, ...), shapes as make_inputs and
 solution give them. With a mapped pattern they take the names the pattern's seed and templates read
-(`x`, `b`, `bias`, `residual`, `y`) and the layout they read: a weight the program holds as
-nn.Linear does ([N/W, K]) is given to the candidate transposed ([K, N/W]), and the program is
-handed a transposed view of it (`to_program`), so both compute on the same numbers. The pattern's
+(`x`, `b`, `bias`, `residual`, `y`; `q`, `k`, `v`, `o` for attention) and the layout they read: a
+weight the program holds as nn.Linear does ([N/W, K]) is given to the candidate transposed
+([K, N/W]), and the program is handed a transposed view of it (`to_program`), so both compute on the
+same numbers; an attention tensor the program holds as [B, H, S/W, D] is given to the candidate with
+its axes reordered ("axes": [S/W, B, H, D], which is cp_attention's [S/W, B*H, D] in memory), and
+the program is handed the permuted view. The pattern's
 dims (M, K, N: totals, as its templates read them) are derived from the program's shapes; where a
 program fixes each rank's K of a K-split product, so that the total grows with W, the per-rank KR
 takes K's place.
@@ -27,7 +30,15 @@ class BufferMap:
     index: int  # its place in make_inputs' tuple or solution's outputs
     dtype: str  # harness dtype (bf16, f16, f32, ...)
     layout: str = "as_is"  # "as_is" | "transposed" (2-D: the buffer holds the program's tensor transposed)
+    # | "axes" (the buffer holds the program's tensor with its axes in the order `axes`)
     role: str = ""  # its part in the pattern ("" without one)
+    axes: tuple[int, ...] = ()  # "axes": the program's axis at each of the buffer's axes
+
+    def order(self, ndim: int) -> tuple[int, ...]:
+        """The program's axis at each axis of the buffer."""
+        if self.layout == "axes":
+            return tuple(self.axes)
+        return tuple(range(ndim))[::-1] if self.layout == "transposed" else tuple(range(ndim))
 
 
 @dataclass(frozen=True)
@@ -43,16 +54,27 @@ class Layout:
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "Layout":
-        return Layout(tuple(BufferMap(**b) for b in d["inputs"]), tuple(BufferMap(**b) for b in d["outputs"]),
+        return Layout(tuple(_buffer(b) for b in d["inputs"]), tuple(_buffer(b) for b in d["outputs"]),
                       d.get("pattern", ""), {k: dict(v) for k, v in d.get("derived", {}).items()})
 
-    def input_specs(self, program_shapes: list[list[int]]) -> list[dict[str, Any]]:
-        """What to_program needs for each input at a shape (the program's own shapes)."""
-        return [{"layout": b.layout, "shape": program_shapes[b.index]} for b in self.inputs]
+
+def _buffer(d: dict[str, Any]) -> BufferMap:
+    return BufferMap(**{**d, "axes": tuple(d.get("axes", ()))})
 
 
-def harness_shape(program_shape: list[int], layout: str) -> list[int]:
+def harness_shape(program_shape: list[int], layout: str, axes: tuple[int, ...] | list[int] = ()) -> list[int]:
+    if layout == "axes":
+        return [int(program_shape[a]) for a in axes]
     return list(program_shape[::-1]) if layout == "transposed" else list(program_shape)
+
+
+def to_harness(array: Any, b: BufferMap) -> Any:
+    """A program's tensor or array (its own shape) in buffer `b`'s layout: a permuted view, or the
+    array itself ("as_is"). np.ascontiguousarray / .contiguous() makes it the buffer's memory."""
+    order = b.order(array.ndim)
+    if order == tuple(range(array.ndim)):
+        return array
+    return array.permute(*order) if hasattr(array, "permute") else array.transpose(order)
 
 
 def to_program(tensor: Any, spec: dict[str, Any]) -> Any:
@@ -65,6 +87,10 @@ def to_program(tensor: Any, spec: dict[str, Any]) -> Any:
         tensor = tensor.view(torch.bool)
     if spec["layout"] == "transposed":
         return tensor.t()
+    if spec["layout"] == "axes":
+        axes = list(spec["axes"])
+        held = tensor.reshape(harness_shape(spec["shape"], "axes", axes))
+        return held.permute(*[axes.index(a) for a in range(len(axes))])
     return tensor.reshape(spec["shape"])
 
 

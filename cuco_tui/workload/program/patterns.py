@@ -10,9 +10,11 @@ of: the patterns the tool knows, found by following values from the collectives 
 - all-gather of K/V → attention
 - all-gather along K → matmul, matmul → all-gather along dim 1 (gather_patterns.py)
 
-The first three and the last two are mappable onto the harness's building blocks when every op of the trace is part
-of the pattern and its operands are the program's own inputs; a Match says which input plays which
-role, or why it cannot be mapped. Pure Python over JSON: no torch here."""
+The first three and the last two are mappable onto the harness's building blocks when every op of the
+trace is part of the pattern and its operands are the program's own inputs; a Match says which input
+plays which role, or why it cannot be mapped. The attention patterns are mappable onto cp_attention
+when the float64 run shows the program computes its function (attention_map.py decides, and says
+why not); expert parallelism is named only. Pure Python over JSON: no torch here."""
 
 from __future__ import annotations
 
@@ -182,8 +184,7 @@ def _alltoall_around(g: Graph, a2a: list[int]) -> Match | None:
             back = lambda j: g.reaches({w["value"] for w in g.ops[j]["writes"]}, second)  # noqa: E731
             if any(g.reaches(start, j) and back(j) for j in attn):
                 return Match("alltoall_attention", "all-to-all → attention → all-to-all (sequence parallel, as "
-                             "Ulysses)", problem="no seed for attention from a program yet: search it with the "
-                                                 "Claude agent, or see workloads/cp_attention")
+                             "Ulysses)")
             via = [j for j in mms if back(j)]
             if via:
                 return Match("alltoall_experts",
@@ -198,9 +199,7 @@ def _allgather_attention(g: Graph, gathers: list[int]) -> Match | None:
     fed = [k for k in gathers if any(g.reaches({w["value"] for w in g.ops[k]["writes"]}, j) for j in attn)]
     if not fed:
         return None
-    return Match("allgather_attention", f"all-gather of K/V ({len(fed)} gather(s)) → attention",
-                 problem="no seed for attention from a program yet: search it with the Claude agent, or see "
-                         "workloads/cp_attention")
+    return Match("allgather_attention", f"all-gather of K/V ({len(fed)} gather(s)) → attention")
 
 
 def recognize(trace: dict[str, Any], world: int) -> list[Match]:

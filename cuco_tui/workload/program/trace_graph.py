@@ -40,7 +40,8 @@ class Match:
         return Match(d["pattern"], d["description"], dict(d.get("roles", {})), d.get("problem", ""))
 
 
-MAPPABLE = ("allgather_matmul", "matmul_reducescatter", "matmul_allreduce", "allgather_k_matmul", "matmul_allgather")
+MAPPABLE = ("allgather_matmul", "matmul_reducescatter", "matmul_allreduce", "allgather_k_matmul", "matmul_allgather",
+            "allgather_attention", "alltoall_attention")  # attention: when attention_map finds the mapping
 
 
 def short(name: str) -> str:

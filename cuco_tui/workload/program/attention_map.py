@@ -1,0 +1,183 @@
+"""An attention pattern (all-gather of K/V → attention, or Ulysses' all-to-all → attention →
+all-to-all) mapped onto cp_attention: which of solution's inputs are q, k and v, which axis of each
+holds the sequence, the batch, the heads and the head dim, and whether the mask is causal.
+
+Programs write attention in too many ways (sdpa or matmul-softmax-matmul, masks built from aranges or
+is_causal, heads repeated for GQA, the sequence traded for heads) for the trace to say all of that.
+The float64 run does: a mapping holds when, at every verify shape and on every rank, the program's
+output is cp_attention's function of the mapped buffers, o = softmax(q K^T / sqrt(D) + mask) V over
+the keys of the whole sequence in rank order (query head h reading KV head h / (H/HKV), the batch
+folded into the heads, the causal mask by global position), to float64 rounding. Whatever the
+program does to get there, cp_attention's seed and templates then compute the same thing.
+Pure NumPy over the run's files: no torch here."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from cuco_tui.workload.program.layout import BufferMap, Layout
+
+ATTENTION_PATTERNS = ("allgather_attention", "alltoall_attention")  # mapped onto cp_attention
+# The program's layouts of an attention tensor: name -> the program's axis at each of the buffer's
+# axes [S/W, (B,) heads, D]. The batch is folded into the heads: [S/W, B, H, D] is [S/W, B*H, D].
+KINDS = {3: {"[S/W, H, D]": (0, 1, 2), "[H, S/W, D]": (1, 0, 2)},
+         4: {"[B, S/W, H, D]": (1, 0, 2, 3), "[B, H, S/W, D]": (2, 0, 1, 3)}}
+CHECK_RTOL = 1e-8  # float64 against float64: only the order of the sums differs
+NOT_ATTENTION = ("its result is not softmax(q k^T / sqrt(D) + mask) v over the whole sequence's keys in rank order "
+                 "(causal by global position or not, grouped heads h -> h / (H/HKV)) for any assignment of its "
+                 "inputs to q, k, v in the layouts " + ", ".join(k for kinds in KINDS.values() for k in kinds) +
+                 " (checked on the float64 run at every verify shape)")
+
+
+@dataclass(frozen=True)
+class _Guess:
+    q: int
+    k: int
+    v: int
+    kind_in: str  # a KINDS name for q, k and v
+    kind_out: str  # and for o
+    causal: int
+
+
+def _folded(shape: list[int], kind: str) -> tuple[int, int, int, int]:
+    """(rows, batch, heads, D) of a program shape read in layout `kind`."""
+    held = [int(shape[a]) for a in KINDS[len(shape)][kind]]
+    return (held[0], held[1], held[2], held[3]) if len(held) == 4 else (held[0], 1, held[1], held[2])
+
+
+def _shapes_fit(g: _Guess, ins: list[list[int]], out: list[int]) -> bool:
+    q, k, v = (_folded(ins[i], g.kind_in) for i in (g.q, g.k, g.v))
+    if k != v or q[0] != k[0] or q[1] != k[1] or q[3] != k[3] or q[2] % k[2]:
+        return False
+    return len(out) in KINDS and g.kind_out in KINDS[len(out)] and _folded(out, g.kind_out) == q
+
+
+def _guesses(ins: list[list[int]], out: list[int]) -> list[_Guess]:
+    """Every assignment whose shapes fit, q, k, v in the program's order first."""
+    if len({len(s) for s in ins}) != 1 or len(ins[0]) not in KINDS or len(out) not in KINDS:
+        return []
+    found = []
+    for qi, ki, vi in itertools.permutations(range(3)):
+        for kind_in in KINDS[len(ins[0])]:
+            for kind_out in KINDS[len(out)]:
+                for causal in (0, 1):
+                    g = _Guess(qi, ki, vi, kind_in, kind_out, causal)
+                    if _shapes_fit(g, ins, out):
+                        found.append(g)
+    return found
+
+
+def _held(array: Any, kind: str) -> Any:
+    """A program array as [rows, B*heads, D] (the cp_attention buffer's memory)."""
+    import numpy as np
+
+    t = np.transpose(array, KINDS[array.ndim][kind])
+    return t.reshape(t.shape[0], -1, t.shape[-1])
+
+
+def cp_attention(q: Any, k_all: Any, v_all: Any, rank: int, causal: int) -> Any:
+    """cp_attention's function in float64: q [S/W, H, D] of `rank`, k_all, v_all [S, HKV, D]."""
+    import numpy as np
+
+    sl, heads, d = q.shape
+    group = heads // k_all.shape[1]
+    kh = np.repeat(k_all, group, axis=1)  # query head h reads KV head h / group
+    vh = np.repeat(v_all, group, axis=1)
+    scores = np.einsum("ihd,jhd->hij", q, kh) / math.sqrt(d)
+    if causal:
+        pos = rank * sl + np.arange(sl)
+        scores = np.where(np.arange(k_all.shape[0])[None, None, :] > pos[None, :, None], -np.inf, scores)
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return np.einsum("hij,jhd->ihd", scores / scores.sum(axis=-1, keepdims=True), vh)
+
+
+def _holds(g: _Guess, run: Any, n_shapes: int, world: int) -> bool:
+    import numpy as np
+
+    for i in range(n_shapes):
+        ks = np.concatenate([_held(run.input(i, r, g.k), g.kind_in) for r in range(world)])
+        vs = np.concatenate([_held(run.input(i, r, g.v), g.kind_in) for r in range(world)])
+        for r in range(world):
+            want = _held(run.output(i, r, 0), g.kind_out)
+            got = cp_attention(_held(run.input(i, r, g.q), g.kind_in), ks, vs, r, g.causal)
+            if not np.all(np.isfinite(want)) or np.abs(got - want).max() > CHECK_RTOL * (np.abs(want).max() + 1e-300):
+                return False
+    return True
+
+
+def _derived(g: _Guess, sizes: dict[str, Any], program_dims: tuple[str, ...]) -> tuple[dict[str, dict[str, int]], str]:
+    """cp_attention's dims (S, H, HKV, D, CAUSAL) at every shape, the same at every world size."""
+    derived: dict[str, dict[str, int]] = {}
+    program: dict[str, dict[str, int]] = {}
+    for world, entry in sizes.items():
+        for s in entry["shapes"]:
+            ranks = s["ranks"]
+            if any(r != ranks[0] for r in ranks):
+                return {}, f"the ranks' shapes differ at {s['shape']} (world {world})"
+            one = ranks[0]
+            if any(dt != "bfloat16" for _, dt in one["inputs"] + one["outputs"]):
+                return {}, "cp_attention's seed and templates are bf16; the program's buffers are not all bfloat16"
+            if not _shapes_fit(g, [sh for sh, _ in one["inputs"]], one["outputs"][0][0]):
+                return {}, f"q, k, v and the output do not fit one attention at {s['shape']} (world {world})"
+            rows, batch, heads, d = _folded(one["inputs"][g.q][0], g.kind_in)
+            kv_heads = _folded(one["inputs"][g.k][0], g.kind_in)[2]
+            dims = {"S": rows * int(world), "H": batch * heads, "HKV": batch * kv_heads, "D": d, "CAUSAL": g.causal}
+            if derived.setdefault(s["shape"], dims) != dims:
+                return {}, f"the sequence at {s['shape']} is not split across the ranks (S/W x W changes with W)"
+            program[s["shape"]] = s["dims"]
+    for shape, dims in derived.items():
+        clash = [d for d in dims if d in program_dims and program[shape][d] != dims[d]]
+        if clash:
+            return {}, (f"the program's dim {clash[0]} ({program[shape][clash[0]]} at {shape}) is not cp_attention's "
+                        f"{clash[0]} ({dims[clash[0]]}, the batch folded into the heads), which its templates read "
+                        f"by that name")
+    return derived, ""
+
+
+def attention_layout(pattern: str, sizes: dict[str, Any], run: Any, world: int, n_verify: int,
+                     program_dims: tuple[str, ...]) -> tuple[Layout | None, str]:
+    """The harness layout of an attention pattern, or (None, why not). `sizes`: world -> sizing JSON;
+    `run`: the float64 run (gloo_run.GlooRun) at the first `n_verify` shapes at `world` ranks."""
+    first = sizes[str(world)]["shapes"][0]["ranks"][0]
+    if len(first["inputs"]) != 3 or len(first["outputs"]) != 1:
+        return None, (f"cp_attention's seed reads q, k, v and writes o: solution takes {len(first['inputs'])} "
+                      f"input(s) and returns {len(first['outputs'])} output(s)")
+    ins = [sh for sh, _ in first["inputs"]]
+    guesses = _guesses(ins, first["outputs"][0][0])
+    if not guesses:
+        ranks = ", ".join(f"{len(s)}-D" for s in ins)
+        return None, (f"its inputs ({ranks}) and output ({len(first['outputs'][0][0])}-D) are not q, k, v and o of "
+                      f"one attention in the layouts " + ", ".join(k for kinds in KINDS.values() for k in kinds) +
+                      " (a projection inside solution is not part of the pattern)")
+    found = next((g for g in guesses if _holds(g, run, n_verify, world)), None)
+    if found is None:
+        return None, NOT_ATTENTION
+    derived, why = _derived(found, sizes, program_dims)
+    if not derived:
+        return None, why
+    names = {found.q: "q", found.k: "k", found.v: "v"}
+
+    def buffer(name: str, index: int, kind: str, ndim: int) -> BufferMap:
+        axes = KINDS[ndim][kind]
+        same = axes == tuple(range(ndim))
+        return BufferMap(name, index, "bf16", "as_is" if same else "axes", name, () if same else axes)
+
+    inputs = tuple(buffer(names[i], i, found.kind_in, len(ins[i])) for i in range(3))
+    outputs = (buffer("o", 0, found.kind_out, len(first["outputs"][0][0])),)
+    return Layout(inputs, outputs, pattern, derived), ""
+
+
+def program_kind(b: BufferMap) -> str:
+    """The program's layout of an attention buffer, as KINDS names it."""
+    if b.layout != "axes":
+        return "[S/W, H, D]"
+    return next(k for kinds in KINDS.values() for k, axes in kinds.items() if axes == tuple(b.axes))
+
+
+def layout_words(layout: Layout, names: list[str]) -> str:
+    """"`q` = program's `query` [B, H, S/W, D], ...": each buffer as the program holds it."""
+    ins = [f"`{b.name}` = program's `{names[b.index]}` {program_kind(b)}" for b in layout.inputs]
+    return ", ".join(ins + [f"`o` = its output {program_kind(b)}" for b in layout.outputs])
