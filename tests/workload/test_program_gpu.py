@@ -8,7 +8,8 @@ the bench shapes). For the all-gather + linear program, gemm_allgather's templat
 defaults verify too, with the program's bias kernel after them; for the gather patterns of
 ParallelKernelBench's GEMM problems (all-gather along K → matmul, matmul → all-gather along dim 1,
 matmul → all-reduce with a fixed K per rank), the seed's overlapping variants; for the attention
-programs (mapped onto cp_attention), cp_attention's seed, and its templates on the causal one."""
+programs (mapped onto cp_attention), cp_attention's seed, and its templates on the causal one; for
+the static-routing expert layers, the seed and its per-peer pipeline."""
 
 from __future__ import annotations
 
@@ -27,14 +28,15 @@ pytest.importorskip("torch")
 PROGRAMS = Path(__file__).parent / "programs"
 MAPPED = ["ag_linear", "matmul_rs_residual", "linear_ar", "ag_k_cat", "ag_k_transposed", "mm_allgather_cols",
           "matmul_ar_fixed_k", "ag_linear_gelu", "matmul_ar_silu", "cp_attention_kv", "cp_attention_gqa_causal",
-          "ulysses_attention"]
+          "ulysses_attention", "moe_alltoall", "moe_by_source"]
 # cp_attention's templates on the causal grouped-query program ([B, S/W, heads, D], batch 2 folded
 # into the heads): the overlapping and load-balancing ones, and the templates' own kernel.
 ATTENTION_TEMPLATES = ["attn_overlap", "attn_balance", "balance_overlap", "ring", "ipc_pull", "host_flash"]
 # The seed's overlapping variants (its knobs changed): program -> knob values.
 OVERLAP = [("ag_k_cat", {"kPerPeer": 1}), ("ag_k_transposed", {"kPerPeer": 1}),
            ("ag_k_transposed", {"kPerPeer": 1, "kNcclMaxCtas": 16}), ("mm_allgather_cols", {"kChunks": 4}),
-           ("mm_allgather_cols", {"kChunks": 8, "kNcclMaxCtas": 8}), ("matmul_ar_fixed_k", {"kChunks": 4})]
+           ("mm_allgather_cols", {"kChunks": 8, "kNcclMaxCtas": 8}), ("matmul_ar_fixed_k", {"kChunks": 4}),
+           ("moe_alltoall", {"kPerPeer": 1}), ("moe_by_source", {"kPerPeer": 1, "kNcclMaxCtas": 16})]
 
 
 @pytest.fixture(scope="module")

@@ -195,18 +195,6 @@ def test_a_matmul_copied_before_its_all_reduce_is_the_pattern(imported, ranks):
     _check_is_clean(made.root)
 
 
-@pytest.mark.parametrize("name,pattern", [("moe_alltoall", "all-to-all → 1 matmul(s) → all-to-all"),
-                                          ("moe_router", "all-to-all → 2 matmul(s) → all-to-all (expert parallel)")])
-def test_expert_patterns_are_named_but_not_mapped(imported, name, pattern):
-    """Attention is mapped (test_program_import_attention); expert parallelism is named only."""
-    made = imported(name)
-    assert any(line.startswith(f"pattern: {pattern}") and "not mapped" in line for line in made.lines), made.lines
-    assert NO_SEED_MARK in (made.root / "seed.cu").read_text()
-    assert not (made.root / "templates").exists()
-    [match] = _record(made.root)["patterns"]
-    assert match["problem"]
-
-
 def test_a_program_without_a_pattern_imports_with_a_placeholder_seed(imported):
     made = imported("gelu_mlp")
     assert any(line.startswith("pattern: none the tool knows") for line in made.lines), made.lines

@@ -42,6 +42,7 @@ CASES = {
     "cp_attention_gqa_causal": ("all-gather of K/V (2 gather(s)) → attention", "[B, S/W, H, D]", True, EVERY),
     "ulysses_attention": ("all-to-all → attention → all-to-all (sequence parallel, as Ulysses)", "[S/W, H, D]",
                           False, CUDNN),
+    "cp_attention_heads_first": ("all-gather of K/V (2 gather(s)) → attention", "[H, S/W, D]", False, EVERY),
 }
 
 
@@ -146,6 +147,42 @@ def test_the_reference_fills_cp_attentions_layout_and_expects_the_programs_atten
         want = _attention(flat(inputs[rank]["q"], NH), k_all, v_all, rank * sl, causal=True)
         assert got[rank]["o"].shape == (sl, B, NH, D)
         assert np.allclose(got[rank]["o"].reshape(want.shape), want, rtol=1e-9, atol=1e-12)
+
+
+def _variant(imported, tmp_path: Path, base: str, name: str, old: str, new: str):
+    text = (PROGRAMS / f"{base}.py").read_text()
+    assert old in text, old
+    path = tmp_path / f"{name}.py"
+    path.write_text(text.replace(old, new))
+    return imported(name, path)
+
+
+@pytest.mark.parametrize("name,base,old,new,said", [
+    # KV heads tiled (h % HKV) where cp_attention groups them (h // (H/HKV)): another function
+    ("tiled_gqa", "cp_attention_heads_first", ".repeat_interleave(group, dim=0)", ".repeat(group, 1, 1)",
+     NOT_ATTENTION),
+    # every input 1: every reading of them gives the program's result
+    ("all_ones", "cp_attention_kv", "torch.randn(1, H, S // world, D,", "torch.ones(1, H, S // world, D,",
+     "make_inputs' values do not tell the mapping apart"),
+    # D = 12: cuDNN takes multiples of 8
+    ("head_dim_12", "cp_attention_kv", "dict(S=64, H=4, D=32)", "dict(S=64, H=4, D=12)",
+     "a head dim D that is a multiple of 8 up to 256; verify has D=12"),
+])
+def test_an_attention_program_the_candidates_cannot_compute_is_not_mapped(imported, tmp_path, name, base, old, new,
+                                                                             said):
+    made = _variant(imported, tmp_path, base, name, old, new)
+    line = next(line for line in made.lines if line.startswith("pattern: all-gather of K/V"))
+    assert "not mapped (" in line and said in line, line
+    assert NO_SEED_MARK in (made.root / "seed.cu").read_text()
+
+
+def test_a_nan_never_agrees():
+    from cuco_tui.workload.program.attention_map import agrees
+
+    want = np.array([1.0, 2.0])
+    assert agrees(want + 1e-12, want)
+    assert not agrees(np.array([np.nan, 2.0]), want) and not agrees(want, np.array([np.nan, 2.0]))
+    assert not agrees(np.zeros(2), np.zeros(2))  # an all-zero result tells nothing
 
 
 def _scaled(imported, tmp_path: Path):

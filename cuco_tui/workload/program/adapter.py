@@ -81,9 +81,13 @@ class ProgramReference:
                             for b in self.layout.outputs]}
 
     def flops(self, dims: dict[str, int], world: int) -> int:
+        if self.layout.pattern in ATTENTION_PATTERNS:
+            return int(cp_attention_reference().flops(dims, world))
         return int(self.entry(dims, world)["flops"])
 
     def comm_bytes(self, dims: dict[str, int], world: int) -> int:
+        if self.layout.pattern in ATTENTION_PATTERNS:
+            return int(cp_attention_reference().comm_bytes(dims, world))
         return int(self.entry(dims, world)["comm_bytes"])
 
     def _module(self) -> Any:
@@ -143,6 +147,16 @@ class ProgramReference:
 
     def on_rank(self, env: Any) -> "RankProgram":
         return RankProgram(self, env)
+
+
+def cp_attention_reference() -> Any:
+    """cp_attention's reference module: an attention pattern's work (its busiest rank's FLOPs, the
+    K/V bytes a rank receives) and bound parts are cp_attention's, the function the candidates
+    compute, whatever way the program itself exchanges (a Ulysses all-to-all moves other bytes)."""
+    from cuco_tui.core.reference import reference_module
+    from cuco_tui.workload.manifest import REPO_WORKLOADS
+
+    return reference_module(REPO_WORKLOADS / "cp_attention" / "reference.py")
 
 
 def program_spec(b: Any, sized: list[Any]) -> dict[str, Any]:
@@ -219,7 +233,21 @@ class RankProgram:
         self.guard = InputGuard(torch, [b.name for b in self.order])
 
     def _args(self, inputs: dict[str, Any]) -> list[Any]:
-        return [to_program(as_torch(self.torch, inputs[b.name], b.dtype), self.specs[b.name]) for b in self.order]
+        """The program's inputs: views of the harness's buffers; a buffer held in another axis order
+        ("axes") copied into the program's own layout first, so that the program gets what its
+        make_inputs gives (contiguous) and is not timed making the copy itself (`.contiguous()` on
+        a permuted view), a copy at HBM bandwidth counted in its time, as its outputs' copy is."""
+        args = []
+        for b in self.order:
+            view = to_program(as_torch(self.torch, inputs[b.name], b.dtype), self.specs[b.name])
+            if b.layout == "axes":
+                own = self.scratch.get(b.name)
+                if own is None:
+                    own = self.scratch[b.name] = self.torch.empty(view.shape, dtype=view.dtype, device=view.device)
+                own.copy_(view)
+                view = own
+            args.append(view)
+        return args
 
     def run(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         torch = self.torch
@@ -245,6 +273,8 @@ class RankProgram:
             return parts
         if pattern in ATTENTION_PATTERNS:
             return self._attention_parts(inputs, outputs)
+        if pattern == "alltoall_experts":
+            return self._expert_parts(inputs, outputs)
         import torch.distributed as dist
 
         torch, W = self.torch, self.env.world
@@ -282,15 +312,39 @@ class RankProgram:
         """cp_attention's reference parts on these buffers (they are its q, k, v, o, its dims derived):
         NCCL's all-gather of K and V, and the harness attention (cuDNN) over the visible keys. Their
         times are the bound's, as for cp_attention, whatever way the program itself exchanges."""
-        from cuco_tui.core.reference import reference_module
-        from cuco_tui.workload.manifest import REPO_WORKLOADS
-
         if self.pattern_ref is None:
-            module = reference_module(REPO_WORKLOADS / "cp_attention" / "reference.py")
-            self.pattern_ref = module.Reference(self.env)
+            self.pattern_ref = cp_attention_reference().Reference(self.env)
             self.warnings += [w for w in self.pattern_ref.warnings if w not in self.warnings]
         ref = self.pattern_ref
         return {"allgather": lambda: ref.allgather(inputs), "attention": lambda: ref.attention(inputs, outputs)}
 
+    def _expert_parts(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Callable[[], None]]:
+        """The static-routing expert layer's three steps alone (expert_map.py): the tokens' all-to-all,
+        the experts' GEMMs (one batched matmul over the parts) and the results' all-to-all."""
+        import torch.distributed as dist
+
+        torch, W = self.torch, self.env.world
+        d = self.ref.layout.derived[self.entry["shape"]]
+        T, H, F, EL = d["T"], d["H"], d["F"], d["E"] // W
+        groups = W if d["BY_SOURCE"] else 1
+        x = as_torch(torch, inputs["x"], "bf16")
+        w = as_torch(torch, inputs["w"], "bf16")
+        y = as_torch(torch, outputs["y"], "bf16")
+        with torch.cuda.stream(self.stream):
+            arrived = torch.empty(T, H, dtype=torch.bfloat16, device=x.device)
+            result = torch.empty(T, F, dtype=torch.bfloat16, device=x.device)
+
+        def on_stream(fn: Callable[[], Any]) -> Callable[[], None]:
+            def call() -> None:
+                with torch.no_grad(), torch.cuda.stream(self.stream):
+                    fn()
+            return call
+
+        rows = T // (groups * EL)
+        return {"dispatch": on_stream(lambda: dist.all_to_all_single(arrived, x.reshape(T, H))),
+                "experts": on_stream(lambda: torch.matmul(arrived.view(groups, EL, rows, H), w.reshape(1, EL, H, F),
+                                                          out=result.view(groups, EL, rows, F))),
+                "combine": on_stream(lambda: dist.all_to_all_single(y.reshape(T, F), result))}
+
     def comm_bytes(self) -> int:
-        return int(self.entry["comm_bytes"])
+        return self.ref.comm_bytes(self.env.dims, self.env.world)

@@ -26,6 +26,7 @@ ATTENTION_PATTERNS = ("allgather_attention", "alltoall_attention")  # mapped ont
 KINDS = {3: {"[S/W, H, D]": (0, 1, 2), "[H, S/W, D]": (1, 0, 2)},
          4: {"[B, S/W, H, D]": (1, 0, 2, 3), "[B, H, S/W, D]": (2, 0, 1, 3)}}
 CHECK_RTOL = 1e-8  # float64 against float64: only the order of the sums differs
+MAX_D = 256  # the largest head dim cuDNN's fused attention takes on Hopper
 NOT_ATTENTION = ("its result is not softmax(q k^T / sqrt(D) + mask) v over the whole sequence's keys in rank order "
                  "(causal by global position or not, grouped heads h -> h / (H/HKV)) for any assignment of its "
                  "inputs to q, k, v in the layouts " + ", ".join(k for kinds in KINDS.values() for k in kinds) +
@@ -103,9 +104,21 @@ def _holds(g: _Guess, run: Any, n_shapes: int, world: int) -> bool:
         for r in range(world):
             want = _held(run.output(i, r, 0), g.kind_out)
             got = cp_attention(_held(run.input(i, r, g.q), g.kind_in), ks, vs, r, g.causal)
-            if not np.all(np.isfinite(want)) or np.abs(got - want).max() > CHECK_RTOL * (np.abs(want).max() + 1e-300):
+            if not agrees(got, want):
                 return False
     return True
+
+
+def agrees(got: Any, want: Any) -> bool:
+    """Equal to float64 rounding, every element finite (a NaN compares false, so it fails here)."""
+    import numpy as np
+
+    scale = float(np.abs(want).max()) if want.size and np.all(np.isfinite(want)) else 0.0
+    return scale > 0 and bool(np.all(np.abs(got - want) <= CHECK_RTOL * scale))
+
+
+AMBIGUOUS = ("make_inputs' values do not tell the mapping apart: {n} ways of reading the inputs as q, k, v (or "
+             "the mask) give the program's result; draw them at random, as the harness's checks will")
 
 
 def _derived(g: _Guess, sizes: dict[str, Any], program_dims: tuple[str, ...]) -> tuple[dict[str, dict[str, int]], str]:
@@ -125,6 +138,9 @@ def _derived(g: _Guess, sizes: dict[str, Any], program_dims: tuple[str, ...]) ->
             rows, batch, heads, d = _folded(one["inputs"][g.q][0], g.kind_in)
             kv_heads = _folded(one["inputs"][g.k][0], g.kind_in)[2]
             dims = {"S": rows * int(world), "H": batch * heads, "HKV": batch * kv_heads, "D": d, "CAUSAL": g.causal}
+            if d % 8 or d > MAX_D:
+                return {}, (f"cp_attention's attention (cuDNN) takes a head dim D that is a multiple of 8 up to "
+                            f"{MAX_D}; {s['shape']} has D={d}")
             if derived.setdefault(s["shape"], dims) != dims:
                 return {}, f"the sequence at {s['shape']} is not split across the ranks (S/W x W changes with W)"
             program[s["shape"]] = s["dims"]
@@ -152,9 +168,12 @@ def attention_layout(pattern: str, sizes: dict[str, Any], run: Any, world: int, 
         return None, (f"its inputs ({ranks}) and output ({len(first['outputs'][0][0])}-D) are not q, k, v and o of "
                       f"one attention in the layouts " + ", ".join(k for kinds in KINDS.values() for k in kinds) +
                       " (a projection inside solution is not part of the pattern)")
-    found = next((g for g in guesses if _holds(g, run, n_verify, world)), None)
-    if found is None:
+    held = [g for g in guesses if _holds(g, run, n_verify, world)]
+    if not held:
         return None, NOT_ATTENTION
+    if len(held) > 1:
+        return None, AMBIGUOUS.format(n=len(held))
+    found = held[0]
     derived, why = _derived(found, sizes, program_dims)
     if not derived:
         return None, why

@@ -14,7 +14,8 @@ import jinja2
 
 from cuco_tui.workload.manifest import REPO_WORKLOADS
 from cuco_tui.workload.program.attention_map import ATTENTION_PATTERNS, layout_words
-from cuco_tui.workload.program.layout import HARNESS_DTYPES, Layout
+from cuco_tui.workload.program.expert_map import layout_words as expert_words
+from cuco_tui.workload.program.layout import HARNESS_DTYPES, BufferMap, Layout, harness_shape
 from cuco_tui.workload.program.patterns import Match
 from cuco_tui.workload.program.trace_graph import epilogue_words
 
@@ -28,7 +29,7 @@ HOST_DESIGN = ("// cuco-design: backend=nccl_host placement=before sync=global i
 SHIPPED_CP = REPO_WORKLOADS / "cp_attention"
 PATTERN_SPLITS = {"allgather_matmul": ("M", "N"), "matmul_reducescatter": ("K", "M"), "matmul_allreduce": ("K",),
                   "allgather_k_matmul": ("K",), "matmul_allgather": ("N",), "allgather_attention": ("S",),
-                  "alltoall_attention": ("S",)}
+                  "alltoall_attention": ("S",), "alltoall_experts": ("E",)}
 
 
 @dataclass
@@ -97,12 +98,16 @@ def _extents(plan: ImportPlan, shapes: list[tuple[dict[str, int], list[int]]]) -
     return ", ".join(out)
 
 
-def _buffer_shapes(plan: ImportPlan, kind: str, index: int, transposed: bool = False) -> str:
+def _buffer_shapes(plan: ImportPlan, kind: str, index: int, transposed: bool = False,
+                   buffer: BufferMap | None = None) -> str:
+    """A program buffer's extents by name (transposed, or in `buffer`'s layout, as the harness holds it)."""
     rows = []
     for e in plan.sizes[str(plan.world)]["shapes"]:
         dims = dict(e["dims"])
         dims.update(plan.layout.derived.get(e["shape"], {}))
         ext = e["ranks"][0][kind][index][0]
+        if buffer is not None:
+            ext = harness_shape(ext, buffer.layout, buffer.axes)
         rows.append((dims, ext[::-1] if transposed else ext))
     return _extents(plan, rows)
 
@@ -140,6 +145,8 @@ def _role_words(plan: ImportPlan) -> dict[str, Any]:
     words["mapping"] = "Buffers: " + ", ".join(pairs) + "; `y` = its output." if lay.pattern else ""
     if lay.pattern in ATTENTION_PATTERNS:
         words["mapping"] = "Buffers: " + layout_words(lay, names) + "."
+    elif lay.pattern == "alltoall_experts":
+        words["mapping"] = "Buffers: " + expert_words(lay, names) + "."
     return words
 
 
@@ -149,8 +156,7 @@ def _harness_buffers(plan: ImportPlan) -> str:
                 "rank's positions r*S/W .. (r+1)*S/W - 1, position-major; a program's batch is folded into the heads: "
                 "head b*H + h). " + layout_words(plan.layout, plan.program_names) + "; the reference hands the "
                 "program views of these buffers in its own layout")
-    parts = [f"input `{b.name}` [{_buffer_shapes(plan, 'inputs', b.index, b.layout == 'transposed')}]"
-             for b in plan.layout.inputs]
+    parts = [f"input `{b.name}` [{_buffer_shapes(plan, 'inputs', b.index, buffer=b)}]" for b in plan.layout.inputs]
     parts += [f"output `{b.name}` [{_buffer_shapes(plan, 'outputs', b.index)}]" for b in plan.layout.outputs]
     return ", ".join(parts)
 
@@ -175,6 +181,12 @@ FAST = {
                           "the gathered buffer is x^T and one GEMM reads it as it lands (kPerPeer = 0). Overlap the "
                           "exchange with the GEMM: multiply the own K block at once and each peer's K block as it "
                           "arrives, summed in fp32 (kPerPeer = 1); cap NCCL's SMs (kNcclMaxCtas).",
+    "alltoall_experts": "The program sends row block j of its tokens x [T, H] to rank j (an all-to-all moving (W-1) "
+                        "x T/W x H x 2 bytes each way), multiplies the arrived rows by its E/W experts (2 x T x H x F "
+                        "FLOPs), and sends the results back ((W-1) x T/W x F x 2 bytes). Overlap the exchange with "
+                        "the GEMMs: the own block's GEMMs need no exchange at all, and each peer's block can be "
+                        "multiplied as it lands and its results sent back as they finish (kPerPeer = 1); cap NCCL's "
+                        "SMs (kNcclMaxCtas).",
     "matmul_allgather": "The program multiplies x [M, K] by its N/W columns of the weight (2 x M x K x N/W FLOPs), "
                         "then all-gathers the outputs ((W-1) x M x N/W x 2 bytes to each rank) and concatenates "
                         "them along dim 1. Overlap the gather of one block of rows with the GEMM of the next "
@@ -224,6 +236,11 @@ def _strategy(plan: ImportPlan) -> str:
                    f"EVOLVE block. " if plan.templates else "")
                 + (plan.templates_why + " " if plan.templates_why else "")
                 + "workloads/gemm_allgather/design/ holds what was measured there.")
+    if pattern == "alltoall_experts":
+        return ("The seed is the program in C: NCCL send/recv for each all-to-all and one cuBLAS GEMM per expert "
+                "part (kPerPeer = 0), or the exchange by ring steps on a communication stream, the own block's "
+                "GEMMs at once and each peer block's as it lands, its results sent back as they finish "
+                "(kPerPeer = 1). Knobs: kPerPeer (0 1), kNcclMaxCtas (0 8 16 32: NCCL's SMs, 0 = NCCL's choice).")
     if pattern == "allgather_k_matmul":
         return ("The seed gathers the ranks' slices transposed (x^T blocks: the gathered buffer is A^T) and runs one "
                 "cuBLAS GEMM over the whole K (kPerPeer = 0), or exchanges the slices peer by peer with NCCL "
@@ -238,6 +255,15 @@ def _pattern_block(plan: ImportPlan) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(SHIPPED_AG)), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
     return env.get_template("host_sequential.cu.j2").render(design_line=HOST_DESIGN).rstrip("\n")
+
+
+def _copies(plan: ImportPlan) -> str:
+    moved = [f"`{b.name}`" for b in plan.layout.inputs if b.layout == "axes"]
+    if not moved:
+        return ""
+    return (f" The harness holds {', '.join(moved)} in the candidates' axis order; before each call the reference "
+            f"copies them into the program's own layout (contiguous, as make_inputs gives them), a copy at HBM "
+            f"bandwidth counted in the program's time.")
 
 
 def render(plan: ImportPlan) -> dict[str, str]:
@@ -266,7 +292,7 @@ def render(plan: ImportPlan) -> dict[str, str]:
     elif pattern == "allgather_matmul":
         seed = env.get_template("seed_allgather_matmul.cu.j2").render(
             **common, pattern_block=_pattern_block(plan), epilogue_kernel=kernel)
-    elif pattern in ("allgather_k_matmul", "matmul_allgather"):
+    elif pattern in ("allgather_k_matmul", "matmul_allgather", "alltoall_experts"):
         seed = env.get_template(f"seed_{pattern}.cu.j2").render(**common)
     elif pattern:
         seed = env.get_template("seed_matmul_collective.cu.j2").render(
@@ -294,7 +320,7 @@ def render(plan: ImportPlan) -> dict[str, str]:
             harness_buffers=_harness_buffers(plan), transposed=words["transposed"], fast=_fast(plan, words)),
         "design/common.md": env.get_template("common.md.j2").render(
             **common, baseline=(f"It is {plan.mapped.description}." if plan.mapped else
-                                "No pattern was mapped: there is no seed to start from yet.")),
+                                "No pattern was mapped: there is no seed to start from yet.") + _copies(plan)),
     }
     if pattern:
         files["design/nccl_host.md"] = env.get_template("nccl_host.md.j2").render(**common, strategy=_strategy(plan))

@@ -26,6 +26,7 @@ from cuco_tui.workload.program.generate import PATTERN_SPLITS, ImportPlan, rende
 from cuco_tui.workload.program.gloo_run import (RUN_TIMEOUT_S, GlooRanks, ProgramRunError, ProgramTimeout,
                                                 temporary_folder)
 from cuco_tui.workload.program.attention_map import ATTENTION_PATTERNS, attention_layout, layout_words
+from cuco_tui.workload.program.expert_map import experts_layout
 from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout, to_harness
 from cuco_tui.workload.program.patterns import recognize, summary
 from cuco_tui.workload.program.precision import TORCH_DTYPE, own_rounding, widened
@@ -33,7 +34,9 @@ from cuco_tui.workload.program.record import RECORD
 from cuco_tui.workload.scaffold import valid_name
 
 SEED_KNOBS = {"allgather_k_matmul": "kPerPeer (gather then one GEMM, or per-peer K blocks as they land), "
-                                    "kNcclMaxCtas"}
+                                    "kNcclMaxCtas",
+              "alltoall_experts": "kPerPeer (all-to-all, GEMMs, all-to-all; or by peer: each block's GEMMs as it "
+                                  "lands, its results sent back as they finish), kNcclMaxCtas"}
 LONGER = "a program that needs longer: --timeout SECONDS"  # how `cuco workload import` gives a step more time
 TOLERANCE = {  # dtype -> (rtol, rtol when the program sums over ranks)
     "bfloat16": (0.02, 0.04), "float16": (0.01, 0.02), "float32": (0.001, 0.001)}
@@ -228,6 +231,9 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
             say("checking the program's results against cp_attention's attention (q, k, v found by their values) ...")
             lay, problem = attention_layout(mapped.pattern, sizes, run, world, len(_verify_shapes(conv)),
                                             tuple(conv["dims"]))
+        elif mapped is not None and mapped.pattern == "alltoall_experts":
+            say("checking the program's results against a static-routing expert layer ...")
+            lay, problem = experts_layout(sizes, run, world, len(_verify_shapes(conv)), tuple(conv["dims"]))
         elif mapped is not None:
             lay, problem = pattern_layout(mapped.pattern, mapped.roles, sizes, tuple(conv["dims"]),
                                           len(first["inputs"]))
@@ -289,6 +295,8 @@ def _plan_manifest(plan: ImportPlan) -> None:
         _templates(plan)
     elif plan.layout.pattern in ATTENTION_PATTERNS:
         _attention_templates(plan)
+    elif plan.layout.pattern == "alltoall_experts":
+        plan.flag_dims = ["BY_SOURCE"]
 
 
 # cp_attention's templates that run only the harness attention (cuDNN): any S/W (even, for the ones
@@ -342,9 +350,14 @@ def _pattern_lines(plan: ImportPlan) -> list[str]:
                 f"seed = host-driven NCCL + cuBLAS with knobs {SEED_KNOBS.get(m.pattern, 'kChunks, kNcclMaxCtas')}")
             if "KR" in plan.dims:
                 what += "; K per rank (KR) fixed by the program: the total K grows with the world size"
-            moved = [b for b in plan.layout.inputs if b.layout == "transposed"]
+            moved = [b for b in plan.layout.inputs if b.layout in ("transposed", "axes")]
             if moved:
-                what += f"; the program's {plan.program_names[moved[0].index]} is given to candidates transposed (b)"
+                what += (f"; the program's {plan.program_names[moved[0].index]} is given to candidates transposed "
+                         f"({moved[0].name})")
+            if m.pattern == "alltoall_experts":
+                by = plan.layout.derived[plan.convention_verify]["BY_SOURCE"]
+                what += ("; each source's block cut into one part per local expert" if by else
+                         "; the arrived rows cut into one part per local expert")
             if m.roles.get("epilogue"):
                 what += "; the epilogue is a kernel of its own after the pattern's output"
             out.append(f"pattern: {m.description}: mapped ({what})")

@@ -14,7 +14,8 @@ The first three and the last two are mappable onto the harness's building blocks
 trace is part of the pattern and its operands are the program's own inputs; a Match says which input
 plays which role, or why it cannot be mapped. The attention patterns are mappable onto cp_attention
 when the float64 run shows the program computes its function (attention_map.py decides, and says
-why not); expert parallelism is named only. Pure Python over JSON: no torch here."""
+why not); expert parallelism when it shows a static-routing expert layer (expert_map.py). Pure
+Python over JSON: no torch here."""
 
 from __future__ import annotations
 
@@ -188,14 +189,15 @@ def _alltoall_around(g: Graph, a2a: list[int]) -> Match | None:
             via = [j for j in mms if back(j)]
             if via:
                 return Match("alltoall_experts",
-                             f"all-to-all → {len(via)} matmul(s) → all-to-all (expert parallel)",
-                             problem="no seed for expert parallelism from a program yet: search it with the Claude "
-                                     "agent, or see workloads/moe_dispatch_combine")
+                             f"all-to-all → {len(via)} matmul(s) → all-to-all (expert parallel)")
     return None
 
 
 def _allgather_attention(g: Graph, gathers: list[int]) -> Match | None:
     attn = [j for j, op in enumerate(g.ops) if any(a in op["name"] for a in ATTENTION)]
+    # V meets the attention after the softmax, in the matmul that reads its probabilities.
+    attn += [m for m, op in enumerate(g.ops) if op["name"] in ANY_MATMUL
+             and any(g.reaches({w["value"] for w in g.ops[a]["writes"]}, m) for a in attn)]
     fed = [k for k in gathers if any(g.reaches({w["value"] for w in g.ops[k]["writes"]}, j) for j in attn)]
     if not fed:
         return None

@@ -11,7 +11,7 @@ from typing import Any
 
 MATMUL = ("aten::mm", "aten::addmm")
 ANY_MATMUL = MATMUL + ("aten::bmm", "aten::baddbmm", "aten::_grouped_mm", "aten::mv")
-ATTENTION = ("scaled_dot_product", "aten::_softmax", "aten::softmax")
+ATTENTION = ("scaled_dot_product", "aten::_softmax", "aten::softmax", "aten::_safe_softmax")
 ADD = ("aten::add", "aten::add_")
 COPY = ("aten::clone", "aten::copy_")
 # Ops that make a buffer without computing anything from the program's values.
@@ -41,7 +41,8 @@ class Match:
 
 
 MAPPABLE = ("allgather_matmul", "matmul_reducescatter", "matmul_allreduce", "allgather_k_matmul", "matmul_allgather",
-            "allgather_attention", "alltoall_attention")  # attention: when attention_map finds the mapping
+            "allgather_attention", "alltoall_attention", "alltoall_experts")  # the last three: when the
+# float64 run shows the function (attention_map.py, expert_map.py)
 
 
 def short(name: str) -> str:

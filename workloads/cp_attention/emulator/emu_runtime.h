@@ -432,6 +432,16 @@ inline ncclResult_t ncclCommInitRank(ncclComm_t* comm, int world, ncclUniqueId i
   return ncclSuccess;
 }
 inline ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
+// A communicator whose SMs are capped (maxCTAs, minCTAs): the CPU model has no SMs to cap, so the
+// config changes nothing here; the seeds of imported programs take it (their kNcclMaxCtas knob).
+typedef struct {
+  int maxCTAs, minCTAs;
+} ncclConfig_t;
+#define NCCL_CONFIG_INITIALIZER \
+  {}
+inline ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int world, ncclUniqueId id, int rank, ncclConfig_t*) {
+  return ncclCommInitRank(comm, world, id, rank);
+}
 
 // Match one send or recv against the other side's queue (under g->mu).
 inline void emu_p2p_post(ncclComm_t c, EmuP2P* item) {
