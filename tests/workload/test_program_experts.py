@@ -114,7 +114,9 @@ SHAPES = [(2, {"T": 32, "H": 48, "F": 40, "E": 4, "BY_SOURCE": 0}),
 @pytest.fixture(scope="module")
 def emulated(imported, tmp_path_factory):
     seed = load_workload(imported("moe_alltoall").root).seed.read_text()
-    sources = {f"per_peer_{v}": with_driver(with_knobs(seed, {"kPerPeer": v}), "moe_main.inc") for v in (0, 1)}
+    # kNcclMaxCtas = 16 at kPerPeer = 1: the communicator made with a config (its SM cap means nothing here)
+    sources = {f"per_peer_{v}": with_driver(with_knobs(seed, {"kPerPeer": v, "kNcclMaxCtas": 16 * v}), "moe_main.inc")
+               for v in (0, 1)}
     return compile_emulated(sources, tmp_path_factory.mktemp("experts_emu"), (DRIVER,))
 
 

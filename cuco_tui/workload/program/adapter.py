@@ -341,9 +341,16 @@ class RankProgram:
             return call
 
         rows = T // (groups * EL)
+        parts_in, parts_out, weights = arrived.view(groups, EL, rows, H), result.view(groups, EL, rows, F), \
+            w.reshape(EL, H, F)
+
+        def experts() -> None:
+            # One batched GEMM per group: a matmul broadcasting w over the groups would copy it G times.
+            for g in range(groups):
+                torch.bmm(parts_in[g], weights, out=parts_out[g])
+
         return {"dispatch": on_stream(lambda: dist.all_to_all_single(arrived, x.reshape(T, H))),
-                "experts": on_stream(lambda: torch.matmul(arrived.view(groups, EL, rows, H), w.reshape(1, EL, H, F),
-                                                          out=result.view(groups, EL, rows, F))),
+                "experts": on_stream(experts),
                 "combine": on_stream(lambda: dist.all_to_all_single(y.reshape(T, F), result))}
 
     def comm_bytes(self) -> int:

@@ -99,8 +99,10 @@ def _derived(g: _Guess, sizes: dict[str, Any], program_dims: tuple[str, ...]) ->
                 return {}, f"the tokens, weights and output do not fit the expert layer at {s['shape']} (world {world})"
             el, h, f = _weights(ins[g.w], g.w_layout)
             dims = {"T": int(ins[g.x][0]), "H": h, "F": f, "E": el * int(world), "BY_SOURCE": g.by_source}
-            if derived.setdefault(s["shape"], dims) != dims:
-                return {}, f"the experts at {s['shape']} are not split across the ranks (E/W x W changes with W)"
+            was = derived.setdefault(s["shape"], dims)
+            if was != dims:
+                what = "tokens per rank (T)" if was["T"] != dims["T"] else "experts (E/W x W)"
+                return {}, f"the {what} at {s['shape']} change with the world size"
             program[s["shape"]] = s["dims"]
     for shape, dims in derived.items():
         clash = [d for d in dims if d in program_dims and program[shape][d] != dims[d]]
