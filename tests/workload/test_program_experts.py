@@ -3,7 +3,7 @@ ranks, mapped when the float64 run shows the static-routing expert layer (the ar
 by rank, tests/workload/programs/moe_alltoall.py, or by source with nn.Linear's weights,
 moe_by_source.py), refused in one line when it is not (a router inside the layer); the written
 reference fills the seed's layout and expects the layer computed here with NumPy; and the generated
-seed, at both values of its overlap knob, run whole on the CPU model of CUDA, NCCL and cuBLAS
+seed, at each value of its overlap knob, run whole on the CPU model of CUDA, NCCL and cuBLAS
 (workloads/cp_attention/emulator/, driven by moe_dispatch_combine's generic moe_main.inc: one launch
 alone, launches back to back with fresh inputs in stream order, one after a host wait), at W=2 and
 W=4 with the perturbations L2 applies, gives the layer's answer on every rank."""
@@ -73,7 +73,7 @@ def test_a_static_routing_expert_layer_is_mapped_onto_a_seed_with_knobs(imported
     assert w.split_dims == ("E",) and {"T", "H", "F", "E", "BY_SOURCE"} <= set(w.dim_names)
     assert all(s.dims["BY_SOURCE"] == by_source for s in w.verify_shapes + w.bench_shapes)
     seed = w.seed.read_text()
-    assert NO_SEED_MARK not in seed and "cuco-knob: 0 1" in seed and held in seed
+    assert NO_SEED_MARK not in seed and "cuco-knob: 0 1 2" in seed and held in seed
     findings = check_workload(made.root, compile_seed=False, probe_timeout=900)
     assert not [f for f in findings if f.level in ("error", "warning")], findings
 
@@ -115,8 +115,8 @@ SHAPES = [(2, {"T": 32, "H": 48, "F": 40, "E": 4, "BY_SOURCE": 0}),
 def emulated(imported, tmp_path_factory):
     seed = load_workload(imported("moe_alltoall").root).seed.read_text()
     # kNcclMaxCtas = 16 at kPerPeer = 1: the communicator made with a config (its SM cap means nothing here)
-    sources = {f"per_peer_{v}": with_driver(with_knobs(seed, {"kPerPeer": v, "kNcclMaxCtas": 16 * v}), "moe_main.inc")
-               for v in (0, 1)}
+    sources = {f"per_peer_{v}": with_driver(with_knobs(seed, {"kPerPeer": v, "kNcclMaxCtas": 16 * (v == 1)}),
+                                            "moe_main.inc") for v in (0, 1, 2)}
     return compile_emulated(sources, tmp_path_factory.mktemp("experts_emu"), (DRIVER,))
 
 
@@ -149,7 +149,7 @@ def _run(binary: Path, folder: Path, world: int, dims: dict, perturb: int | None
 
 
 @needs_gxx
-@pytest.mark.parametrize("per_peer", [0, 1])
+@pytest.mark.parametrize("per_peer", [0, 1, 2])
 @pytest.mark.parametrize("world,dims", SHAPES, ids=[f"W{w}-by{'src' if d['BY_SOURCE'] else 'rank'}" for w, d in SHAPES])
 def test_the_seed_gives_the_layers_answer_under_every_perturbation(emulated, tmp_path, per_peer, world, dims):
     """Unperturbed, then each kind of L2's perturbation aimed at one rank (another rank per kind)."""

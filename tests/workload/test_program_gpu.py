@@ -36,7 +36,8 @@ ATTENTION_TEMPLATES = ["attn_overlap", "attn_balance", "balance_overlap", "ring"
 OVERLAP = [("ag_k_cat", {"kPerPeer": 1}), ("ag_k_transposed", {"kPerPeer": 1}),
            ("ag_k_transposed", {"kPerPeer": 1, "kNcclMaxCtas": 16}), ("mm_allgather_cols", {"kChunks": 4}),
            ("mm_allgather_cols", {"kChunks": 8, "kNcclMaxCtas": 8}), ("matmul_ar_fixed_k", {"kChunks": 4}),
-           ("moe_alltoall", {"kPerPeer": 1}), ("moe_by_source", {"kPerPeer": 1, "kNcclMaxCtas": 16})]
+           ("moe_alltoall", {"kPerPeer": 1}), ("moe_by_source", {"kPerPeer": 1, "kNcclMaxCtas": 16}),
+           ("moe_alltoall", {"kPerPeer": 2}), ("moe_by_source", {"kPerPeer": 2, "kNcclMaxCtas": 16})]
 
 
 @pytest.fixture(scope="module")

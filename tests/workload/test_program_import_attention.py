@@ -164,6 +164,9 @@ def _variant(imported, tmp_path: Path, base: str, name: str, old: str, new: str)
     # every input 1: every reading of them gives the program's result
     ("all_ones", "cp_attention_kv", "torch.randn(1, H, S // world, D,", "torch.ones(1, H, S // world, D,",
      "make_inputs' values do not tell the mapping apart"),
+    # is_causal=True over the gathered keys: top-left, not by global position
+    ("top_left", "cp_attention_kv", "torch.cat(vs, dim=2))", "torch.cat(vs, dim=2), is_causal=True)",
+     "its causal mask is aligned top-left"),
     # D = 12: cuDNN takes multiples of 8
     ("head_dim_12", "cp_attention_kv", "dict(S=64, H=4, D=32)", "dict(S=64, H=4, D=12)",
      "a head dim D that is a multiple of 8 up to 256; verify has D=12"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cuco_tui.workload.program.layout import BufferMap, Layout
@@ -27,6 +27,11 @@ KINDS = {3: {"[S/W, H, D]": (0, 1, 2), "[H, S/W, D]": (1, 0, 2)},
          4: {"[B, S/W, H, D]": (1, 0, 2, 3), "[B, H, S/W, D]": (2, 0, 1, 3)}}
 CHECK_RTOL = 1e-8  # float64 against float64: only the order of the sums differs
 MAX_D = 256  # the largest head dim cuDNN's fused attention takes on Hopper
+TOP_LEFT = 2  # a causal mask aligned top-left (is_causal=True over the gathered keys): not cp_attention's
+TOP_LEFT_WHY = ("its causal mask is aligned top-left: the query at row i of a rank's chunk sees keys 0..i of the "
+                "whole sequence (sdpa's is_causal=True over the gathered keys), not the keys up to its own global "
+                "position r*S/W + i; cp_attention's candidates mask by global position (attn_mask from the rank's "
+                "offset), so they cannot give this result (checked on the float64 run)")
 NOT_ATTENTION = ("its result is not softmax(q k^T / sqrt(D) + mask) v over the whole sequence's keys in rank order "
                  "(causal by global position or not, grouped heads h -> h / (H/HKV)) for any assignment of its "
                  "inputs to q, k, v in the layouts " + ", ".join(k for kinds in KINDS.values() for k in kinds) +
@@ -89,7 +94,8 @@ def cp_attention(q: Any, k_all: Any, v_all: Any, rank: int, causal: int) -> Any:
     vh = np.repeat(v_all, group, axis=1)
     scores = np.einsum("ihd,jhd->hij", q, kh) / math.sqrt(d)
     if causal:
-        pos = rank * sl + np.arange(sl)
+        # 2: aligned top-left, query i seeing keys 0..i of the whole sequence (a diagnosis only)
+        pos = (0 if causal == TOP_LEFT else rank * sl) + np.arange(sl)
         scores = np.where(np.arange(k_all.shape[0])[None, None, :] > pos[None, :, None], -np.inf, scores)
     scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
     return np.einsum("hij,jhd->ihd", scores / scores.sum(axis=-1, keepdims=True), vh)
@@ -170,6 +176,9 @@ def attention_layout(pattern: str, sizes: dict[str, Any], run: Any, world: int, 
                       " (a projection inside solution is not part of the pattern)")
     held = [g for g in guesses if _holds(g, run, n_verify, world)]
     if not held:
+        top_left = [replace(g, causal=TOP_LEFT) for g in guesses if g.causal]
+        if any(_holds(g, run, n_verify, world) for g in top_left):
+            return None, TOP_LEFT_WHY
         return None, NOT_ATTENTION
     if len(held) > 1:
         return None, AMBIGUOUS.format(n=len(held))

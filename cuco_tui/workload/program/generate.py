@@ -185,9 +185,9 @@ FAST = {
                         "x T/W x H x 2 bytes each way), multiplies the arrived rows by its E/W experts (2 x T x H x F "
                         "FLOPs), and sends the results back ((W-1) x T/W x F x 2 bytes). Overlap the exchange with "
                         "the GEMMs: the own block's GEMMs need no exchange at all, and each peer's block can be "
-                        "multiplied as it lands (kPerPeer = 1; its results go back once every block has landed, "
-                        "each as its GEMMs finish); cap NCCL's SMs (kNcclMaxCtas). Sending results back between "
-                        "arrivals needs a second stream and communicator, in the same order on every rank.",
+                        "multiplied as it lands and its results sent back as its GEMMs finish (kPerPeer = 2, on a "
+                        "return stream with a communicator of its own; kPerPeer = 1 sends them on the arrivals' "
+                        "stream once every block has landed); cap NCCL's SMs (kNcclMaxCtas).",
     "matmul_allgather": "The program multiplies x [M, K] by its N/W columns of the weight (2 x M x K x N/W FLOPs), "
                         "then all-gathers the outputs ((W-1) x M x N/W x 2 bytes to each rank) and concatenates "
                         "them along dim 1. Overlap the gather of one block of rows with the GEMM of the next "
@@ -241,7 +241,9 @@ def _strategy(plan: ImportPlan) -> str:
         return ("The seed is the program in C: NCCL send/recv for each all-to-all and one cuBLAS GEMM per expert "
                 "part (kPerPeer = 0), or the exchange by ring steps on a communication stream, the own block's "
                 "GEMMs at once and each peer block's as it lands, the results sent back once every block has "
-                "landed, each as its GEMMs finish (kPerPeer = 1). Knobs: kPerPeer (0 1), kNcclMaxCtas (0 8 16 32: NCCL's SMs, 0 = NCCL's choice).")
+                "landed, each as its GEMMs finish (kPerPeer = 1), or each block's results sent back as its GEMMs "
+                "finish on a return stream with a communicator of its own (kPerPeer = 2). Knobs: kPerPeer (0 1 2), "
+                "kNcclMaxCtas (0 8 16 32: NCCL's SMs, 0 = NCCL's choice).")
     if pattern == "allgather_k_matmul":
         return ("The seed gathers the ranks' slices transposed (x^T blocks: the gathered buffer is A^T) and runs one "
                 "cuBLAS GEMM over the whole K (kPerPeer = 0), or exchanges the slices peer by peer with NCCL "

@@ -36,7 +36,8 @@ from cuco_tui.workload.scaffold import valid_name
 SEED_KNOBS = {"allgather_k_matmul": "kPerPeer (gather then one GEMM, or per-peer K blocks as they land), "
                                     "kNcclMaxCtas",
               "alltoall_experts": "kPerPeer (all-to-all, GEMMs, all-to-all; or by peer: each block's GEMMs as it "
-                                  "lands), kNcclMaxCtas"}
+                                  "lands, its results sent back after every arrival or, 2, as they finish), "
+                                  "kNcclMaxCtas"}
 LONGER = "a program that needs longer: --timeout SECONDS"  # how `cuco workload import` gives a step more time
 TOLERANCE = {  # dtype -> (rtol, rtol when the program sums over ranks)
     "bfloat16": (0.02, 0.04), "float16": (0.01, 0.02), "float32": (0.001, 0.001)}

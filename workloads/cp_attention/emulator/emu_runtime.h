@@ -415,6 +415,7 @@ struct ncclComm {
   EmuNcclGroup* g;
   int rank;
   uint64_t colls = 0;
+  uint64_t splits = 0;  // communicators split from this one so far (each rank splits in the same order)
 };
 typedef ncclComm* ncclComm_t;
 
@@ -439,6 +440,23 @@ typedef struct {
 } ncclConfig_t;
 #define NCCL_CONFIG_INITIALIZER \
   {}
+// Every rank of the parent with the same color in a group of its own, ranked by key then parent rank;
+// here every rank gives the same color (a duplicate of the parent, as the seeds use it), which is
+// what the model supports.
+inline ncclResult_t ncclCommSplit(ncclComm_t parent, int color, int key, ncclComm_t* comm, void* config) {
+  (void)key;
+  (void)config;
+  const std::string id = "split " + std::to_string((uintptr_t)parent->g) + " " + std::to_string(color) + " " +
+                         std::to_string(++parent->splits);
+  std::lock_guard<std::mutex> lock(emu_nccl_mu);
+  EmuNcclGroup*& g = emu_nccl_groups[id];
+  if (!g) {
+    g = new EmuNcclGroup();
+    g->world = parent->g->world;
+  }
+  *comm = new ncclComm{g, parent->rank};
+  return ncclSuccess;
+}
 inline ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int world, ncclUniqueId id, int rank, ncclConfig_t*) {
   return ncclCommInitRank(comm, world, id, rank);
 }
