@@ -134,7 +134,8 @@ def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
 
     from cuco_tui.workload.program.layout import to_program
     from cuco_tui.workload.program.tracing import OpRecorder
-    from cuco_tui.workload.program.user_module import ProgramError, as_tuple, check_inputs, failure, load_program
+    from cuco_tui.workload.program.user_module import (ProgramError, as_tuple, bound_solution, check_inputs, failure,
+                                                       load_program)
 
     torch.set_num_threads(1)
     world = int(job["world"])
@@ -170,12 +171,13 @@ def _run(job: dict[str, Any], jobdir: Path, rank: int) -> dict[str, Any]:
                     inputs = tuple(t.to(getattr(torch, job["cast"])) if t.is_floating_point() else t for t in inputs)
             recorder = OpRecorder(dataflow=True) if job.get("trace") and rank == 0 and index == 0 else None
             try:  # in the grad mode solution sets itself (@torch.no_grad(), or its own autograd: a gradient step)
+                solve = bound_solution(module, dims)
                 if recorder is not None:
                     with recorder:
                         start = recorder.start(inputs)
-                        out = module.solution(*inputs)
+                        out = solve(*inputs)
                 else:
-                    out = module.solution(*inputs)
+                    out = solve(*inputs)
             except Exception as exc:
                 raise failure(f"solution at {shape} (rank {rank} of {world}, {job.get('cast') or 'float64'} on the CPU "
                               f"under gloo)", exc, conv.path) from None

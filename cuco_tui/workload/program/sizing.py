@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 
 from cuco_tui.workload.program.tracing import OpRecorder, comm_bytes_of, flops_of
-from cuco_tui.workload.program.user_module import Convention, ProgramError, as_tuple, check_inputs, failure
+from cuco_tui.workload.program.user_module import (Convention, ProgramError, as_tuple, bound_solution, check_inputs,
+                                                   failure)
 
 WORLD_SIZES = (2, 4, 8)  # offered beside the one asked for, where the program runs at every shape
 # The most input bytes a rank's shape may hold to be sized on the CPU when the meta device cannot
@@ -112,7 +113,7 @@ def _run(module: Any, conv: Convention, shape: str, dims: dict[str, int], rank: 
     recorder = OpRecorder(dataflow=False)
     try:
         with recorder:  # in the grad mode solution sets itself (its own autograd, or @torch.no_grad())
-            outputs = as_tuple(module.solution(*inputs), "solution")
+            outputs = as_tuple(bound_solution(module, dims)(*inputs), "solution")
     except ProgramError:
         raise
     except Exception as exc:

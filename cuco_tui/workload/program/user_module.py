@@ -1,10 +1,13 @@
 """The engineer's program file and its convention, checked (runs in the processes that run the
 program; needs torch): `SHAPES` (names starting with "verify" are verify shapes, the rest bench
-shapes), `make_inputs(rank, world, *, dims..., dtype=..., device=...)`, `solution(*inputs)`.
-Every problem is a ProgramError whose message is one line naming it."""
+shapes), `make_inputs(rank, world, *, dims..., dtype=..., device=...)`, `solution(*inputs)`, or
+`solution(*inputs, *, some dims...)`: keyword-only parameters of solution named as make_inputs' dims
+are given the shape's values at every call (a head count, a block size the program needs beside its
+tensors; `**dims` takes them all). Every problem is a ProgramError whose message is one line naming it."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import sys
@@ -133,6 +136,7 @@ def check_convention(module: ModuleType, path: str) -> Convention:
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ProgramError(f"{name}: SHAPES[{shape!r}] gives {d}={v!r}; every dim is a positive integer")
         clean[shape] = {d: int(values[d]) for d in dims}
+    _check_solution_dims(module.solution, dims, name)
     conv = Convention(path, dims, clean, dtype, _input_names(module.solution))
     if not conv.verify:
         raise ProgramError(f"{name}: SHAPES has no verify shape: name at least one shape `verify...` (small: it "
@@ -143,14 +147,44 @@ def check_convention(module: ModuleType, path: str) -> Convention:
     return conv
 
 
-def _input_names(solution: Any) -> tuple[str, ...]:
+def _params(solution: Any) -> list[inspect.Parameter]:
     try:
-        params = list(inspect.signature(solution).parameters.values())
+        return list(inspect.signature(solution).parameters.values())
     except (TypeError, ValueError):
-        return ()
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY) for p in params):
+        return []
+
+
+def _input_names(solution: Any) -> tuple[str, ...]:
+    """solution's names of its tensor inputs: its positional parameters (keyword-only ones are dims)."""
+    params = [p for p in _params(solution) if p.kind not in (p.KEYWORD_ONLY, p.VAR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
         return ()
     return tuple(p.name for p in params)
+
+
+def _check_solution_dims(solution: Any, dims: tuple[str, ...], name: str) -> None:
+    """solution's keyword-only parameters without a default must be dims: nothing else is given."""
+    odd = [p.name for p in _params(solution) if p.kind == p.KEYWORD_ONLY and p.name not in dims
+           and p.default is inspect.Parameter.empty]
+    if odd:
+        raise ProgramError(f"{name}: solution takes the keyword {odd[0]}, which is not a dim of make_inputs "
+                           f"({', '.join(dims)}); its keyword-only parameters are given the shape's dims by name")
+
+
+def dims_for(solution: Any, dims: dict[str, int]) -> dict[str, int]:
+    """The shape's dims solution takes by keyword: its keyword-only parameters named as dims, or
+    every dim where it takes **kwargs."""
+    params = _params(solution)
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return {d: int(v) for d, v in dims.items()}
+    wanted = {p.name for p in params if p.kind == p.KEYWORD_ONLY}
+    return {d: int(v) for d, v in dims.items() if d in wanted}
+
+
+def bound_solution(module: ModuleType, dims: dict[str, int]) -> Any:
+    """solution with the shape's dims it takes by keyword bound: call it with the inputs alone."""
+    given = dims_for(module.solution, dims)
+    return functools.partial(module.solution, **given) if given else module.solution
 
 
 def load_program(path: str) -> tuple[ModuleType, Convention]:
