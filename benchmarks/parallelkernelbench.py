@@ -10,17 +10,22 @@ inputs come from one function of the harness, utils/input_output_tensors.py
 `create_input_tensor(rank, world_size, problem_id, base_shape=(M, N), dtype, trial, device)`.
 Given a local clone (kept outside this repository: nothing of it is copied here), this script:
 
-1. introspects every problem's inputs in a process of its own (`--introspect`): PKB's
+1. introspects every problem's inputs in a process of its own (benchmarks/pkb_introspect.py): PKB's
    create_input_tensor under torch.distributed's fake process group, on the meta device (else the
-   CPU), at both shapes, world sizes 2, 4 and 8 and every rank, each argument classed as a tensor,
-   a constant (a plain value equal at every call: an epsilon, a block size, None) or something else
-   (a process group, a list of tensors, a module, a value that changes with the shape or world);
+   CPU), at both shapes, world sizes 2, 4 and 8, every rank and two trials, each argument classed as
+   a tensor; a constant (a plain value equal at every call: an epsilon, a block size, None); the
+   world's process group; an nn.Linear; a plain value that follows the world size, rank and shape but
+   not the trial (split sizes, a token count); or something else (another process group, a list of
+   tensors, another module, a value drawn at random);
 2. writes an adapter per problem into the scratch folder: SHAPES (verify M=N=256, bench PKB's
    default M=N=1024), make_inputs(rank, world, *, M, N, dtype, device) calling PKB's own
    create_input_tensor (its trial drawn from torch's generator, so that the caller's seed gives fresh
-   inputs), solution calling the problem's own solution; constants are held by the adapter, not
-   passed as inputs. A problem with arguments of the third kind gets them as make_inputs gives them,
-   and `cuco workload import` says in one line why it cannot take them;
+   inputs), solution calling the problem's own solution. Constants are held by the adapter; the
+   world group is given at call time; an nn.Linear's weight and bias are inputs, wrapped in a module
+   again in solution; plain values that follow the world, rank and shape are held per
+   "world/rank/MxN" and looked up in solution, which then takes M and N by keyword (the program
+   convention gives them). A problem with arguments of the last kind gets them as make_inputs gives
+   them, and `cuco workload import` says in one line why it cannot take them;
 3. runs `cuco workload import ADAPTER --world W` and `cuco workload check --no-compile` per problem and
    world size (a process group each, killed whole at the timeout), and records per problem: imported
    or the one-line refusal, the CPU check (float64 under gloo), the pattern the importer names;
@@ -89,165 +94,106 @@ def parse_ids(text: str) -> set[int]:
     return ids
 
 
-# -- 1. introspection (runs in a process of its own, with torch) --------------------------------
-
-def _plain(value: Any) -> bool:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return True
-    return isinstance(value, (list, tuple)) and type(value) in (list, tuple) and all(_plain(v) for v in value)
-
-
-def _kind(value: Any) -> str:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return "tensor"
-    return "plain" if _plain(value) else type(value).__name__
-
-
-def introspect_problem(pkb: Path, problem: Problem) -> dict[str, Any]:
-    """{"params": solution's parameter names or None, "args": [{"kind", "value"?}], "device", "error"?}."""
-    import inspect
-
-    import torch
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if str(pkb) not in sys.path:
-        sys.path.insert(0, str(pkb))
-    from utils.input_output_tensors import create_input_tensor
-
-    out: dict[str, Any] = {"params": None}
-    try:
-        module = _load(problem.path, f"pkb_reference_{problem.id}")
-        params = list(inspect.signature(module.solution).parameters.values())
-        if all(p.kind == p.POSITIONAL_OR_KEYWORD for p in params):
-            out["params"] = [p.name for p in params]
-    except Exception as exc:  # noqa: BLE001 - PKB's module: report, go on with the next problem
-        return {**out, "error": f"loading it failed: {type(exc).__name__}: {_first_line(exc)}"}
-    calls: list[tuple] = []
-    for device in ("meta", "cpu"):
-        calls, out["device"] = [], device
-        try:
-            for world in INTROSPECT_WORLDS:
-                for rank in range(world):
-                    if dist.is_initialized():
-                        dist.destroy_process_group()
-                    dist.init_process_group("cpu:fake,meta:fake", store=FakeStore(), rank=rank, world_size=world)
-                    for dims in SHAPES.values():
-                        made = create_input_tensor(rank, world, problem.id, (dims["M"], dims["N"]), torch.float32,
-                                                   trial=0, device=device)
-                        calls.append(tuple(made) if isinstance(made, (tuple, list)) else (made,))
-            out.pop("error", None)
-            break
-        except Exception as exc:  # noqa: BLE001 - PKB's input builder: try the next device, else report
-            out["error"] = f"create_input_tensor on {device} failed: {type(exc).__name__}: {_first_line(exc)}"
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    if "error" in out or len({len(c) for c in calls}) != 1:
-        out.setdefault("error", "create_input_tensor gives a different number of inputs by rank or shape")
-        return out
-    args = []
-    for i in range(len(calls[0])):
-        kinds = {_kind(c[i]) for c in calls}
-        if kinds == {"tensor"}:
-            args.append({"kind": "tensor"})
-        elif kinds == {"plain"} and all(c[i] == calls[0][i] and repr(c[i]) == repr(calls[0][i]) for c in calls):
-            args.append({"kind": "constant", "value": repr(calls[0][i])})
-        else:
-            varies = " (varies with the shape, world size or rank)" if kinds == {"plain"} else ""
-            args.append({"kind": "other", "what": "/".join(sorted(kinds)) + varies})
-    out["args"] = args
-    return out
-
-
-def _load(path: Path, name: str) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:200]
-
-
-def _introspect_main(pkb: str, ids: str, out: str) -> int:
-    """`--introspect PKB IDS OUT.json`: every problem of IDS, each bounded by an alarm."""
-    import warnings
-
-    warnings.simplefilter("ignore")
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    wanted = parse_ids(ids)
-    report: dict[str, Any] = {}
-
-    def expired(*_: Any) -> None:
-        raise TimeoutError("building its inputs took over 60 s")
-
-    signal.signal(signal.SIGALRM, expired)
-    for problem in discover(Path(pkb)):
-        if problem.id in wanted:
-            signal.alarm(60)
-            try:
-                report[str(problem.id)] = introspect_problem(Path(pkb), problem)
-            except Exception as exc:  # noqa: BLE001 - one problem's failure is its row, not the run's
-                report[str(problem.id)] = {"params": None, "error": f"{type(exc).__name__}: {_first_line(exc)}"}
-            finally:
-                signal.alarm(0)
-    Path(out).write_text(json.dumps(report, indent=1))
-    return 0
-
+# -- 1. introspection (benchmarks/pkb_introspect.py, in a process of its own, with torch) -------
 
 def introspect(pkb: Path, problems: list[Problem], scratch: Path, timeout: float) -> dict[str, Any]:
     out = scratch / "introspection.json"
     ids = ",".join(str(p.id) for p in problems)
-    _run([sys.executable, str(Path(__file__).resolve()), "--introspect", str(pkb), ids, str(out)], timeout)
+    _run([sys.executable, str(Path(__file__).resolve().parent / "pkb_introspect.py"), str(pkb), ids, str(out)], timeout)
     if not out.exists():
-        raise SystemExit("introspecting PKB's inputs failed (run it alone: --introspect PKB IDS OUT.json)")
+        raise SystemExit("introspecting PKB's inputs failed (run it alone: python3 benchmarks/pkb_introspect.py PKB "
+                         "IDS OUT.json)")
     return json.loads(out.read_text())
 
 
 # -- 2. the adapter -------------------------------------------------------------------------------
 
+ADAPTABLE = ("tensor", "constant", "world_group", "linear", "derived")
+LINEAR = ("\n\nclass _Linear(torch.nn.Module):\n"
+          "    \"\"\"PKB's nn.Linear with the harness's buffers as its weight and bias (PKB calls it, reads .weight).\"\"\"\n\n"
+          "    def __init__(self, weight, bias):\n"
+          "        super().__init__()\n"
+          "        self.weight, self.bias = weight, bias\n"
+          "        self.out_features, self.in_features = weight.shape\n\n"
+          "    def forward(self, x):\n"
+          "        return torch.nn.functional.linear(x, self.weight, self.bias)\n")
+
+
 def adapter_text(pkb: Path, problem: Problem, info: dict[str, Any]) -> str:
-    """The program of `problem` in cuco's convention (SHAPES, make_inputs, solution)."""
+    """The program of `problem` in cuco's convention (SHAPES, make_inputs, solution). PKB's inputs
+    become: tensors, inputs; an nn.Linear, its weight (and bias) as inputs, a module around them
+    again in solution; constants, held here; the world's process group, given at call time; plain
+    values that follow the world size, rank and shape, held here per (world, rank, M x N) and looked
+    up in solution, which takes M and N by keyword."""
     args = info.get("args")
-    adaptable = bool(args) and all(a["kind"] in ("tensor", "constant") for a in args) and \
-        any(a["kind"] == "tensor" for a in args)
+    adaptable = bool(args) and all(a["kind"] in ADAPTABLE for a in args) and \
+        any(a["kind"] in ("tensor", "linear") for a in args)
     head = (f'"""ParallelKernelBench problem {problem.id} ({problem.stem}) in cuco\'s program convention, written by\n'
             f'benchmarks/parallelkernelbench.py: its inputs are PKB\'s (utils/input_output_tensors.py\n'
             f'create_input_tensor at base shape (M, N)), its solution reference/{problem.path.name}\'s."""\n'
-            f"import importlib.util\nimport sys\n\nimport torch\n\nPKB = {str(Path(pkb).resolve())!r}\n"
+            f"import importlib.util\nimport sys\n\nimport torch\nimport torch.distributed as dist\n\n"
+            f"PKB = {str(Path(pkb).resolve())!r}\n"
             f"if PKB not in sys.path:\n    sys.path.insert(0, PKB)\n"
             f"from utils.input_output_tensors import create_input_tensor  # noqa: E402\n\n"
             f"_spec = importlib.util.spec_from_file_location('pkb_reference_{problem.id}', "
             f"PKB + '/reference/{problem.path.name}')\n_reference = importlib.util.module_from_spec(_spec)\n"
             f"_spec.loader.exec_module(_reference)\n\nPROBLEM = {problem.id}\nSHAPES = {SHAPES!r}\n")
-    constants = {i: a["value"] for i, a in enumerate(args or []) if a["kind"] == "constant"} if adaptable else {}
-    held = ", ".join(f"{i}: {v}" for i, v in constants.items())
-    head += ("# PKB's inputs that are the same plain value at every shape, world size and rank: held here,\n"
-             f"# passed to the reference's solution in their places.\nCONSTANTS = {{{held}}}\n"
-             if adaptable else f"# PKB's inputs as they are: {_other(info)}\n")
     make = ("\n\ndef make_inputs(rank, world, *, M, N, dtype=torch.bfloat16, device=\"cuda\"):\n"
             "    # PKB seeds torch from the problem, the rank and a trial; the trial comes from torch's generator,\n"
             "    # which the caller seeded, so that each seed of the caller gives other inputs.\n"
             "    trial = int(torch.randint(0, 1 << 20, ()).item())\n"
             "    made = create_input_tensor(rank, world, PROBLEM, (M, N), dtype, trial=trial, device=device)\n")
     if not adaptable:
-        return head + make + "    return made\n\n\nsolution = _reference.solution\n"
-    make += "    return tuple(x for i, x in enumerate(made) if i not in CONSTANTS)\n"
+        return head + f"# PKB's inputs as they are: {_other(info)}\n" + make + \
+            "    return made\n\n\nsolution = _reference.solution\n"
+    constants = {i: a["value"] for i, a in enumerate(args) if a["kind"] == "constant"}
+    derived = {i: a["values"] for i, a in enumerate(args) if a["kind"] == "derived"}
+    held = ", ".join(f"{i}: {v}" for i, v in constants.items())
+    head += ("# PKB's inputs that are the same plain value at every shape, world size and rank: held here,\n"
+             f"# passed to the reference's solution in their places.\nCONSTANTS = {{{held}}}\n")
+    if derived:
+        table = ",\n".join(f"    {i}: {{" + ", ".join(f"{k!r}: {v}" for k, v in vals.items()) + "}"
+                           for i, vals in derived.items())
+        head += ("# PKB's plain inputs that follow the world size, rank and shape (not the trial): their value at\n"
+                 f"# each \"world/rank/MxN\", as create_input_tensor gives them.\nDERIVED = {{\n{table},\n}}\n")
+    linear = any(a["kind"] == "linear" for a in args)
     params = info.get("params")
-    # solution's own parameter names (those past PKB's inputs have defaults), else *inputs
-    names = [n for i, n in enumerate(params[:len(args)]) if i not in constants] \
-        if params and len(params) >= len(args) else None
-    call = ", ".join(f"CONSTANTS[{i}]" if i in constants else
-                     (names[sum(1 for j in range(i) if j not in constants)] if names else
-                      f"inputs[{sum(1 for j in range(i) if j not in constants)}]") for i in range(len(args)))
-    sig = ", ".join(names) if names else "*inputs"
+    names = params[:len(args)] if params and len(params) >= len(args) else None
+    produced, sig, call = [], [], []
+    for i, a in enumerate(args):
+        name = names[i] if names else f"in{i}"
+        if a["kind"] == "tensor":
+            produced.append(f"made[{i}]")
+            sig.append(name)
+            call.append(name)
+        elif a["kind"] == "linear":
+            produced.append(f"made[{i}].weight.detach()")
+            sig.append(f"{name}_weight")
+            if a["bias"]:
+                produced.append(f"made[{i}].bias.detach()")
+                sig.append(f"{name}_bias")
+            call.append(f"_Linear({name}_weight, {name + '_bias' if a['bias'] else 'None'})")
+        elif a["kind"] == "constant":
+            call.append(f"CONSTANTS[{i}]")
+        elif a["kind"] == "world_group":
+            call.append("dist.group.WORLD")
+        else:
+            call.append(f"DERIVED[{i}][f\"{{dist.get_world_size()}}/{{dist.get_rank()}}/{{M}}x{{N}}\"]")
+    make += f"    return ({', '.join(produced)},)\n"
+    keywords = ", *, M, N" if derived else ""
     # no @torch.no_grad() here: the reference sets its own grad mode (PKB's DDP and ZeRO steps use autograd)
-    return head + make + f"\n\ndef solution({sig}):\n    return _reference.solution({call})\n"
+    return (head + (LINEAR if linear else "") + make +
+            f"\n\ndef solution({', '.join(sig)}{keywords}):\n    return _reference.solution({', '.join(call)})\n")
+
+
+def _inputs_words(args: list[dict[str, Any]]) -> str:
+    """`3 tensors, 3 nn.Linear, constants 8, 2, the world group, 1 plain value by world, rank and shape`."""
+    held = [a["value"] for a in args if a["kind"] == "constant"]
+    count = lambda kind: sum(a["kind"] == kind for a in args)  # noqa: E731
+    parts = [f"{count('tensor')} tensors"] + ([f"{count('linear')} nn.Linear"] if count("linear") else []) + \
+        ([f"constants {', '.join(held)}"] if held else []) + (["the world group"] if count("world_group") else []) + \
+        ([f"{count('derived')} plain value(s) by world, rank and shape"] if count("derived") else [])
+    return ", ".join(parts)
 
 
 def _other(info: dict[str, Any]) -> str:
@@ -459,10 +405,8 @@ def main(argv: list[str] | None = None) -> int:
         adapter = scratch / "adapters" / f"pkb{q.id}.py"
         adapter.write_text(adapter_text(args.pkb, q, found))
         args_ = found.get("args") or []
-        held = [a["value"] for a in args_ if a["kind"] == "constant"]
         inputs = (_other(found) if "error" in found or any(a["kind"] == "other" for a in args_) else
-                  f"{sum(a['kind'] == 'tensor' for a in args_)} tensors" + (f", constants {', '.join(held)}"
-                                                                              if held else ""))
+                  _inputs_words(args_))
         result = Result(q.id, q.stem, inputs)
         for w in worlds:
             # The check probes the reference at the folder's smallest world size whatever the import's:
@@ -487,4 +431,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_introspect_main(*sys.argv[2:]) if sys.argv[1:2] == ["--introspect"] else main())
+    sys.exit(main())

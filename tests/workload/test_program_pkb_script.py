@@ -28,9 +28,15 @@ def create_input_tensor(rank, world_size, problem_id, base_shape, dtype, trial=0
     if problem_id == 1:  # a constant between two tensors
         return (torch.randn(base_shape, dtype=dtype, device=device), 0.5,
                 torch.randn((N,), dtype=dtype, device=device))
-    if problem_id == 2:  # a process group: no tensor of the convention
+    if problem_id == 2:  # the world's process group: given at call time
         return (torch.randn(base_shape, dtype=dtype, device=device), dist.group.WORLD)
-    return (torch.randn(base_shape, dtype=dtype, device=device), [M // world_size] * world_size)
+    if problem_id == 3:  # plain values that follow the world size and shape: held per (world, rank, shape)
+        return (torch.randn(base_shape, dtype=dtype, device=device), [M // world_size] * world_size)
+    if problem_id == 4:  # an nn.Linear: its weight and bias become inputs
+        return (torch.randn(base_shape, dtype=dtype, device=device),
+                torch.nn.Linear(N, 8, dtype=dtype, device=device))
+    # a plain value drawn at random: what it is at a call cannot be known beforehand
+    return (torch.randn(base_shape, dtype=dtype, device=device), int(torch.randint(1, 9, ()).item()))
 '''
 SCALED_SUM = '''import torch
 import torch.distributed as dist
@@ -51,6 +57,27 @@ def solution(x, group):
 '''
 
 
+SPLIT_SIZES = '''import torch
+import torch.distributed as dist
+
+
+@torch.no_grad()
+def solution(x, sizes):
+    dist.all_reduce(x)
+    return x[: sizes[dist.get_rank()]].clone()
+'''
+LINEAR = '''import torch
+import torch.distributed as dist
+
+
+@torch.no_grad()
+def solution(x, proj):
+    y = proj(x)
+    dist.all_reduce(y)
+    return y
+'''
+
+
 def _module(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -65,7 +92,10 @@ def _clone(root: Path) -> Path:
     (root / "utils" / "input_output_tensors.py").write_text(INPUTS)
     (root / "reference" / "1_scaled_sum.py").write_text(SCALED_SUM)
     (root / "reference" / "2_in_group.py").write_text(IN_GROUP)
-    (root / "reference" / "3_split_sizes.py").write_text(IN_GROUP.replace("group", "sizes"))
+    (root / "reference" / "3_split_sizes.py").write_text(SPLIT_SIZES)
+    (root / "reference" / "4_linear.py").write_text(LINEAR)
+    (root / "reference" / "5_random_count.py").write_text(SPLIT_SIZES.replace("sizes[dist.get_rank()]", "sizes"))
+    (root / "reference" / "6_untouched.py").write_text(SCALED_SUM)
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(git[:3] + ["init", "-q"], check=True)
     subprocess.run(git + ["add", "."], check=True)
@@ -78,28 +108,34 @@ def test_a_pkb_shaped_clone_is_adapted_imported_checked_and_tabled(tmp_path):
     pkb = _clone(tmp_path / "pkb")
     scratch, table = tmp_path / "scratch", tmp_path / "table.md"
     script = _module("pkb_script", SCRIPT)
-    rc = script.main([str(pkb), "--problems", "1,2", "--worlds", "2", "--scratch", str(scratch), "--table", str(table),
+    rc = script.main([str(pkb), "--problems", "1-5", "--worlds", "2", "--scratch", str(scratch), "--table", str(table),
                       "--timeout", "600"])
     assert rc == 0
     adapter = (scratch / "adapters" / "pkb1.py").read_text()
     assert "CONSTANTS = {1: 0.5}" in adapter and "def solution(x, shift):" in adapter
     assert "no_grad" not in adapter  # the reference sets its own grad mode
+    assert "_reference.solution(x, dist.group.WORLD)" in (scratch / "adapters" / "pkb2.py").read_text()
+    sizes = (scratch / "adapters" / "pkb3.py").read_text()
+    assert "def solution(x, *, M, N):" in sizes and "'2/1/256x256': [128, 128]" in sizes
+    linear = (scratch / "adapters" / "pkb4.py").read_text()
+    assert "def solution(x, proj_weight, proj_bias):" in linear and "_Linear(proj_weight, proj_bias)" in linear
     results = json.loads((scratch / "results.json").read_text())
     commit = subprocess.run(["git", "-C", str(pkb), "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout
     assert results["pkb_commit"] == commit.strip()
-    one = results["problems"]["1"]["worlds"]["2"]
-    assert (one["imported"], one["check"], one["pattern"]) == ("yes", "passed", "none")
-    two = results["problems"]["2"]["worlds"]["2"]
-    assert two["imported"] == ("refused: pkb2.py: make_inputs must return a tensor or a tuple of tensors, not a "
-                               "tuple of ProcessGroup, Tensor")
-    assert "3" not in results["problems"]
+    for pid in ("1", "2", "3", "4"):  # a constant, the world group, plain values by world, a module
+        one = results["problems"][pid]["worlds"]["2"]
+        assert (one["imported"], one["check"]) == ("yes", "passed"), (pid, one)
+    five = results["problems"]["5"]["worlds"]["2"]
+    assert five["imported"] == ("refused: pkb5.py: make_inputs must return a tensor or a tuple of tensors, not a "
+                                "tuple of Tensor, int")
+    assert "6" not in results["problems"]
     text = table.read_text()
     assert f"at commit `{commit.strip()}`" in text
     rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| ") and " | " in line}
     assert "| yes | passed (W=2) | none | not run (needs a GPU host) |" in rows["1_scaled_sum"]
-    assert " refused | - |" in rows["2_in_group"] and "not run |" in rows["3_split_sizes"]
-    assert "- 2 W=2 import: refused: pkb2.py: make_inputs must return a tensor" in text
+    assert " refused | - |" in rows["5_random_count"] and "not run |" in rows["6_untouched"]
+    assert "- 5 W=2 import: refused: pkb5.py: make_inputs must return a tensor" in text
 
 
 def _outcome(imported: str, check: str = "", pattern: str = "") -> dict:
