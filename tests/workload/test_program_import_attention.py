@@ -43,6 +43,7 @@ CASES = {
     "ulysses_attention": ("all-to-all → attention → all-to-all (sequence parallel, as Ulysses)", "[S/W, H, D]",
                           False, CUDNN),
     "cp_attention_heads_first": ("all-gather of K/V (2 gather(s)) → attention", "[H, S/W, D]", False, EVERY),
+    "cp_attention_batched": ("all-gather of K/V (2 gather(s)) → attention", "[B, H, S/W, D]", False, EVERY),
 }
 
 
@@ -112,6 +113,21 @@ def test_an_attention_program_gets_cp_attentions_seed_and_templates(imported, na
     for s in book.strategies:
         assert not is_rejected(check_static(book.render(s, s.default_knobs()), seed, f"{s.name}.cu")), s.name
     _check_is_clean(made.root)
+
+
+def test_a_batch_folded_into_the_heads_renames_the_programs_h(imported):
+    """B=2, H=2: cp_attention's H is 4, the program's H becomes H_prog, and make_inputs still gets H."""
+    made = imported("cp_attention_batched")
+    line = next(line for line in made.lines if line.startswith("pattern: all-gather"))
+    assert "the program's H is H_prog in the manifest" in line, line
+    w = load_workload(made.root)
+    assert w.dim_names[:4] == ("B", "S", "H_prog", "D") and "H" in w.dim_names
+    for s in w.verify_shapes + w.bench_shapes:
+        assert s.dims["H"] == s.dims["B"] * s.dims["H_prog"] and s.dims["HKV"] == s.dims["H"]
+    ref = _reference(made.root)
+    dims = dict(w.verify_shapes[0].dims)
+    assert ref.io_spec(dims, 2, 0)["inputs"][0] == ("q", (dims["S"] // 2, dims["B"], dims["H_prog"], dims["D"]),
+                                                     "bf16")
 
 
 def test_the_reference_fills_cp_attentions_layout_and_expects_the_programs_attention(imported, ranks):

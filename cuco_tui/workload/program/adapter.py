@@ -66,12 +66,16 @@ class ProgramReference:
         if sizes is None:
             raise ValueError(f"{self.program.name} was sized for world sizes {', '.join(self.record['sizes'])}, "
                              f"not {world}")
-        mine = {d: int(dims[d]) for d in self.dims}
+        mine = self.program_dims(dims)
         for entry in sizes["shapes"]:
             if entry["dims"] == mine:
                 return entry
         raise ValueError(f"{mine} is not a shape `cuco workload import` sized for {self.program.name}; change "
                          f"SHAPES in the program and import it again")
+
+    def program_dims(self, dims: dict[str, int]) -> dict[str, int]:
+        """The program's own dims (make_inputs' keywords) from the manifest's, which may rename some."""
+        return {d: int(dims[self.layout.manifest_name(d)]) for d in self.dims}
 
     def io_spec(self, dims: dict[str, int], world: int, rank: int = 0) -> dict[str, list[tuple[str, tuple, str]]]:
         r = self.entry(dims, world)["ranks"][rank]
@@ -107,7 +111,7 @@ class ProgramReference:
         device = f"cuda:{xp.cuda.runtime.getDevice()}" if on_gpu else "cpu"
         stream = torch.cuda.stream(torch.cuda.ExternalStream(xp.cuda.get_current_stream().ptr)) if on_gpu else None
         dtype = getattr(torch, self.record["dtype"])
-        mine = {d: int(dims[d]) for d in self.dims}
+        mine = self.program_dims(dims)
         with torch.no_grad(), (stream if stream is not None else _Nothing()):
             torch.manual_seed(seed * 7919 + rank)
             made = module.make_inputs(rank, world, **mine, dtype=dtype, device=device)

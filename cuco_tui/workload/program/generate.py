@@ -15,7 +15,7 @@ import jinja2
 from cuco_tui.workload.manifest import REPO_WORKLOADS
 from cuco_tui.workload.program.attention_map import ATTENTION_PATTERNS, layout_words
 from cuco_tui.workload.program.expert_map import layout_words as expert_words
-from cuco_tui.workload.program.layout import HARNESS_DTYPES, BufferMap, Layout, harness_shape
+from cuco_tui.workload.program.layout import HARNESS_DTYPES, BufferMap, Layout, harness_shape, program_name
 from cuco_tui.workload.program.patterns import Match
 from cuco_tui.workload.program.trace_graph import epilogue_words
 
@@ -72,12 +72,14 @@ class ImportPlan:
 
     @property
     def dims(self) -> list[str]:
-        own = list(self.convention["dims"])
+        """The manifest's dims: the program's (renamed where a pattern's dim of that name differs),
+        then the pattern's it lacks."""
+        own = [self.layout.manifest_name(d) for d in self.convention["dims"]]
         pattern = next(iter(self.layout.derived.values()), {})  # M, K, N (or M, KR, N)
         return own + [d for d in pattern if d not in own]
 
     def shape_dims(self, shape: str) -> dict[str, int]:
-        dims = dict(self.convention["shapes"][shape])
+        dims = {self.layout.manifest_name(d): v for d, v in self.convention["shapes"][shape].items()}
         dims.update(self.layout.derived.get(shape, {}))
         return {d: dims[d] for d in self.dims}
 
@@ -275,7 +277,8 @@ def render(plan: ImportPlan) -> dict[str, str]:
     words = _role_words(plan)
     pattern = plan.layout.pattern
     epilogue = bool(words["steps"])
-    derived = ", ".join(d for d in plan.dims if d not in plan.convention["dims"])
+    derived = ", ".join(d for d in plan.dims if d not in plan.convention["dims"] and
+                        d not in map(program_name, plan.layout.renamed))
     names = plan.program_names
     common = {
         "name": plan.name, "title": plan.title, "source": plan.source, "world": plan.world,

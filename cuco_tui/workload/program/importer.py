@@ -27,7 +27,7 @@ from cuco_tui.workload.program.gloo_run import (RUN_TIMEOUT_S, GlooRanks, Progra
                                                 temporary_folder)
 from cuco_tui.workload.program.attention_map import ATTENTION_PATTERNS, attention_layout, layout_words
 from cuco_tui.workload.program.expert_map import experts_layout
-from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout, to_harness
+from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout, program_name, to_harness
 from cuco_tui.workload.program.patterns import recognize, summary
 from cuco_tui.workload.program.precision import TORCH_DTYPE, own_rounding, widened
 from cuco_tui.workload.program.record import RECORD
@@ -339,9 +339,12 @@ def _pattern_lines(plan: ImportPlan) -> list[str]:
             offered = "all of cp_attention" if plan.templates == ["all"] else ", ".join(plan.templates)
             causal = "causal by global position" if plan.layout.derived[plan.convention_verify]["CAUSAL"] else \
                 "not causal"
+            renamed = "".join(f"; the program's {d} is {program_name(d)} in the manifest (cp_attention's {d} "
+                              f"counts the batch's heads)" if d in ("H", "HKV") else
+                              f"; the program's {d} is {program_name(d)} in the manifest" for d in plan.layout.renamed)
             out.append(f"pattern: {m.description}: mapped (seed = cp_attention's host-driven seed (NCCL + cuDNN "
                        f"attention); templates: {offered}; {layout_words(plan.layout, plan.program_names)}; "
-                       f"{causal}; checked on the float64 run)")
+                       f"{causal}{renamed}; checked on the float64 run)")
             if plan.templates_why:
                 out.append(f"  {plan.templates_why}")
         elif m.mapped and m.pattern == plan.layout.pattern:

@@ -47,15 +47,27 @@ class Layout:
     outputs: tuple[BufferMap, ...]
     pattern: str = ""  # the mapped pattern ("" for the program's own layout)
     derived: dict[str, dict[str, int]] = field(default_factory=dict)  # shape -> the pattern's dims
+    # The program's dims named like a pattern's dim of other values (a batch folded into cp_attention's
+    # H): the manifest holds them as `{dim}_prog` (program_name), the pattern's under the name it reads.
+    renamed: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"inputs": [asdict(b) for b in self.inputs], "outputs": [asdict(b) for b in self.outputs],
-                "pattern": self.pattern, "derived": self.derived}
+                "pattern": self.pattern, "derived": self.derived, "renamed": list(self.renamed)}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "Layout":
         return Layout(tuple(_buffer(b) for b in d["inputs"]), tuple(_buffer(b) for b in d["outputs"]),
-                      d.get("pattern", ""), {k: dict(v) for k, v in d.get("derived", {}).items()})
+                      d.get("pattern", ""), {k: dict(v) for k, v in d.get("derived", {}).items()},
+                      tuple(d.get("renamed", ())))
+
+    def manifest_name(self, dim: str) -> str:
+        """The manifest's name of one of the program's dims."""
+        return program_name(dim) if dim in self.renamed else dim
+
+
+def program_name(dim: str) -> str:
+    return f"{dim}_prog"
 
 
 def _buffer(d: dict[str, Any]) -> BufferMap:
