@@ -444,3 +444,21 @@ def test_an_activation_on_part_of_the_result_is_not_mapped(imported):
     assert any(line.startswith("pattern: matmul → all-reduce: not mapped (after the all-reduce, solution runs "
                                "relu_ on part of the result)") for line in made.lines), made.lines
     assert NO_SEED_MARK in (made.root / "seed.cu").read_text()
+
+
+def test_program_dims_named_like_the_patterns_are_renamed_not_refused(tmp_path, ranks):
+    """ag_linear with K and N swapped in make_inputs: the program's K is the pattern's N and its N the
+    pattern's K, so both are renamed (K_prog, N_prog) and make_inputs still gets its own K and N."""
+    path = program_variant(tmp_path, "swapped_kn", "    x = torch.randn(M // world, K, dtype=dtype, device=device)\n"
+                           "    w = torch.randn(N // world, K, dtype=dtype, device=device) / K ** 0.5\n"
+                           "    b = torch.randn(N // world, dtype=dtype, device=device)",
+                           "    x = torch.randn(M // world, N, dtype=dtype, device=device)\n"
+                           "    w = torch.randn(K // world, N, dtype=dtype, device=device) / N ** 0.5\n"
+                           "    b = torch.randn(K // world, dtype=dtype, device=device)")
+    made = import_program(path, 2, parent=tmp_path / "w", ranks=ranks)
+    assert any("all-gather → linear + bias: mapped" in line for line in made.lines), made.lines
+    w = load_workload(made.root)
+    assert w.dim_names == ("M", "K_prog", "N_prog", "K", "N")
+    for s in w.verify_shapes + w.bench_shapes:
+        assert (s.dims["K"], s.dims["N"]) == (s.dims["N_prog"], s.dims["K_prog"])
+    _check_is_clean(made.root)

@@ -83,9 +83,8 @@ def _holds(g: _Guess, run: Any, n_shapes: int, world: int) -> bool:
     return True
 
 
-def _derived(g: _Guess, sizes: dict[str, Any], program_dims: tuple[str, ...]) -> tuple[dict[str, dict[str, int]], str]:
+def _derived(g: _Guess, sizes: dict[str, Any]) -> tuple[dict[str, dict[str, int]], str]:
     derived: dict[str, dict[str, int]] = {}
-    program: dict[str, dict[str, int]] = {}
     for world, entry in sizes.items():
         for s in entry["shapes"]:
             ranks = s["ranks"]
@@ -103,12 +102,6 @@ def _derived(g: _Guess, sizes: dict[str, Any], program_dims: tuple[str, ...]) ->
             if was != dims:
                 what = "tokens per rank (T)" if was["T"] != dims["T"] else "experts (E/W x W)"
                 return {}, f"the {what} at {s['shape']} change with the world size"
-            program[s["shape"]] = s["dims"]
-    for shape, dims in derived.items():
-        clash = [d for d in dims if d in program_dims and program[shape][d] != dims[d]]
-        if clash:
-            return {}, (f"the program's dim {clash[0]} ({program[shape][clash[0]]} at {shape}) is not the seed's "
-                        f"{clash[0]} ({dims[clash[0]]}), which it reads by that name")
     return derived, ""
 
 
@@ -140,15 +133,18 @@ def experts_layout(sizes: dict[str, Any], run: Any, world: int, n_verify: int,
                       f"arrived rows are grouped by rank or by source: import at a world size where each rank "
                       f"holds two experts or more")
     found = held[0]
-    derived, why = _derived(found, sizes, program_dims)
+    derived, why = _derived(found, sizes)
     if not derived:
         return None, why
     axes = WEIGHT_LAYOUTS[found.w_layout]
     x = BufferMap("x", found.x, "bf16", "as_is", "x")
     w = BufferMap("w", found.w, "bf16", "as_is", "w") if axes == (0, 1, 2) else \
         BufferMap("w", found.w, "bf16", "axes", "w", axes)
+    first_dims = next(iter(derived.values()))
+    renamed = tuple(d for d in first_dims if d in program_dims and any(
+        s["dims"][d] != derived[s["shape"]][d] for e in sizes.values() for s in e["shapes"]))
     return Layout(tuple(sorted((x, w), key=lambda b: b.index)), (BufferMap("y", 0, "bf16", "as_is", "output"),),
-                  "alltoall_experts", derived), ""
+                  "alltoall_experts", derived, renamed), ""
 
 
 def layout_words(layout: Layout, names: list[str]) -> str:

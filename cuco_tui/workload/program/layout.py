@@ -204,12 +204,11 @@ def pattern_layout(pattern: str, roles: dict[str, Any], sizes: dict[int, dict[st
         derived[shape] = dims
     if len({tuple(d) for d in derived.values()}) > 1:  # K at some shapes, KR at others
         return None, "the pattern's K changes with the world size at some shapes and not at others"
-    for shape, dims in derived.items():
-        clash = [d for d in dims if d in program_dims and program[shape][d] != dims[d]]
-        if clash:
-            return None, (f"the program's dim {clash[0]} ({program[shape][clash[0]]} at {shape}) is not the "
-                          f"pattern's {clash[0]} ({dims[clash[0]]}), which its templates read by that name")
+    # A program dim named like the pattern's and of other values is renamed in the manifest.
+    first = next(iter(derived.values()))
+    renamed = tuple(d for d in first if d in program_dims
+                    and any(program[shape][d] != dims[d] for shape, dims in derived.items()))
     inputs = tuple(BufferMap(ROLE_NAMES[role], i, "bf16", roles["b_layout"] if role == "b" else "as_is", role)
                    for i, role in sorted(played.items()))
     outputs = (BufferMap("y", int(roles["output"]), "bf16", "as_is", "output"),)
-    return Layout(inputs, outputs, pattern, derived), ""
+    return Layout(inputs, outputs, pattern, derived, renamed), ""
