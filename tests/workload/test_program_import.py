@@ -459,6 +459,7 @@ def test_program_dims_named_like_the_patterns_are_renamed_not_refused(tmp_path, 
     assert any("all-gather → linear + bias: mapped" in line for line in made.lines), made.lines
     w = load_workload(made.root)
     assert w.dim_names == ("M", "K_prog", "N_prog", "K", "N")
+    assert set(w.split_dims) == {"M", "K_prog", "N"}  # the program's split K is K_prog; the pattern splits M, N
     for s in w.verify_shapes + w.bench_shapes:
         assert (s.dims["K"], s.dims["N"]) == (s.dims["N_prog"], s.dims["K_prog"])
     _check_is_clean(made.root)

@@ -105,7 +105,7 @@ def _buffer_shapes(plan: ImportPlan, kind: str, index: int, transposed: bool = F
     """A program buffer's extents by name (transposed, or in `buffer`'s layout, as the harness holds it)."""
     rows = []
     for e in plan.sizes[str(plan.world)]["shapes"]:
-        dims = dict(e["dims"])
+        dims = {plan.layout.manifest_name(d): v for d, v in e["dims"].items()}
         dims.update(plan.layout.derived.get(e["shape"], {}))
         ext = e["ranks"][0][kind][index][0]
         if buffer is not None:

@@ -286,7 +286,7 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
 def _plan_manifest(plan: ImportPlan) -> None:
     """split_dims and [divisible]: the program's split dims and the pattern's, each a multiple of the
     world size; for all-gather → matmul, the templates offered and what they need."""
-    splits = list(plan.split_dims)
+    splits = [plan.layout.manifest_name(d) for d in plan.split_dims]  # the program's, as the manifest names them
     splits += [d for d in PATTERN_SPLITS.get(plan.layout.pattern, ()) if d not in splits and d in plan.dims]
     plan.manifest_splits = splits
     plan.divisible = {d: 1 for d in splits}
