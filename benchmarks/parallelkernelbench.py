@@ -108,7 +108,7 @@ def introspect(pkb: Path, problems: list[Problem], scratch: Path, timeout: float
 
 # -- 2. the adapter -------------------------------------------------------------------------------
 
-ADAPTABLE = ("tensor", "constant", "world_group", "linear", "derived")
+ADAPTABLE = ("tensor", "constant", "world_group", "linear", "tensor_list", "derived")
 LINEAR = ("\n\nclass _Linear(torch.nn.Module):\n"
           "    \"\"\"PKB's nn.Linear with the harness's buffers as its weight and bias (PKB calls it, reads .weight).\"\"\"\n\n"
           "    def __init__(self, weight, bias):\n"
@@ -122,12 +122,12 @@ LINEAR = ("\n\nclass _Linear(torch.nn.Module):\n"
 def adapter_text(pkb: Path, problem: Problem, info: dict[str, Any]) -> str:
     """The program of `problem` in cuco's convention (SHAPES, make_inputs, solution). PKB's inputs
     become: tensors, inputs; an nn.Linear, its weight (and bias) as inputs, a module around them
-    again in solution; constants, held here; the world's process group, given at call time; plain
+    again in solution; a list of tensors of a fixed length, each an input, the list again in solution; constants, held here; the world's process group, given at call time; plain
     values that follow the world size, rank and shape, held here per (world, rank, M x N) and looked
     up in solution, which takes M and N by keyword."""
     args = info.get("args")
     adaptable = bool(args) and all(a["kind"] in ADAPTABLE for a in args) and \
-        any(a["kind"] in ("tensor", "linear") for a in args)
+        any(a["kind"] in ("tensor", "linear", "tensor_list") for a in args)
     head = (f'"""ParallelKernelBench problem {problem.id} ({problem.stem}) in cuco\'s program convention, written by\n'
             f'benchmarks/parallelkernelbench.py: its inputs are PKB\'s (utils/input_output_tensors.py\n'
             f'create_input_tensor at base shape (M, N)), its solution reference/{problem.path.name}\'s."""\n'
@@ -173,6 +173,11 @@ def adapter_text(pkb: Path, problem: Problem, info: dict[str, Any]) -> str:
                 produced.append(f"made[{i}].bias.detach()")
                 sig.append(f"{name}_bias")
             call.append(f"_Linear({name}_weight, {name + '_bias' if a['bias'] else 'None'})")
+        elif a["kind"] == "tensor_list":
+            items = [f"{name}_{j}" for j in range(a["length"])]
+            produced += [f"made[{i}][{j}]" for j in range(a["length"])]
+            sig += items
+            call.append(f"[{', '.join(items)}]")
         elif a["kind"] == "constant":
             call.append(f"CONSTANTS[{i}]")
         elif a["kind"] == "world_group":
@@ -191,6 +196,7 @@ def _inputs_words(args: list[dict[str, Any]]) -> str:
     held = [a["value"] for a in args if a["kind"] == "constant"]
     count = lambda kind: sum(a["kind"] == kind for a in args)  # noqa: E731
     parts = [f"{count('tensor')} tensors"] + ([f"{count('linear')} nn.Linear"] if count("linear") else []) + \
+        ([f"{count('tensor_list')} list(s) of tensors"] if count("tensor_list") else []) + \
         ([f"constants {', '.join(held)}"] if held else []) + (["the world group"] if count("world_group") else []) + \
         ([f"{count('derived')} plain value(s) by world, rank and shape"] if count("derived") else [])
     return ", ".join(parts)

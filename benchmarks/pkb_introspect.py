@@ -88,8 +88,9 @@ def introspect_problem(pkb: Path, problem: Problem) -> dict[str, Any]:
 
 def _classify(values: list[Any], again: list[Any], world_group: list[bool], keys: list[str]) -> dict[str, Any]:
     """One of PKB's inputs over every call: a tensor; a constant; the world's process group (given
-    at call time); an nn.Linear (its weight and bias become inputs); a plain value that follows the
-    world size, rank and shape but not the trial (held per call, given by M and N); else other."""
+    at call time); an nn.Linear (its weight and bias become inputs); a list of tensors of the same
+    length at every call (each an input); a plain value that follows the world size, rank and shape
+    but not the trial (held per call, given by M and N); else other."""
     import torch
 
     kinds = {_kind(v) for v in values}
@@ -101,6 +102,9 @@ def _classify(values: list[Any], again: list[Any], world_group: list[bool], keys
         return {"kind": "world_group"}
     if all(type(v) is torch.nn.Linear for v in values) and len({v.bias is None for v in values}) == 1:
         return {"kind": "linear", "bias": values[0].bias is not None}
+    if all(isinstance(v, (list, tuple)) and v and all(isinstance(t, torch.Tensor) for t in v) for v in values) \
+            and len({len(v) for v in values}) == 1:
+        return {"kind": "tensor_list", "length": len(values[0])}
     if kinds == {"plain"} and all(repr(a) == repr(b) for a, b in zip(values, again)):
         return {"kind": "derived", "values": {k: repr(v) for k, v in zip(keys, values)}}
     varies = " (varies with the shape, world size or rank)" if kinds == {"plain"} else ""

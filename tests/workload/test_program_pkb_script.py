@@ -32,6 +32,8 @@ def create_input_tensor(rank, world_size, problem_id, base_shape, dtype, trial=0
         return (torch.randn(base_shape, dtype=dtype, device=device), dist.group.WORLD)
     if problem_id == 3:  # plain values that follow the world size and shape: held per (world, rank, shape)
         return (torch.randn(base_shape, dtype=dtype, device=device), [M // world_size] * world_size)
+    if problem_id == 6:  # a list of tensors of one length at every call: each an input
+        return ([torch.randn(base_shape, dtype=dtype, device=device) for _ in range(3)],)
     if problem_id == 4:  # an nn.Linear: its weight and bias become inputs
         return (torch.randn(base_shape, dtype=dtype, device=device),
                 torch.nn.Linear(N, 8, dtype=dtype, device=device))
@@ -78,6 +80,18 @@ def solution(x, proj):
 '''
 
 
+LIST_SUM = '''import torch
+import torch.distributed as dist
+
+
+@torch.no_grad()
+def solution(parts):
+    total = sum(parts)
+    dist.all_reduce(total)
+    return total
+'''
+
+
 def _module(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -95,7 +109,8 @@ def _clone(root: Path) -> Path:
     (root / "reference" / "3_split_sizes.py").write_text(SPLIT_SIZES)
     (root / "reference" / "4_linear.py").write_text(LINEAR)
     (root / "reference" / "5_random_count.py").write_text(SPLIT_SIZES.replace("sizes[dist.get_rank()]", "sizes"))
-    (root / "reference" / "6_untouched.py").write_text(SCALED_SUM)
+    (root / "reference" / "6_list_sum.py").write_text(LIST_SUM)
+    (root / "reference" / "7_untouched.py").write_text(SCALED_SUM)
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(git[:3] + ["init", "-q"], check=True)
     subprocess.run(git + ["add", "."], check=True)
@@ -108,7 +123,7 @@ def test_a_pkb_shaped_clone_is_adapted_imported_checked_and_tabled(tmp_path):
     pkb = _clone(tmp_path / "pkb")
     scratch, table = tmp_path / "scratch", tmp_path / "table.md"
     script = _module("pkb_script", SCRIPT)
-    rc = script.main([str(pkb), "--problems", "1-5", "--worlds", "2", "--scratch", str(scratch), "--table", str(table),
+    rc = script.main([str(pkb), "--problems", "1-6", "--worlds", "2", "--scratch", str(scratch), "--table", str(table),
                       "--timeout", "600"])
     assert rc == 0
     adapter = (scratch / "adapters" / "pkb1.py").read_text()
@@ -123,18 +138,19 @@ def test_a_pkb_shaped_clone_is_adapted_imported_checked_and_tabled(tmp_path):
     commit = subprocess.run(["git", "-C", str(pkb), "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout
     assert results["pkb_commit"] == commit.strip()
-    for pid in ("1", "2", "3", "4"):  # a constant, the world group, plain values by world, a module
+    assert "return _reference.solution([parts_0, parts_1, parts_2])" in (scratch / "adapters" / "pkb6.py").read_text()
+    for pid in ("1", "2", "3", "4", "6"):  # a constant, the world group, plain values by world, a module, a list
         one = results["problems"][pid]["worlds"]["2"]
         assert (one["imported"], one["check"]) == ("yes", "passed"), (pid, one)
     five = results["problems"]["5"]["worlds"]["2"]
     assert five["imported"] == ("refused: pkb5.py: make_inputs must return a tensor or a tuple of tensors, not a "
                                 "tuple of Tensor, int")
-    assert "6" not in results["problems"]
+    assert "7" not in results["problems"]
     text = table.read_text()
     assert f"at commit `{commit.strip()}`" in text
     rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| ") and " | " in line}
     assert "| yes | passed (W=2) | none | not run (needs a GPU host) |" in rows["1_scaled_sum"]
-    assert " refused | - |" in rows["5_random_count"] and "not run |" in rows["6_untouched"]
+    assert " refused | - |" in rows["5_random_count"] and "not run |" in rows["7_untouched"]
     assert "- 5 W=2 import: refused: pkb5.py: make_inputs must return a tensor" in text
 
 
