@@ -96,10 +96,12 @@ def parse_ids(text: str) -> set[int]:
 
 # -- 1. introspection (benchmarks/pkb_introspect.py, in a process of its own, with torch) -------
 
-def introspect(pkb: Path, problems: list[Problem], scratch: Path, timeout: float) -> dict[str, Any]:
+def introspect(pkb: Path, problems: list[Problem], scratch: Path, timeout: float,
+               worlds: list[int]) -> dict[str, Any]:
     out = scratch / "introspection.json"
     ids = ",".join(str(p.id) for p in problems)
-    _run([sys.executable, str(Path(__file__).resolve().parent / "pkb_introspect.py"), str(pkb), ids, str(out)], timeout)
+    _run([sys.executable, str(Path(__file__).resolve().parent / "pkb_introspect.py"), str(pkb), ids, str(out),
+          ",".join(map(str, worlds))], timeout)
     if not out.exists():
         raise SystemExit("introspecting PKB's inputs failed (run it alone: python3 benchmarks/pkb_introspect.py PKB "
                          "IDS OUT.json)")
@@ -404,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         store_reference(results, on_gpu_ref)
     if on_gpu or on_gpu_ref:
         save_results(store, results)
-    info = introspect(args.pkb, chosen, scratch, timeout=60.0 * len(chosen) + 120) if chosen else {}
+    info = introspect(args.pkb, chosen, scratch, 60.0 * len(chosen) + 120, worlds) if chosen else {}
     crashed = 0
     for q in chosen:
         found = info.get(str(q.id), {"error": "introspection gave nothing"})

@@ -1,6 +1,6 @@
 """ParallelKernelBench's inputs, introspected for benchmarks/parallelkernelbench.py (step 1 there):
 
-    python3 benchmarks/pkb_introspect.py PKB_CLONE IDS OUT.json
+    python3 benchmarks/pkb_introspect.py PKB_CLONE IDS OUT.json [WORLDS]
 
 run in a process of its own (it imports torch and PKB's code): for every problem of IDS (`1-20,33`),
 solution's parameter names and each of create_input_tensor's outputs classed over every world size,
@@ -33,7 +33,8 @@ def _kind(value: Any) -> str:
     return "plain" if _plain(value) else type(value).__name__
 
 
-def introspect_problem(pkb: Path, problem: Problem) -> dict[str, Any]:
+def introspect_problem(pkb: Path, problem: Problem,
+                       world_sizes: tuple[int, ...] = INTROSPECT_WORLDS) -> dict[str, Any]:
     """{"params": solution's parameter names or None, "args": [{"kind", "value"?}], "device", "error"?}."""
     import inspect
 
@@ -60,7 +61,7 @@ def introspect_problem(pkb: Path, problem: Problem) -> dict[str, Any]:
     for device in ("meta", "cpu"):
         calls, keys, again, worlds, out["device"] = [], [], [], [], device
         try:
-            for world in INTROSPECT_WORLDS:
+            for world in world_sizes:
                 for rank in range(world):
                     if dist.is_initialized():
                         dist.destroy_process_group()
@@ -124,13 +125,15 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:200]
 
 
-def main(pkb: str, ids: str, out: str) -> int:
+def main(pkb: str, ids: str, out: str, worlds: str = "") -> int:
     """Every problem of IDS, each bounded by an alarm."""
     import warnings
 
     warnings.simplefilter("ignore")
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     wanted = parse_ids(ids)
+    # The importer sizes at 2, 4 and 8 ranks; an import at another world size needs its values too.
+    every = tuple(sorted(set(INTROSPECT_WORLDS) | {int(w) for w in worlds.split(",") if w.strip()}))
     report: dict[str, Any] = {}
 
     def expired(*_: Any) -> None:
@@ -141,7 +144,7 @@ def main(pkb: str, ids: str, out: str) -> int:
         if problem.id in wanted:
             signal.alarm(60)
             try:
-                report[str(problem.id)] = introspect_problem(Path(pkb), problem)
+                report[str(problem.id)] = introspect_problem(Path(pkb), problem, every)
             except Exception as exc:  # noqa: BLE001 - one problem's failure is its row, not the run's
                 report[str(problem.id)] = {"params": None, "error": f"{type(exc).__name__}: {_first_line(exc)}"}
             finally:

@@ -52,3 +52,19 @@ def test_a_keyword_that_is_no_dim_is_refused_in_one_line(tmp_path):
         import_program(bad, 2, parent=tmp_path / "w")
     assert "solution takes the keyword HEADS, which is not a dim of make_inputs (M, H, D)" in str(err.value)
     assert len(str(err.value).splitlines()) == 1 and not (tmp_path / "w").exists()
+
+
+def test_the_dims_solution_takes_are_its_keyword_only_ones_or_all_but_its_inputs_with_kwargs():
+    from cuco_tui.workload.program.user_module import dims_for
+
+    dims = {"M": 8, "H": 2, "D": 4}
+
+    def keyword(x, *, H, D=64):
+        return x
+
+    def every(x, H, **rest):  # H is an input here: given positionally, never twice
+        return x
+
+    assert dims_for(keyword, dims) == {"H": 2, "D": 4}
+    assert dims_for(every, dims) == {"M": 8, "D": 4}
+    assert dims_for(lambda x: x, dims) == {}

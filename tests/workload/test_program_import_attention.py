@@ -128,6 +128,19 @@ def test_a_batch_folded_into_the_heads_renames_the_programs_h(imported):
     dims = dict(w.verify_shapes[0].dims)
     assert ref.io_spec(dims, 2, 0)["inputs"][0] == ("q", (dims["S"] // 2, dims["B"], dims["H_prog"], dims["D"]),
                                                      "bf16")
+    assert "# H, HKV, CAUSAL: the pattern's totals" in (made.root / "manifest.toml").read_text()
+
+
+def test_a_rename_onto_a_dim_the_program_has_already_is_refused_and_says_which(imported, tmp_path):
+    text = (PROGRAMS / "cp_attention_batched.py").read_text()
+    for old, new in (("D=64)", "D=64, H_prog=1)"), ("D=128)", "D=128, H_prog=1)"),
+                     ("*, B, S, H, D,", "*, B, S, H, D, H_prog,")):
+        assert old in text, old
+        text = text.replace(old, new)
+    (tmp_path / "batched_h_prog.py").write_text(text)
+    made = imported("batched_h_prog", tmp_path / "batched_h_prog.py")
+    line = next(line for line in made.lines if line.startswith("pattern: all-gather"))
+    assert "not mapped (the program's dim H must be renamed H_prog in the manifest" in line, line
 
 
 def test_the_reference_fills_cp_attentions_layout_and_expects_the_programs_attention(imported, ranks):

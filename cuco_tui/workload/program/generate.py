@@ -15,7 +15,7 @@ import jinja2
 from cuco_tui.workload.manifest import REPO_WORKLOADS
 from cuco_tui.workload.program.attention_map import ATTENTION_PATTERNS, layout_words
 from cuco_tui.workload.program.expert_map import layout_words as expert_words
-from cuco_tui.workload.program.layout import HARNESS_DTYPES, BufferMap, Layout, harness_shape, program_name
+from cuco_tui.workload.program.layout import HARNESS_DTYPES, BufferMap, Layout, harness_shape
 from cuco_tui.workload.program.patterns import Match
 from cuco_tui.workload.program.trace_graph import epilogue_words
 
@@ -155,9 +155,10 @@ def _role_words(plan: ImportPlan) -> dict[str, Any]:
 def _harness_buffers(plan: ImportPlan) -> str:
     if _attention(plan):
         return ("cp_attention's: inputs `q` [S/W, H, D], `k` and `v` [S/W, HKV, D], output `o` [S/W, H, D] (this "
-                "rank's positions r*S/W .. (r+1)*S/W - 1, position-major; a program's batch is folded into the heads: "
-                "head b*H + h). " + layout_words(plan.layout, plan.program_names) + "; the reference hands the "
-                "program views of these buffers in its own layout")
+                "rank's positions r*S/W .. (r+1)*S/W - 1, position-major; a program's batch is folded into the "
+                "heads: batch b's head h is head b x (the program's heads) + h). "
+                + layout_words(plan.layout, plan.program_names)
+                + "; the reference hands the program views of these buffers in its own layout")
     parts = [f"input `{b.name}` [{_buffer_shapes(plan, 'inputs', b.index, buffer=b)}]" for b in plan.layout.inputs]
     parts += [f"output `{b.name}` [{_buffer_shapes(plan, 'outputs', b.index)}]" for b in plan.layout.outputs]
     return ", ".join(parts)
@@ -277,8 +278,8 @@ def render(plan: ImportPlan) -> dict[str, str]:
     words = _role_words(plan)
     pattern = plan.layout.pattern
     epilogue = bool(words["steps"])
-    derived = ", ".join(d for d in plan.dims if d not in plan.convention["dims"] and
-                        d not in map(program_name, plan.layout.renamed))
+    own = {plan.layout.manifest_name(d) for d in plan.convention["dims"]}
+    derived = ", ".join(d for d in plan.dims if d not in own)
     names = plan.program_names
     common = {
         "name": plan.name, "title": plan.title, "source": plan.source, "world": plan.world,

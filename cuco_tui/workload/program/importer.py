@@ -239,6 +239,11 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
             lay, problem = pattern_layout(mapped.pattern, mapped.roles, sizes, tuple(conv["dims"]),
                                           len(first["inputs"]))
         if mapped is not None:
+            taken = [d for d in (lay.renamed if lay else ()) if program_name(d) in conv["dims"]]
+            if taken:
+                lay, problem = None, (f"the program's dim {taken[0]} must be renamed {program_name(taken[0])} in "
+                                      f"the manifest (the pattern's {taken[0]} differs), and it has a dim of that "
+                                      f"name already: rename that one")
             if lay is None:
                 matches = [replace(m, problem=problem) if m is mapped else m for m in matches]
             else:
@@ -364,6 +369,7 @@ def _pattern_lines(plan: ImportPlan) -> list[str]:
                          "; the arrived rows cut into one part per local expert")
             if m.roles.get("epilogue"):
                 what += "; the epilogue is a kernel of its own after the pattern's output"
+            what += "".join(f"; the program's {d} is {program_name(d)} in the manifest" for d in plan.layout.renamed)
             out.append(f"pattern: {m.description}: mapped ({what})")
             if plan.templates_why and plan.templates != ["all"]:
                 out.append(f"  {plan.templates_why}")

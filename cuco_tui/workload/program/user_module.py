@@ -176,7 +176,8 @@ def dims_for(solution: Any, dims: dict[str, int]) -> dict[str, int]:
     every dim where it takes **kwargs."""
     params = _params(solution)
     if any(p.kind == p.VAR_KEYWORD for p in params):
-        return {d: int(v) for d, v in dims.items()}
+        inputs = {p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        return {d: int(v) for d, v in dims.items() if d not in inputs}
     wanted = {p.name for p in params if p.kind == p.KEYWORD_ONLY}
     return {d: int(v) for d, v in dims.items() if d in wanted}
 
