@@ -121,3 +121,15 @@ def test_cp_attentions_templates_verify_against_an_attention_program_with_two_ra
     path.write_text(book.render(s, s.default_knobs()))
     r = evaluate(path, w, EvalOptions(gpus=[0], world=2, share_gpu=True, bench=False))
     assert r.status == Status.VERIFIED and r.level == Level.VERIFY, _explain(r)
+
+
+def test_a_program_given_dims_by_keyword_runs_as_the_reference_on_the_gpu(tmp_path):
+    """head_softmax.py's solution takes H by keyword: the harness's rank workers give it H too."""
+    from cuco_tui.cli.workload_check import check_workload
+    from cuco_tui.workload.program.importer import import_program
+
+    root = import_program(PROGRAMS / "head_softmax.py", 2, parent=tmp_path).root
+    findings = check_workload(root, compile_seed=False, probe_timeout=900,
+                              on_gpus=EvalOptions(gpus=[0], world=2, share_gpu=True))
+    assert not [f for f in findings if f.level == "error"], findings
+    assert any("float64" in f.detail for f in findings if f.level == "ok"), findings

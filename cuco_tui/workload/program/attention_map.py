@@ -85,20 +85,25 @@ def _held(array: Any, kind: str) -> Any:
 
 
 def cp_attention(q: Any, k_all: Any, v_all: Any, rank: int, causal: int) -> Any:
-    """cp_attention's function in float64: q [S/W, H, D] of `rank`, k_all, v_all [S, HKV, D]."""
+    """cp_attention's function in float64: q [S/W, H, D] of `rank`, k_all, v_all [S, HKV, D]. A
+    head at a time: the scores of every head at once of a large verify shape would not fit."""
     import numpy as np
 
     sl, heads, d = q.shape
     group = heads // k_all.shape[1]
-    kh = np.repeat(k_all, group, axis=1)  # query head h reads KV head h / group
-    vh = np.repeat(v_all, group, axis=1)
-    scores = np.einsum("ihd,jhd->hij", q, kh) / math.sqrt(d)
+    hidden = None
     if causal:
         # 2: aligned top-left, query i seeing keys 0..i of the whole sequence (a diagnosis only)
         pos = (0 if causal == TOP_LEFT else rank * sl) + np.arange(sl)
-        scores = np.where(np.arange(k_all.shape[0])[None, None, :] > pos[None, :, None], -np.inf, scores)
-    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return np.einsum("hij,jhd->ihd", scores / scores.sum(axis=-1, keepdims=True), vh)
+        hidden = np.arange(k_all.shape[0])[None, :] > pos[:, None]
+    out = np.empty(q.shape, dtype=np.float64)
+    for h in range(heads):  # query head h reads KV head h / group
+        scores = q[:, h] @ k_all[:, h // group].T / math.sqrt(d)
+        if hidden is not None:
+            scores[hidden] = -np.inf
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        out[:, h] = (scores / scores.sum(axis=-1, keepdims=True)) @ v_all[:, h // group]
+    return out
 
 
 def _holds(g: _Guess, run: Any, n_shapes: int, world: int) -> bool:
