@@ -18,7 +18,7 @@ GPUS=$(nvidia-smi -L | wc -l)
 step moe-ref "${MOE_S:-150}" python3 -m pytest -q -n 0 -p no:cacheprovider -m gpu -rs \
   tests/workloads/moe_dispatch_combine/test_moe_gpu.py
 step imported "${TESTS_S:-420}" python3 -m pytest -q -n 0 -p no:cacheprovider -m gpu -rs \
-  tests/workload/test_program_gpu.py -k "attention or moe_ or keyword"
+  tests/workload/test_program_gpu.py -k "attention or moe_ or keyword or fsdp"
 if [ "$GPUS" -ge 2 ]; then
   for p in cp_attention_gqa_causal moe_by_source; do
     step "import-$p" 120 python3 -m cuco_tui.cli workload import "tests/workload/programs/$p.py" --world 2 \

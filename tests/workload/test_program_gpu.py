@@ -28,7 +28,7 @@ pytest.importorskip("torch")
 PROGRAMS = Path(__file__).parent / "programs"
 MAPPED = ["ag_linear", "matmul_rs_residual", "linear_ar", "ag_k_cat", "ag_k_transposed", "mm_allgather_cols",
           "matmul_ar_fixed_k", "ag_linear_gelu", "matmul_ar_silu", "cp_attention_kv", "cp_attention_gqa_causal",
-          "ulysses_attention", "cp_attention_batched", "moe_alltoall", "moe_by_source"]
+          "ulysses_attention", "cp_attention_batched", "moe_alltoall", "moe_by_source", "fsdp_linear"]
 # cp_attention's templates on the causal grouped-query program ([B, S/W, heads, D], batch 2 folded
 # into the heads): the overlapping and load-balancing ones, and the templates' own kernel.
 ATTENTION_TEMPLATES = ["attn_overlap", "attn_balance", "balance_overlap", "ring", "ipc_pull", "host_flash"]

@@ -125,6 +125,41 @@ def test_the_program_returning_the_transposed_product_is_read_back_in_its_order(
     assert [b["layout"] for b in record["layout"]["inputs"]] == ["as_is", "as_is"]
 
 
+def test_a_weight_gathered_under_fsdp_is_gemm_allgathers_problem_transposed(imported, ranks):
+    """fsdp_linear.py gathers its weight's shards: gemm_allgather's x is the shards, b the rank's tokens
+    transposed, y the result transposed (M = the program's N, renamed N_prog; N = its T); all five
+    of gemm_allgather's templates offered; expected() is x_r @ W^T, computed here."""
+    made = imported("fsdp_linear")
+    line = next(line for line in made.lines if line.startswith("pattern: all-gather of a weight"))
+    assert ": mapped (seed = gemm_allgather's" in line and "N is N_prog" in line, line
+    w = load_workload(made.root)
+    assert w.dim_names == ("T", "K", "N_prog", "M", "N")
+    for shape in w.verify_shapes + w.bench_shapes:
+        assert (shape.dims["M"], shape.dims["N"]) == (shape.dims["N_prog"], shape.dims["T"])
+    assert {s.name for s in StrategyBook.load(made.root, w.seed).strategies} == {
+        "host_sequential", "host_chunked", "lsa_gather", "peer_pipeline", "fused_tile"}
+    ref = _reference(made.root)
+    dims = dict(w.verify_shapes[0].dims)
+    T, K, N = dims["T"], dims["K"], dims["N_prog"]
+    assert ref.io_spec(dims, 2, 0) == {"inputs": [("b", (K, T // 2), "bf16"), ("x", (N // 2, K), "bf16")],
+                                       "outputs": [("y", (N, T // 2), "bf16")]}
+    inputs = _inputs(ref, dims, seed=5)
+    whole = np.concatenate([_f64(r["x"]) for r in inputs])  # the weight [N, K]
+    got = ref.PROGRAM.expected(inputs, dims, 2, ranks=ranks)
+    for rank in range(2):  # y^T = W @ x_r^T, x_r^T being b
+        assert np.allclose(got[rank]["y"], whole @ _f64(inputs[rank]["b"]), rtol=1e-10, atol=1e-10)
+    findings = check_workload(made.root, compile_seed=False, probe_timeout=900)
+    assert not [f for f in findings if f.level == "error"], findings
+
+
+def test_a_weight_gather_with_tokens_fixed_per_rank_says_why_it_is_not_mapped(tmp_path, ranks):
+    text = (PROGRAMS / "fsdp_linear.py").read_text().replace("torch.randn(T // world, K,", "torch.randn(T, K,")
+    (tmp_path / "fsdp_fixed_t.py").write_text(text)
+    made = import_program(tmp_path / "fsdp_fixed_t.py", 2, parent=tmp_path / "w", ranks=ranks)
+    line = next(line for line in made.lines if line.startswith("pattern: all-gather of a weight"))
+    assert "not mapped (the tokens per rank at verify are fixed per rank" in line, line
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not discover().can_compile, reason="no CUDA toolchain here: the cascade cannot compile")
 @pytest.mark.parametrize("name", ["ag_k_transposed", "mm_allgather_cols", "matmul_ar_fixed_k"])

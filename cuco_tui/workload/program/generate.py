@@ -15,6 +15,7 @@ import jinja2
 from cuco_tui.workload.manifest import REPO_WORKLOADS
 from cuco_tui.workload.program.attention_map import ATTENTION_PATTERNS, layout_words
 from cuco_tui.workload.program.expert_map import layout_words as expert_words
+from cuco_tui.workload.program.weight_gather_map import DESCRIPTION as WEIGHT_GATHER
 from cuco_tui.workload.program.layout import HARNESS_DTYPES, BufferMap, Layout, harness_shape
 from cuco_tui.workload.program.patterns import Match
 from cuco_tui.workload.program.trace_graph import epilogue_words
@@ -142,7 +143,7 @@ def _role_words(plan: ImportPlan) -> dict[str, Any]:
             words["transposed"] = (f"The program holds `{names[b.index]}` as nn.Linear holds a weight, [{held}]; the "
                                    f"candidate is given it transposed, as `b` [{given}] row-major, and the reference "
                                    f"hands the program a transposed view of that same memory.")
-    pairs = [f"`{b.name}` = program's `{names[b.index]}`{' (transposed)' if b.layout == 'transposed' else ''}"
+    pairs = [f"`{b.name}` = program's `{names[b.index]}`{' (transposed)' if b.layout != 'as_is' else ''}"
              for b in lay.inputs]
     words["mapping"] = "Buffers: " + ", ".join(pairs) + "; `y` = its output." if lay.pattern else ""
     if lay.pattern in ATTENTION_PATTERNS:
@@ -215,6 +216,10 @@ def _fast(plan: ImportPlan, words: dict[str, Any]) -> str:
     pattern = plan.layout.pattern
     if pattern in ATTENTION_PATTERNS:
         return ATTENTION_FAST.format(how=ATTENTION_HOW[pattern])
+    if plan.mapped is not None and plan.mapped.description == WEIGHT_GATHER:
+        return ("The program gathers the shards of its weight (FSDP) and multiplies its own tokens by the whole of "
+                "it. Transposed, that is gemm_allgather's problem: y^T = AllGather(w) @ x^T, the weight's shards "
+                "gathered as gemm_allgather gathers rows. " + FAST["allgather_matmul"].format(epi="", fold=""))
     if not pattern:
         return ("No pattern was mapped, so there is no seed to start from: the time to beat is the program's own. "
                 f"Its trace ({plan.summary}) says where the time goes; write the host-driven version first.")

@@ -27,6 +27,9 @@ from cuco_tui.workload.program.gloo_run import (RUN_TIMEOUT_S, GlooRanks, Progra
                                                 temporary_folder)
 from cuco_tui.workload.program.attention_map import ATTENTION_PATTERNS, attention_layout, layout_words
 from cuco_tui.workload.program.expert_map import experts_layout
+from cuco_tui.workload.program.trace_graph import Match
+from cuco_tui.workload.program.weight_gather_map import DESCRIPTION as WEIGHT_GATHER
+from cuco_tui.workload.program.weight_gather_map import weight_gather_layout
 from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout, program_name, to_harness
 from cuco_tui.workload.program.patterns import recognize, summary
 from cuco_tui.workload.program.precision import TORCH_DTYPE, own_rounding, widened
@@ -228,6 +231,15 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
                      f"{', '.join(s for s in conv['shapes'] if s.startswith('verify'))}")
         lines.append(f"trace ({trace['shape']}, rank 0): {summary(trace)}")
         mapped = next((m for m in matches if m.mapped), None)
+        gathered = next((m for m in matches if m.pattern == "allgather_matmul" and not m.mapped), None)
+        if mapped is None and gathered is not None:
+            # The gathered operand may be the weight (FSDP): gemm_allgather's, transposed.
+            lay, problem = weight_gather_layout(sizes, run, world, len(_verify_shapes(conv)), tuple(conv["dims"]))
+            if lay is not None or problem:
+                fsdp = Match("allgather_matmul", WEIGHT_GATHER, problem=problem)
+                matches = [fsdp if m is gathered else m for m in matches]
+                mapped = fsdp if lay is not None else None
+                layout = lay if lay is not None else layout
         if mapped is not None and mapped.pattern in ATTENTION_PATTERNS:
             say("checking the program's results against cp_attention's attention (q, k, v found by their values) ...")
             lay, problem = attention_layout(mapped.pattern, sizes, run, world, len(_verify_shapes(conv)),
@@ -235,6 +247,8 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
         elif mapped is not None and mapped.pattern == "alltoall_experts":
             say("checking the program's results against a static-routing expert layer ...")
             lay, problem = experts_layout(sizes, run, world, len(_verify_shapes(conv)), tuple(conv["dims"]))
+        elif mapped is not None and mapped.description == WEIGHT_GATHER:
+            lay, problem = layout, ""
         elif mapped is not None:
             lay, problem = pattern_layout(mapped.pattern, mapped.roles, sizes, tuple(conv["dims"]),
                                           len(first["inputs"]))
@@ -367,6 +381,8 @@ def _pattern_lines(plan: ImportPlan) -> list[str]:
                 by = plan.layout.derived[plan.convention_verify]["BY_SOURCE"]
                 what += ("; each source's block cut into one part per local expert" if by else
                          "; the arrived rows cut into one part per local expert")
+            if m.description == WEIGHT_GATHER:
+                what += "; transposed: the weight's shards are gemm_allgather's x, y is the program's output transposed"
             if m.roles.get("epilogue"):
                 what += "; the epilogue is a kernel of its own after the pattern's output"
             what += "".join(f"; the program's {d} is {program_name(d)} in the manifest" for d in plan.layout.renamed)
