@@ -65,3 +65,38 @@ def spawned_ranks(target, world: int, tmp_path) -> list[tuple]:
         p.join(60)
         assert p.exitcode == 0
     return got
+
+
+def imports_once(tmp_path_factory, ranks, world: int = 2):
+    """get(name, source=None): the ImportReport of PROGRAMS/<name>.py (or `source`) at `world` ranks on
+    `ranks`, each made once (a module fixture's body)."""
+    from cuco_tui.workload.program.importer import import_program
+
+    made = {}
+
+    def get(name: str, source: Path | None = None):
+        if name not in made:
+            made[name] = import_program(source or PROGRAMS / f"{name}.py", world, name=name,
+                                        parent=tmp_path_factory.mktemp(name), ranks=ranks)
+        return made[name]
+
+    return get
+
+
+def written_reference(root: Path):
+    """An imported folder's reference.py, imported as the harness imports it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"ref_{root.name}", root / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bf16_as_f64(bits):
+    """bf16 bits (uint16) as float64."""
+    import numpy as np
+
+    from cuco_tui.harness.bf16 import from_bf16_bits
+
+    return from_bf16_bits(np, bits).astype(np.float64)

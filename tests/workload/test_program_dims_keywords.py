@@ -5,7 +5,6 @@ a keyword that is no dim is refused in one line with nothing written."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -16,28 +15,24 @@ pytest.importorskip("torch")
 from cuco_tui.core.workload import WorkloadError  # noqa: E402
 from cuco_tui.workload.manifest import load_workload  # noqa: E402
 from cuco_tui.workload.program.importer import import_program  # noqa: E402
+from program_helpers import bf16_as_f64, written_reference  # noqa: E402
 
 PROGRAM = Path(__file__).parent / "programs" / "head_softmax.py"
 
-
-def _f64(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
 
 
 def test_solution_is_given_the_dims_it_takes_by_keyword(tmp_path):
     made = import_program(PROGRAM, 2, parent=tmp_path)
     w = load_workload(made.root)
     dims = dict(w.verify_shapes[0].dims)
-    spec = importlib.util.spec_from_file_location("ref_head_softmax", made.root / "reference.py")
-    ref = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ref)
+    ref = written_reference(made.root)
     assert [b[0] for b in ref.io_spec(dims, 2, 0)["inputs"]] == ["x"]  # H is a dim, not an input
     inputs = []
     for rank in range(2):
         bufs = {n: np.zeros(s, dtype=np.uint16) for n, s, _ in ref.io_spec(dims, 2, rank)["inputs"]}
         ref.fill_inputs(np, bufs, dims, 2, rank, 1)
         inputs.append(bufs)
-    full = np.concatenate([_f64(r["x"]) for r in inputs]).reshape(dims["M"], dims["H"], dims["D"])
+    full = np.concatenate([bf16_as_f64(r["x"]) for r in inputs]).reshape(dims["M"], dims["H"], dims["D"])
     e = np.exp(full - full.max(-1, keepdims=True))
     want = (e / e.sum(-1, keepdims=True)).reshape(dims["M"], -1)
     for got in ref.expected(inputs, dims, 2):

@@ -10,7 +10,6 @@ W=4 with the perturbations L2 applies, gives the layer's answer on every rank.""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from pathlib import Path
 
@@ -25,9 +24,9 @@ from cuco_tui.source.knobs import with_knobs  # noqa: E402
 from cuco_tui.workload.manifest import load_workload  # noqa: E402
 from cuco_tui.workload.program.expert_map import static_experts  # noqa: E402
 from cuco_tui.workload.program.gloo_run import GlooRanks  # noqa: E402
-from cuco_tui.workload.program.importer import import_program  # noqa: E402
 from cuco_tui.workload.program.record import NO_SEED_MARK  # noqa: E402
 from emulator_helpers import compile_emulated, failures, needs_gxx, seeds_of, with_driver  # noqa: E402
+from program_helpers import bf16_as_f64, imports_once, written_reference  # noqa: E402
 
 PROGRAMS = Path(__file__).parent / "programs"
 DRIVER = load_workload("moe_dispatch_combine").root / "emulator"
@@ -42,25 +41,9 @@ def ranks():
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory, ranks):
-    made = {}
-
-    def get(name: str):
-        if name not in made:
-            made[name] = import_program(PROGRAMS / f"{name}.py", 2, parent=tmp_path_factory.mktemp(name), ranks=ranks)
-        return made[name]
-
-    return get
+    return imports_once(tmp_path_factory, ranks)
 
 
-def _f64(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
-
-
-def _reference(root: Path):
-    spec = importlib.util.spec_from_file_location(f"ref_{root.name}", root / "reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("name,by_source,held", [("moe_alltoall", 0, "[EL, H, F]"),
@@ -81,7 +64,7 @@ def test_a_static_routing_expert_layer_is_mapped_onto_a_seed_with_knobs(imported
 def test_the_reference_fills_the_seeds_layout_and_expects_the_layer(imported, ranks):
     """nn.Linear's [EL, F, H] weights are given as [EL, H, F]; expected() is the layer by source."""
     made = imported("moe_by_source")
-    ref = _reference(made.root)
+    ref = written_reference(made.root)
     dims = dict(load_workload(made.root).verify_shapes[0].dims)
     T, H, F, E = dims["T"], dims["H"], dims["F"], dims["E"]
     assert ref.io_spec(dims, 2, 0) == {"inputs": [("x", (T, H), "bf16"), ("w", (E // 2, H, F), "bf16")],
@@ -91,7 +74,7 @@ def test_the_reference_fills_the_seeds_layout_and_expects_the_layer(imported, ra
         bufs = {n: np.zeros(s, dtype=np.uint16) for n, s, _ in ref.io_spec(dims, 2, rank)["inputs"]}
         ref.fill_inputs(np, bufs, dims, 2, rank, 3)
         inputs.append(bufs)
-    want = static_experts([_f64(r["x"]) for r in inputs], [_f64(r["w"]) for r in inputs], 1)
+    want = static_experts([bf16_as_f64(r["x"]) for r in inputs], [bf16_as_f64(r["w"]) for r in inputs], 1)
     got = ref.PROGRAM.expected(inputs, dims, 2, ranks=ranks)
     for rank in range(2):
         assert np.allclose(got[rank]["y"], want[rank], rtol=1e-10, atol=1e-12)
@@ -133,7 +116,7 @@ def _run(binary: Path, folder: Path, world: int, dims: dict, perturb: int | None
             for name, a in (("x", x), ("w", w)):
                 bits = (a.view(np.uint32) >> 16).astype(np.uint16)  # truncated to bf16
                 bits.tofile(folder / f"r{rank}-{name}{i}.bin")
-                (xs if name == "x" else ws).append(_f64(bits))
+                (xs if name == "x" else ws).append(bf16_as_f64(bits))
         want.append(static_experts(xs, ws, dims["BY_SOURCE"]))
     lines = [f"{world} {launches} 5 90 1 -1", f"{len(dims)} " + " ".join(f"{k} {v}" for k, v in dims.items())]
     for _ in range(world):

@@ -8,7 +8,6 @@ says why; an offline search without a GPU compiles cp_attention's overlapping va
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -28,9 +27,9 @@ from cuco_tui.toolchain.toolchain import discover  # noqa: E402
 from cuco_tui.workload.manifest import load_workload  # noqa: E402
 from cuco_tui.workload.program.attention_map import NOT_ATTENTION  # noqa: E402
 from cuco_tui.workload.program.gloo_run import GlooRanks  # noqa: E402
-from cuco_tui.workload.program.importer import import_program  # noqa: E402
 from cuco_tui.workload.program.record import NO_SEED_MARK  # noqa: E402
 from repo_paths import REPO  # noqa: E402
+from program_helpers import bf16_as_f64, imports_once, written_reference  # noqa: E402
 
 PROGRAMS = Path(__file__).parent / "programs"
 EVERY = {"host_sequential", "host_attn", "host_flash", "ring", "attn_overlap", "attn_balance", "balance_overlap",
@@ -55,26 +54,9 @@ def ranks():
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory, ranks):
-    made = {}
-
-    def get(name: str, source: Path | None = None):
-        if name not in made:
-            made[name] = import_program(source or PROGRAMS / f"{name}.py", 2, name=name,
-                                        parent=tmp_path_factory.mktemp(name), ranks=ranks)
-        return made[name]
-
-    return get
+    return imports_once(tmp_path_factory, ranks)
 
 
-def _reference(root: Path):
-    spec = importlib.util.spec_from_file_location(f"ref_{root.name}", root / "reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _f64(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
 
 
 def _attention(q: np.ndarray, k_all: np.ndarray, v_all: np.ndarray, q0: int, causal: bool) -> np.ndarray:
@@ -124,7 +106,7 @@ def test_a_batch_folded_into_the_heads_renames_the_programs_h(imported):
     assert w.dim_names[:4] == ("B", "S", "H_prog", "D") and "H" in w.dim_names
     for s in w.verify_shapes + w.bench_shapes:
         assert s.dims["H"] == s.dims["B"] * s.dims["H_prog"] and s.dims["HKV"] == s.dims["H"]
-    ref = _reference(made.root)
+    ref = written_reference(made.root)
     dims = dict(w.verify_shapes[0].dims)
     assert ref.io_spec(dims, 2, 0)["inputs"][0] == ("q", (dims["S"] // 2, dims["B"], dims["H_prog"], dims["D"]),
                                                      "bf16")
@@ -149,7 +131,7 @@ def test_the_reference_fills_cp_attentions_layout_and_expects_the_programs_atten
     import torch
 
     made = imported("cp_attention_gqa_causal")
-    ref = _reference(made.root)
+    ref = written_reference(made.root)
     w = load_workload(made.root)
     dims = dict(w.verify_shapes[0].dims)
     B, S, NH, NKV, D = dims["B"], dims["S"], dims["NH"], dims["NKV"], dims["D"]
@@ -168,7 +150,7 @@ def test_the_reference_fills_cp_attentions_layout_and_expects_the_programs_atten
     q, _, _ = ref.PROGRAM._module().make_inputs(1, 2, **{d: dims[d] for d in ("B", "S", "NH", "NKV", "D")},
                                                 dtype=torch.bfloat16, device="cpu")
     assert np.array_equal(inputs[1]["q"], q.permute(1, 0, 2, 3).contiguous().view(torch.int16).numpy().view(np.uint16))
-    flat = lambda a, heads: _f64(a).reshape(sl, B * heads, D)  # noqa: E731
+    flat = lambda a, heads: bf16_as_f64(a).reshape(sl, B * heads, D)  # noqa: E731
     k_all = np.concatenate([flat(r["k"], NKV) for r in inputs])
     v_all = np.concatenate([flat(r["v"], NKV) for r in inputs])
     got = ref.PROGRAM.expected(inputs, dims, 2, ranks=ranks)

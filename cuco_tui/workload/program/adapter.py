@@ -58,6 +58,7 @@ class ProgramReference:
         self.program = self.folder / self.record["program"]
         self.dims = tuple(self.record["dims"])
         self.loaded: Any = None  # the program's module, loaded on first use (it imports torch)
+        self.cp_module: Any = None  # cp_attention's reference module, for an attention pattern
 
     # -- shapes -----------------------------------------------------------------------------
     def entry(self, dims: dict[str, int], world: int) -> dict[str, Any]:
@@ -86,13 +87,25 @@ class ProgramReference:
 
     def flops(self, dims: dict[str, int], world: int) -> int:
         if self.layout.pattern in ATTENTION_PATTERNS:
-            return int(cp_attention_reference().flops(dims, world))
+            return int(self.cp_attention().flops(dims, world))
         return int(self.entry(dims, world)["flops"])
 
     def comm_bytes(self, dims: dict[str, int], world: int) -> int:
         if self.layout.pattern in ATTENTION_PATTERNS:
-            return int(cp_attention_reference().comm_bytes(dims, world))
+            return int(self.cp_attention().comm_bytes(dims, world))
         return int(self.entry(dims, world)["comm_bytes"])
+
+    def cp_attention(self) -> Any:
+        """cp_attention's reference module, loaded once: an attention pattern's work (its busiest rank's
+        FLOPs, the K/V bytes a rank receives) and bound parts are cp_attention's, the function the
+        candidates compute, whatever way the program itself exchanges (a Ulysses all-to-all moves
+        other bytes)."""
+        if self.cp_module is None:
+            from cuco_tui.core.reference import reference_module
+            from cuco_tui.workload.manifest import REPO_WORKLOADS
+
+            self.cp_module = reference_module(REPO_WORKLOADS / "cp_attention" / "reference.py")
+        return self.cp_module
 
     def _module(self) -> Any:
         if self.loaded is None:
@@ -151,16 +164,6 @@ class ProgramReference:
 
     def on_rank(self, env: Any) -> "RankProgram":
         return RankProgram(self, env)
-
-
-def cp_attention_reference() -> Any:
-    """cp_attention's reference module: an attention pattern's work (its busiest rank's FLOPs, the
-    K/V bytes a rank receives) and bound parts are cp_attention's, the function the candidates
-    compute, whatever way the program itself exchanges (a Ulysses all-to-all moves other bytes)."""
-    from cuco_tui.core.reference import reference_module
-    from cuco_tui.workload.manifest import REPO_WORKLOADS
-
-    return reference_module(REPO_WORKLOADS / "cp_attention" / "reference.py")
 
 
 def program_spec(b: Any, sized: list[Any]) -> dict[str, Any]:
@@ -320,7 +323,7 @@ class RankProgram:
         NCCL's all-gather of K and V, and the harness attention (cuDNN) over the visible keys. Their
         times are the bound's, as for cp_attention, whatever way the program itself exchanges."""
         if self.pattern_ref is None:
-            self.pattern_ref = cp_attention_reference().Reference(self.env)
+            self.pattern_ref = self.ref.cp_attention().Reference(self.env)
             self.warnings += [w for w in self.pattern_ref.warnings if w not in self.warnings]
         ref = self.pattern_ref
         return {"allgather": lambda: ref.allgather(inputs), "attention": lambda: ref.attention(inputs, outputs)}

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cuco_tui.workload.program.layout import BufferMap, Layout
+from cuco_tui.workload.program.layout import BufferMap, Layout, uniform_bf16
 
 ATTENTION_PATTERNS = ("allgather_attention", "alltoall_attention")  # mapped onto cp_attention
 # The program's layouts of an attention tensor: name -> the program's axis at each of the buffer's
@@ -132,38 +132,30 @@ AMBIGUOUS = ("make_inputs' values do not tell the mapping apart: {n} ways of rea
              "the mask) give the program's result; draw them at random, as the harness's checks will")
 
 
-def _derived(g: _Guess, sizes: dict[str, Any],
-             program_dims: tuple[str, ...]) -> tuple[dict[str, dict[str, int]], str, tuple[str, ...]]:
-    """cp_attention's dims (S, H, HKV, D, CAUSAL) at every shape, the same at every world size, or
-    why not; and the program's dims of the same names and other values (renamed in the manifest)."""
+def _derived(g: _Guess, sizes: dict[str, Any]) -> tuple[dict[str, dict[str, int]], str]:
+    """cp_attention's dims (S, H, HKV, D, CAUSAL) at every shape, the same at every world size, or why not."""
+    uneven = uniform_bf16(sizes, "cp_attention's seed and templates are")
+    if uneven:
+        return {}, uneven
     derived: dict[str, dict[str, int]] = {}
-    program: dict[str, dict[str, int]] = {}
     for world, entry in sizes.items():
         for s in entry["shapes"]:
-            ranks = s["ranks"]
-            if any(r != ranks[0] for r in ranks):
-                return {}, f"the ranks' shapes differ at {s['shape']} (world {world})", ()
-            one = ranks[0]
-            if any(dt != "bfloat16" for _, dt in one["inputs"] + one["outputs"]):
-                return {}, "cp_attention's seed and templates are bf16; the program's buffers are not all bfloat16", ()
+            one = s["ranks"][0]
             if not _shapes_fit(g, [sh for sh, _ in one["inputs"]], one["outputs"][0][0]):
-                return {}, f"q, k, v and the output do not fit one attention at {s['shape']} (world {world})", ()
+                return {}, f"q, k, v and the output do not fit one attention at {s['shape']} (world {world})"
             rows, batch, heads, d = _folded(one["inputs"][g.q][0], g.kind_in)
             kv_heads = _folded(one["inputs"][g.k][0], g.kind_in)[2]
             dims = {"S": rows * int(world), "H": batch * heads, "HKV": batch * kv_heads, "D": d, "CAUSAL": g.causal}
             if d % 8 or d > MAX_D:
                 return {}, (f"cp_attention's attention (cuDNN) takes a head dim D that is a multiple of 8 up to "
-                            f"{MAX_D}; {s['shape']} has D={d}"), ()
+                            f"{MAX_D}; {s['shape']} has D={d}")
             if derived.setdefault(s["shape"], dims) != dims:
-                return {}, f"the sequence at {s['shape']} is not split across the ranks (S/W x W changes with W)", ()
-            program[s["shape"]] = s["dims"]
-    renamed = tuple(d for d in ("S", "H", "HKV", "D", "CAUSAL") if d in program_dims
-                    and any(program[shape][d] != dims[d] for shape, dims in derived.items()))
-    return derived, "", renamed
+                return {}, f"the sequence at {s['shape']} is not split across the ranks (S/W x W changes with W)"
+    return derived, ""
 
 
-def attention_layout(pattern: str, sizes: dict[str, Any], run: Any, world: int, n_verify: int,
-                     program_dims: tuple[str, ...]) -> tuple[Layout | None, str]:
+def attention_layout(pattern: str, sizes: dict[str, Any], run: Any, world: int,
+                     n_verify: int) -> tuple[Layout | None, str]:
     """The harness layout of an attention pattern, or (None, why not). `sizes`: world -> sizing JSON;
     `run`: the float64 run (gloo_run.GlooRun) at the first `n_verify` shapes at `world` ranks."""
     first = sizes[str(world)]["shapes"][0]["ranks"][0]
@@ -186,7 +178,7 @@ def attention_layout(pattern: str, sizes: dict[str, Any], run: Any, world: int, 
     if len(held) > 1:
         return None, AMBIGUOUS.format(n=len(held))
     found = held[0]
-    derived, why, renamed = _derived(found, sizes, program_dims)
+    derived, why = _derived(found, sizes)
     if not derived:
         return None, why
     names = {found.q: "q", found.k: "k", found.v: "v"}
@@ -198,7 +190,7 @@ def attention_layout(pattern: str, sizes: dict[str, Any], run: Any, world: int, 
 
     inputs = tuple(buffer(names[i], i, found.kind_in, len(ins[i])) for i in range(3))
     outputs = (buffer("o", 0, found.kind_out, len(first["outputs"][0][0])),)
-    return Layout(inputs, outputs, pattern, derived, renamed), ""
+    return Layout(inputs, outputs, pattern, derived), ""
 
 
 def program_kind(b: BufferMap) -> str:

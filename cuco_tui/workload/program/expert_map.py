@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuco_tui.workload.program.attention_map import AMBIGUOUS, agrees
-from cuco_tui.workload.program.layout import BufferMap, Layout
+from cuco_tui.workload.program.layout import BufferMap, Layout, uniform_bf16
 
 WEIGHT_LAYOUTS = {"[EL, H, F]": (0, 1, 2), "[EL, F, H]": (0, 2, 1)}  # the program's axis at each of w's axes
 NOT_STATIC = ("its result is not the static-routing expert layer (tokens' row block j sent to rank j by an "
@@ -84,15 +84,13 @@ def _holds(g: _Guess, run: Any, n_shapes: int, world: int) -> bool:
 
 
 def _derived(g: _Guess, sizes: dict[str, Any]) -> tuple[dict[str, dict[str, int]], str]:
+    uneven = uniform_bf16(sizes, "the seed is")
+    if uneven:
+        return {}, uneven
     derived: dict[str, dict[str, int]] = {}
     for world, entry in sizes.items():
         for s in entry["shapes"]:
-            ranks = s["ranks"]
-            if any(r != ranks[0] for r in ranks):
-                return {}, f"the ranks' shapes differ at {s['shape']} (world {world})"
-            one = ranks[0]
-            if any(dt != "bfloat16" for _, dt in one["inputs"] + one["outputs"]):
-                return {}, "the seed is bf16; the program's buffers are not all bfloat16"
+            one = s["ranks"][0]
             ins = [sh for sh, _ in one["inputs"]]
             if not _fits(g, ins, one["outputs"][0][0], int(world)):
                 return {}, f"the tokens, weights and output do not fit the expert layer at {s['shape']} (world {world})"
@@ -105,8 +103,7 @@ def _derived(g: _Guess, sizes: dict[str, Any]) -> tuple[dict[str, dict[str, int]
     return derived, ""
 
 
-def experts_layout(sizes: dict[str, Any], run: Any, world: int, n_verify: int,
-                   program_dims: tuple[str, ...]) -> tuple[Layout | None, str]:
+def experts_layout(sizes: dict[str, Any], run: Any, world: int, n_verify: int) -> tuple[Layout | None, str]:
     """The harness layout of a static-routing expert layer, or (None, why not)."""
     first = sizes[str(world)]["shapes"][0]["ranks"][0]
     if len(first["inputs"]) != 2 or len(first["outputs"]) != 1:
@@ -140,11 +137,8 @@ def experts_layout(sizes: dict[str, Any], run: Any, world: int, n_verify: int,
     x = BufferMap("x", found.x, "bf16", "as_is", "x")
     w = BufferMap("w", found.w, "bf16", "as_is", "w") if axes == (0, 1, 2) else \
         BufferMap("w", found.w, "bf16", "axes", "w", axes)
-    first_dims = next(iter(derived.values()))
-    renamed = tuple(d for d in first_dims if d in program_dims and any(
-        s["dims"][d] != derived[s["shape"]][d] for e in sizes.values() for s in e["shapes"]))
     return Layout(tuple(sorted((x, w), key=lambda b: b.index)), (BufferMap("y", 0, "bf16", "as_is", "output"),),
-                  "alltoall_experts", derived, renamed), ""
+                  "alltoall_experts", derived), ""
 
 
 def layout_words(layout: Layout, names: list[str]) -> str:

@@ -30,7 +30,8 @@ from cuco_tui.workload.program.expert_map import experts_layout
 from cuco_tui.workload.program.trace_graph import Match
 from cuco_tui.workload.program.weight_gather_map import DESCRIPTION as WEIGHT_GATHER
 from cuco_tui.workload.program.weight_gather_map import weight_gather_layout
-from cuco_tui.workload.program.layout import Layout, pattern_layout, program_layout, program_name, to_harness
+from cuco_tui.workload.program.layout import (Layout, pattern_layout, program_layout, program_name, to_harness,
+                                              with_renames)
 from cuco_tui.workload.program.patterns import recognize, summary
 from cuco_tui.workload.program.precision import TORCH_DTYPE, own_rounding, widened
 from cuco_tui.workload.program.record import RECORD
@@ -232,27 +233,18 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
         lines.append(f"trace ({trace['shape']}, rank 0): {summary(trace)}")
         mapped = next((m for m in matches if m.mapped), None)
         gathered = next((m for m in matches if m.pattern == "allgather_matmul" and not m.mapped), None)
-        if mapped is None and gathered is not None:
-            # The gathered operand may be the weight (FSDP): gemm_allgather's, transposed.
-            lay, problem = weight_gather_layout(sizes, run, world, len(_verify_shapes(conv)), tuple(conv["dims"]))
-            if lay is not None or problem:
-                fsdp = Match("allgather_matmul", WEIGHT_GATHER, problem=problem)
-                matches = [fsdp if m is gathered else m for m in matches]
-                mapped = fsdp if lay is not None else None
-                layout = lay if lay is not None else layout
-        if mapped is not None and mapped.pattern in ATTENTION_PATTERNS:
-            say("checking the program's results against cp_attention's attention (q, k, v found by their values) ...")
-            lay, problem = attention_layout(mapped.pattern, sizes, run, world, len(_verify_shapes(conv)),
-                                            tuple(conv["dims"]))
-        elif mapped is not None and mapped.pattern == "alltoall_experts":
-            say("checking the program's results against a static-routing expert layer ...")
-            lay, problem = experts_layout(sizes, run, world, len(_verify_shapes(conv)), tuple(conv["dims"]))
-        elif mapped is not None and mapped.description == WEIGHT_GATHER:
-            lay, problem = layout, ""
-        elif mapped is not None:
-            lay, problem = pattern_layout(mapped.pattern, mapped.roles, sizes, tuple(conv["dims"]),
-                                          len(first["inputs"]))
+        lay, problem = None, ""
         if mapped is not None:
+            lay, problem = _pattern_layout(mapped, sizes, run, world, conv, len(first["inputs"]), say)
+        elif gathered is not None:
+            # The gathered operand may be the weight (FSDP): gemm_allgather's problem, transposed.
+            lay, problem = weight_gather_layout(sizes, run, world, len(_verify_shapes(conv)))
+            if lay is not None or problem:
+                mapped = Match("allgather_matmul", WEIGHT_GATHER, problem=problem)
+                matches = [mapped if m is gathered else m for m in matches]
+        if mapped is not None:
+            if lay is not None:
+                lay = with_renames(lay, sizes, tuple(conv["dims"]))
             taken = [d for d in (lay.renamed if lay else ()) if program_name(d) in conv["dims"]]
             if taken:
                 lay, problem = None, (f"the program's dim {taken[0]} must be renamed {program_name(taken[0])} in "
@@ -302,6 +294,20 @@ def _import(ranks: GlooRanks, source: Path, world: int, name: str, parent: Path,
         tmp.cleanup()
 
 
+def _pattern_layout(mapped: Match, sizes: dict[str, Any], run: Any, world: int, conv: dict[str, Any], n_inputs: int,
+                    say: Callable[[str], None]) -> tuple[Layout | None, str]:
+    """The layout of a mapped pattern: attention and experts checked on the float64 run's values, the
+    matmul patterns from the roles the trace gave."""
+    n_verify = len(_verify_shapes(conv))
+    if mapped.pattern in ATTENTION_PATTERNS:
+        say("checking the program's results against cp_attention's attention (q, k, v found by their values) ...")
+        return attention_layout(mapped.pattern, sizes, run, world, n_verify)
+    if mapped.pattern == "alltoall_experts":
+        say("checking the program's results against a static-routing expert layer ...")
+        return experts_layout(sizes, run, world, n_verify)
+    return pattern_layout(mapped.pattern, mapped.roles, sizes, n_inputs)
+
+
 def _plan_manifest(plan: ImportPlan) -> None:
     """split_dims and [divisible]: the program's split dims and the pattern's, each a multiple of the
     world size; for all-gather → matmul, the templates offered and what they need."""
@@ -349,6 +355,14 @@ def _attention_templates(plan: ImportPlan) -> None:
                           + ".")
 
 
+def _renamed_words(plan: ImportPlan) -> str:
+    """"; the program's H is H_prog in the manifest ...": one clause per renamed dim."""
+    heads = plan.layout.pattern in ATTENTION_PATTERNS
+    return "".join(f"; the program's {d} is {program_name(d)} in the manifest"
+                   + (f" (cp_attention's {d} counts the batch's heads)" if heads and d in ("H", "HKV") else "")
+                   for d in plan.layout.renamed)
+
+
 def _pattern_lines(plan: ImportPlan) -> list[str]:
     if not plan.patterns:
         return ["pattern: none the tool knows; the seed is a placeholder (write it, or search with --agent claude)"]
@@ -358,12 +372,9 @@ def _pattern_lines(plan: ImportPlan) -> list[str]:
             offered = "all of cp_attention" if plan.templates == ["all"] else ", ".join(plan.templates)
             causal = "causal by global position" if plan.layout.derived[plan.convention_verify]["CAUSAL"] else \
                 "not causal"
-            renamed = "".join(f"; the program's {d} is {program_name(d)} in the manifest (cp_attention's {d} "
-                              f"counts the batch's heads)" if d in ("H", "HKV") else
-                              f"; the program's {d} is {program_name(d)} in the manifest" for d in plan.layout.renamed)
             out.append(f"pattern: {m.description}: mapped (seed = cp_attention's host-driven seed (NCCL + cuDNN "
                        f"attention); templates: {offered}; {layout_words(plan.layout, plan.program_names)}; "
-                       f"{causal}{renamed}; checked on the float64 run)")
+                       f"{causal}{_renamed_words(plan)}; checked on the float64 run)")
             if plan.templates_why:
                 out.append(f"  {plan.templates_why}")
         elif m.mapped and m.pattern == plan.layout.pattern:
@@ -385,7 +396,7 @@ def _pattern_lines(plan: ImportPlan) -> list[str]:
                 what += "; transposed: the weight's shards are gemm_allgather's x, y is the program's output transposed"
             if m.roles.get("epilogue"):
                 what += "; the epilogue is a kernel of its own after the pattern's output"
-            what += "".join(f"; the program's {d} is {program_name(d)} in the manifest" for d in plan.layout.renamed)
+            what += _renamed_words(plan)
             out.append(f"pattern: {m.description}: mapped ({what})")
             if plan.templates_why and plan.templates != ["all"]:
                 out.append(f"  {plan.templates_why}")

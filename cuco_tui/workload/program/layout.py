@@ -16,7 +16,7 @@ No torch at import: `to_program` runs only in the processes that hold the tensor
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 HARNESS_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "int32": "i32", "int64": "i64",
@@ -171,8 +171,29 @@ def _at_every_world(pattern: str, shape: str,
     return None, f"the pattern's M, K, N at {shape} change with the world size"
 
 
+def uniform_bf16(sizes: dict[str, Any], seed: str) -> str:
+    """"" when at every world size and shape every rank's buffers have one set of shapes and are bf16,
+    else why not. `seed`: what reads the buffers ("the pattern's seed and templates are")."""
+    for world, entry in sizes.items():
+        for s in entry["shapes"]:
+            ranks = s["ranks"]
+            if any(r != ranks[0] for r in ranks):
+                return f"the ranks' shapes differ at {s['shape']} (world {world})"
+            if any(dt != "bfloat16" for _, dt in ranks[0]["inputs"] + ranks[0]["outputs"]):
+                return f"{seed} bf16; the program's buffers are not all bfloat16"
+    return ""
+
+
+def with_renames(layout: Layout, sizes: dict[str, Any], program_dims: tuple[str, ...]) -> Layout:
+    """`layout` with the program's dims that a pattern's dim of other values names renamed (Layout.renamed)."""
+    pattern = next(iter(layout.derived.values()), {})
+    renamed = tuple(d for d in pattern if d in program_dims and any(
+        s["dims"][d] != layout.derived[s["shape"]][d] for e in sizes.values() for s in e["shapes"]))
+    return replace(layout, renamed=renamed)
+
+
 def pattern_layout(pattern: str, roles: dict[str, Any], sizes: dict[int, dict[str, Any]],
-                   program_dims: tuple[str, ...], n_inputs: int) -> tuple[Layout | None, str]:
+                   n_inputs: int) -> tuple[Layout | None, str]:
     """The harness layout of a mapped pattern, or (None, why not). `sizes`: world -> sizing JSON."""
     if any(roles.get(r) is None for r in ("x", "b", "output")):
         return None, "an operand of the pattern is not one of solution's inputs"
@@ -180,22 +201,17 @@ def pattern_layout(pattern: str, roles: dict[str, Any], sizes: dict[int, dict[st
     idle = [i for i in range(n_inputs) if i not in played]
     if idle:
         return None, f"input {idle[0]} plays no part in the pattern (the seed would not read it)"
+    uneven = uniform_bf16(sizes, "the pattern's seed and templates are")
+    if uneven:
+        return None, uneven
     by_shape: dict[str, dict[int, dict[str, int]]] = {}
-    program: dict[str, dict[str, int]] = {}
     for world, entry in sizes.items():
         for s in entry["shapes"]:
-            ranks = s["ranks"]
-            if any(r != ranks[0] for r in ranks):
-                return None, f"the ranks' shapes differ at {s['shape']} (world {world})"
-            for kind in ("inputs", "outputs"):
-                if any(dt != "bfloat16" for _, dt in ranks[0][kind]):
-                    return None, "the pattern's seed and templates are bf16; the program's buffers are not all " \
-                                 "bfloat16"
             try:
-                by_shape.setdefault(s["shape"], {})[int(world)] = pattern_dims(pattern, roles, ranks[0], int(world))
+                by_shape.setdefault(s["shape"], {})[int(world)] = pattern_dims(pattern, roles, s["ranks"][0],
+                                                                               int(world))
             except ValueError as exc:
                 return None, f"{exc} at {s['shape']}"
-            program[s["shape"]] = s["dims"]
     derived: dict[str, dict[str, int]] = {}
     for shape, by_world in by_shape.items():
         dims, why = _at_every_world(pattern, shape, by_world)
@@ -204,11 +220,7 @@ def pattern_layout(pattern: str, roles: dict[str, Any], sizes: dict[int, dict[st
         derived[shape] = dims
     if len({tuple(d) for d in derived.values()}) > 1:  # K at some shapes, KR at others
         return None, "the pattern's K changes with the world size at some shapes and not at others"
-    # A program dim named like the pattern's and of other values is renamed in the manifest.
-    first = next(iter(derived.values()))
-    renamed = tuple(d for d in first if d in program_dims
-                    and any(program[shape][d] != dims[d] for shape, dims in derived.items()))
     inputs = tuple(BufferMap(ROLE_NAMES[role], i, "bf16", roles["b_layout"] if role == "b" else "as_is", role)
                    for i, role in sorted(played.items()))
     outputs = (BufferMap("y", int(roles["output"]), "bf16", "as_is", "output"),)
-    return Layout(inputs, outputs, pattern, derived, renamed), ""
+    return Layout(inputs, outputs, pattern, derived), ""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from cuco_tui.workload.program.attention_map import AMBIGUOUS, agrees
-from cuco_tui.workload.program.layout import BufferMap, Layout
+from cuco_tui.workload.program.layout import BufferMap, Layout, uniform_bf16
 
 DESCRIPTION = "all-gather of a weight → matmul (FSDP: the shards of an nn.Linear weight gathered, then x @ W^T)"
 NOT_THIS = ""  # the program is not a weight gather: the recognizer's own reason stands
@@ -38,8 +38,7 @@ def _holds(xi: int, run: Any, n_shapes: int, world: int) -> bool:
     return True
 
 
-def weight_gather_layout(sizes: dict[str, Any], run: Any, world: int, n_verify: int,
-                         program_dims: tuple[str, ...]) -> tuple[Layout | None, str]:
+def weight_gather_layout(sizes: dict[str, Any], run: Any, world: int, n_verify: int) -> tuple[Layout | None, str]:
     """gemm_allgather's layout of a weight-gathering matmul; (None, NOT_THIS) where the program is not
     one; (None, why) where it is one that cannot be mapped."""
     first = sizes[str(world)]["shapes"][0]["ranks"][0]
@@ -52,23 +51,19 @@ def weight_gather_layout(sizes: dict[str, Any], run: Any, world: int, n_verify: 
     if len(held) > 1:
         return None, AMBIGUOUS.format(n=2).replace("q, k, v (or the mask)", "tokens and weight")
     xi = held[0]
+    uneven = uniform_bf16(sizes, "gemm_allgather's seed and templates are")
+    if uneven:
+        return None, uneven
     derived: dict[str, dict[str, int]] = {}
     for w, entry in sizes.items():
         for s in entry["shapes"]:
-            ranks = s["ranks"]
-            if any(r != ranks[0] for r in ranks):
-                return None, f"the ranks' shapes differ at {s['shape']} (world {w})"
-            one = ranks[0]
-            if any(dt != "bfloat16" for _, dt in one["inputs"] + one["outputs"]):
-                return None, "gemm_allgather's seed and templates are bf16; the program's buffers are not all bfloat16"
+            one = s["ranks"][0]
             x, wt = one["inputs"][xi][0], one["inputs"][1 - xi][0]
             dims = {"M": int(wt[0]) * int(w), "K": int(x[1]), "N": int(x[0]) * int(w)}
             if derived.setdefault(s["shape"], dims) != dims:
                 what = "tokens per rank" if derived[s["shape"]]["N"] != dims["N"] else "weight's rows"
                 return None, (f"the {what} at {s['shape']} are fixed per rank (their total changes with the world "
                               f"size); gemm_allgather's dims are totals: split them by the world size in make_inputs")
-    renamed = tuple(d for d in ("M", "K", "N") if d in program_dims and any(
-        s["dims"][d] != derived[s["shape"]][d] for e in sizes.values() for s in e["shapes"]))
     inputs = (BufferMap("x", 1 - xi, "bf16", "as_is", "x"), BufferMap("b", xi, "bf16", "axes", "b", (1, 0)))
     return Layout(tuple(sorted(inputs, key=lambda b: b.index)), (BufferMap("y", 0, "bf16", "axes", "output", (1, 0)),),
-                  "allgather_matmul", derived, renamed), ""
+                  "allgather_matmul", derived), ""
